@@ -1,0 +1,328 @@
+// Rasterization math shared by the CPU loops and the CUDA kernels.
+//
+// Triangles are rasterized in 2D homogeneous coordinates: for the 3x3 matrix M whose columns are the vertices'
+// (x, y, w), the adjugate rows r_i give edge functions lambda_i(px, py) = r_i . (px, py, 1). A pixel centre is
+// inside when all three lambda_i (normalised by sign(det M)) are >= 0 and their sum is > 0, which is exactly
+// "inside the triangle and w > 0". Triangles crossing w = 0 therefore need no geometric clipping; the only
+// clipping done is for the bounding box. Because r_i of a shared edge is bit-for-bit the negation of the
+// neighbour's, a top-left style tie rule gives watertight, non-overlapping coverage along shared edges.
+#pragma once
+
+#include "common.h"
+
+namespace prerast {
+
+constexpr int kTile = 16;                 // pixels per tile side; one CUDA block of kTile*kTile threads
+constexpr int64_t kMaxTriangles = 1 << 24;  // IDs are stored as float: exact up to 2^24
+
+// Everything needed to evaluate one (image, triangle) work item at a pixel.
+struct TriSetup {
+  float a[3], b[3], c[3];  // lambda_i = a_i * px + b_i * py + c_i, sign-normalised so inside means >= 0
+  float z[3];              // clip-space z of the vertices divided by |det M|, so z/w = sum(lambda_i z_i)
+  int32_t tri;             // index into tri (the ID written is tri + 1)
+  int32_t x0, y0, x1, y1;  // inclusive pixel bounding box; x0 > x1 when the item draws nothing
+};
+
+struct RasterArgs {
+  const float* pos = nullptr;       // instanced: [N, V, 4]; range mode: [V, 4]
+  const int32_t* tri = nullptr;     // [T, 3], indices already validated to lie in [0, V)
+  const int32_t* ranges = nullptr;  // host [N, 2] (first, count); null selects instanced mode
+  int64_t num_images = 0, num_vertices = 0, num_triangles = 0;
+  int height = 0, width = 0;
+  const float* peel_prev = nullptr;  // [N, H, W, 4] previous depth layer, or null
+  float* rast = nullptr;             // [N, H, W, 4] out
+  float* rast_db = nullptr;          // [N, H, W, 4] out, or null
+};
+
+struct RasterGradArgs {
+  const float* pos = nullptr;
+  const int32_t* tri = nullptr;
+  bool instanced = true;
+  int64_t num_images = 0, num_vertices = 0, num_triangles = 0;
+  int height = 0, width = 0;
+  const float* rast = nullptr;       // forward output
+  const float* grad_rast = nullptr;  // [N, H, W, 4]
+  const float* grad_db = nullptr;    // [N, H, W, 4] or null
+  float* grad_pos = nullptr;         // shaped like pos, zero-initialised
+};
+
+// --- triangle setup ---------------------------------------------------------------------------------------
+
+// Clip the triangle against -w <= z <= w (which implies w >= 0) and return the pixel bounding box of what
+// remains. Returns false if nothing remains.
+PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0, int& x1, int& y1) {
+  float poly[2][9][4];
+  int n = 3;
+  for (int i = 0; i < 3; ++i)
+    for (int k = 0; k < 4; ++k) poly[0][i][k] = p[i][k];
+  int cur = 0;
+  for (int plane = 0; plane < 2; ++plane) {
+    const float sz = plane == 0 ? 1.0f : -1.0f;  // distance = w + sz * z
+    int m = 0;
+    for (int i = 0; i < n; ++i) {
+      const float* A = poly[cur][i];
+      const float* B = poly[cur][(i + 1) % n];
+      float da = A[3] + sz * A[2], db = B[3] + sz * B[2];
+      if (da >= 0) {
+        for (int k = 0; k < 4; ++k) poly[cur ^ 1][m][k] = A[k];
+        ++m;
+      }
+      if ((da >= 0) != (db >= 0)) {
+        float t = da / (da - db);
+        for (int k = 0; k < 4; ++k) poly[cur ^ 1][m][k] = A[k] + t * (B[k] - A[k]);
+        ++m;
+      }
+    }
+    n = m;
+    cur ^= 1;
+    if (n == 0) return false;
+  }
+  float lo_x = 3.0e38f, lo_y = 3.0e38f, hi_x = -3.0e38f, hi_y = -3.0e38f;
+  for (int i = 0; i < n; ++i) {
+    const float* P = poly[cur][i];
+    if (!(P[3] > 1e-30f)) {  // a vertex on the eye plane: the projection is unbounded
+      lo_x = lo_y = -3.0e38f;
+      hi_x = hi_y = 3.0e38f;
+      break;
+    }
+    float X = (P[0] / P[3] + 1.0f) * 0.5f * (float)W - 0.5f;  // pixel-index space: centre of pixel i is i
+    float Y = (P[1] / P[3] + 1.0f) * 0.5f * (float)H - 0.5f;
+    if (!(X == X) || !(Y == Y)) return false;
+    lo_x = fminf(lo_x, X), hi_x = fmaxf(hi_x, X);
+    lo_y = fminf(lo_y, Y), hi_y = fmaxf(hi_y, Y);
+  }
+  // One pixel of margin absorbs the rounding of the clip and the projection; coverage itself is decided by
+  // the edge functions.
+  lo_x = fmaxf(lo_x, -2.0f), lo_y = fmaxf(lo_y, -2.0f);
+  hi_x = fminf(hi_x, (float)W + 1.0f), hi_y = fminf(hi_y, (float)H + 1.0f);
+  x0 = clampi((int)floorf(lo_x) - 1, 0, W), x1 = clampi((int)ceilf(hi_x) + 1, -1, W - 1);
+  y0 = clampi((int)floorf(lo_y) - 1, 0, H), y1 = clampi((int)ceilf(hi_y) + 1, -1, H - 1);
+  return x0 <= x1 && y0 <= y1;
+}
+
+// Fills s for triangle `t` with vertices p[0..2]; returns false (and an empty box) if it can draw nothing:
+// non-finite input, degenerate in homogeneous space (zero area on screen), or wholly outside -w <= z <= w.
+PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t t, int W, int H, TriSetup& s) {
+  s.tri = t;
+  s.x0 = 1, s.x1 = 0, s.y0 = 1, s.y1 = 0;
+  if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
+  V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
+  // The determinant decides orientation and degeneracy; double keeps that decision stable.
+  double d = (double)v0.x * ((double)v1.y * v2.z - (double)v1.z * v2.y) -
+             (double)v0.y * ((double)v1.x * v2.z - (double)v1.z * v2.x) +
+             (double)v0.z * ((double)v1.x * v2.y - (double)v1.y * v2.x);
+  double n0 = sqrt((double)dot3(v0, v0)), n1 = sqrt((double)dot3(v1, v1)), n2 = sqrt((double)dot3(v2, v2));
+  if (!(fabs(d) > 1e-14 * n0 * n1 * n2)) return false;
+  const float sg = d > 0 ? 1.0f : -1.0f;
+  V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
+  for (int i = 0; i < 3; ++i) {
+    s.a[i] = sg * r[i].x, s.b[i] = sg * r[i].y, s.c[i] = sg * r[i].z;
+    if (!isfinite(s.a[i]) || !isfinite(s.b[i]) || !isfinite(s.c[i])) return false;
+  }
+  // z/w = sum(lambda_i z_i) for lambda = M^-1 q; the edge functions are |det| * lambda, so fold 1/|det| into z.
+  const double inv = 1.0 / fabs(d);
+  s.z[0] = (float)(p0[2] * inv), s.z[1] = (float)(p1[2] * inv), s.z[2] = (float)(p2[2] * inv);
+  if (!isfinite(s.z[0]) || !isfinite(s.z[1]) || !isfinite(s.z[2])) return false;
+  const float* p[3] = {p0, p1, p2};
+  int x0, y0, x1, y1;
+  if (!clipped_pixel_bbox(p, W, H, x0, y0, x1, y1)) return false;
+  s.x0 = x0, s.y0 = y0, s.x1 = x1, s.y1 = y1;
+  return true;
+}
+
+// --- per-pixel evaluation -------------------------------------------------------------------------------
+
+// Tie rule for a pixel centre exactly on an edge: the neighbour across a shared edge sees the negated
+// coefficients, so exactly one of the two claims the pixel.
+PR_HD bool edge_inside(float l, float a, float b) { return l > 0.0f || (l == 0.0f && (a > 0.0f || (a == 0.0f && b > 0.0f))); }
+
+PR_HD float edge_eval(const TriSetup& s, int i, float px, float py) { return (s.a[i] * px + s.b[i] * py) + s.c[i]; }
+
+// Perspective-correct barycentrics and z/w at NDC point (px, py); false if the point is not drawn.
+PR_HD bool frag_eval(const TriSetup& s, float px, float py, float& u, float& v, float& zw) {
+  float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
+  if (!edge_inside(l0, s.a[0], s.b[0]) || !edge_inside(l1, s.a[1], s.b[1]) || !edge_inside(l2, s.a[2], s.b[2]))
+    return false;
+  float S = (l0 + l1) + l2;
+  if (!(S > 0.0f)) return false;
+  u = l0 / S;
+  v = l1 / S;
+  zw = (l0 * s.z[0] + l1 * s.z[1]) + l2 * s.z[2];
+  return zw >= -1.0f && zw <= 1.0f;
+}
+
+// Analytic (du/dX, du/dY, dv/dX, dv/dY) in pixel units at NDC point (px, py).
+PR_HD void frag_db(const TriSetup& s, float px, float py, int W, int H, float* db) {
+  float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
+  float S = (l0 + l1) + l2;
+  float Sa = (s.a[0] + s.a[1]) + s.a[2], Sb = (s.b[0] + s.b[1]) + s.b[2];
+  float kx = 2.0f / (float)W / (S * S), ky = 2.0f / (float)H / (S * S);
+  db[0] = kx * (s.a[0] * S - l0 * Sa);
+  db[1] = ky * (s.b[0] * S - l0 * Sb);
+  db[2] = kx * (s.a[1] * S - l1 * Sa);
+  db[3] = ky * (s.b[1] * S - l1 * Sb);
+}
+
+// Is the depth key (zw, id) nearer than (bz, bid)? Ties in z/w go to the smaller ID, deterministically.
+PR_HD bool key_less(float zw, int32_t id, float bz, int32_t bid) { return zw < bz || (zw == bz && id < bid); }
+
+// Could the triangle cover any pixel centre of the rectangle [cx0, cx1] x [cy0, cy1] (NDC of centres)?
+// Conservative: only rejects when some edge is negative at every corner by a clear margin.
+PR_HD bool rect_may_cover(const TriSetup& s, float cx0, float cy0, float cx1, float cy1) {
+  for (int i = 0; i < 3; ++i) {
+    float px = s.a[i] > 0 ? cx1 : cx0, py = s.b[i] > 0 ? cy1 : cy0;
+    float m = edge_eval(s, i, px, py);
+    float tol = 1e-5f * (fabsf(s.a[i]) + fabsf(s.b[i]) + fabsf(s.c[i]));
+    if (m < -tol) return false;
+  }
+  return true;
+}
+
+// NDC of the first and last pixel centres of tile (tx, ty), for rect_may_cover.
+PR_HD void tile_centres(int tx, int ty, int W, int H, float& cx0, float& cy0, float& cx1, float& cy1) {
+  int xa = tx * kTile, ya = ty * kTile;
+  int xb = xa + kTile - 1 < W - 1 ? xa + kTile - 1 : W - 1;
+  int yb = ya + kTile - 1 < H - 1 ? ya + kTile - 1 : H - 1;
+  cx0 = pixel_center_ndc(xa, W), cx1 = pixel_center_ndc(xb, W);
+  cy0 = pixel_center_ndc(ya, H), cy1 = pixel_center_ndc(yb, H);
+}
+
+// Gradient of the loss with respect to the three vertices' (x, y, z, w), given the loss gradients gu, gv of
+// the barycentrics and (optionally) gdb of (du/dX, du/dY, dv/dX, dv/dY) at pixel centre (px, py).
+// With K = M^-1, lambda = K q, A_x = K e_x, A_y = K e_y, dL/dM = -K^T G K^T where G collects the gradients
+// of the three vectors against q, e_x, e_y.
+PR_HD void frag_grad(const float* p0, const float* p1, const float* p2, float px, float py, int W, int H, float gu,
+                     float gv, const float* gdb, float out[3][4]) {
+  V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
+  V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
+  float det = dot3(v0, r[0]);
+  float K[3][3];
+  for (int i = 0; i < 3; ++i) K[i][0] = r[i].x / det, K[i][1] = r[i].y / det, K[i][2] = r[i].z / det;
+  float lam[3], Ax[3], Ay[3];
+  for (int i = 0; i < 3; ++i) lam[i] = (K[i][0] * px + K[i][1] * py) + K[i][2], Ax[i] = K[i][0], Ay[i] = K[i][1];
+  float S = lam[0] + lam[1] + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
+  float u = lam[0] / S, v = lam[1] / S;
+  float gl[3], gx[3] = {0, 0, 0}, gy[3] = {0, 0, 0};
+  for (int j = 0; j < 3; ++j) gl[j] = (gu * ((j == 0) - u) + gv * ((j == 1) - v)) / S;
+  if (gdb) {
+    float kx = 2.0f / (float)W, ky = 2.0f / (float)H, S2 = S * S;
+    float d[4] = {kx * (Ax[0] * S - lam[0] * Sx) / S2, ky * (Ay[0] * S - lam[0] * Sy) / S2,
+                  kx * (Ax[1] * S - lam[1] * Sx) / S2, ky * (Ay[1] * S - lam[1] * Sy) / S2};
+    for (int j = 0; j < 3; ++j) {
+      float e0 = (float)(j == 0), e1 = (float)(j == 1);
+      gl[j] += gdb[0] * (kx * (Ax[0] - e0 * Sx) / S2 - 2.0f * d[0] / S);
+      gl[j] += gdb[1] * (ky * (Ay[0] - e0 * Sy) / S2 - 2.0f * d[1] / S);
+      gl[j] += gdb[2] * (kx * (Ax[1] - e1 * Sx) / S2 - 2.0f * d[2] / S);
+      gl[j] += gdb[3] * (ky * (Ay[1] - e1 * Sy) / S2 - 2.0f * d[3] / S);
+      gx[j] = (gdb[0] * kx * (e0 * S - lam[0]) + gdb[2] * kx * (e1 * S - lam[1])) / S2;
+      gy[j] = (gdb[1] * ky * (e0 * S - lam[0]) + gdb[3] * ky * (e1 * S - lam[1])) / S2;
+    }
+  }
+  float G[3][3];
+  for (int i = 0; i < 3; ++i) G[i][0] = gl[i] * px + gx[i], G[i][1] = gl[i] * py + gy[i], G[i][2] = gl[i];
+  // T = G K^T, then dM = -K^T T.
+  float T[3][3];
+  for (int i = 0; i < 3; ++i)
+    for (int b = 0; b < 3; ++b) T[i][b] = G[i][0] * K[b][0] + G[i][1] * K[b][1] + G[i][2] * K[b][2];
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) {
+      float dm = -(K[0][a] * T[0][b] + K[1][a] * T[1][b] + K[2][a] * T[2][b]);
+      out[b][a == 2 ? 3 : a] = dm;  // rows of M are x, y, w
+    }
+  for (int b = 0; b < 3; ++b) out[b][2] = 0.0f;
+}
+
+// --- work items -----------------------------------------------------------------------------------------
+
+// A work item is one (image, triangle) pair. Instanced: item = n * T + t. Range mode: items of image n are
+// [item_start[n], item_start[n+1]) and map to triangles first[n] + k.
+struct ItemMap {
+  int64_t num_items = 0;
+  int64_t num_triangles = 0;
+  int32_t num_images = 0;
+  const int64_t* item_start = nullptr;  // [N + 1], range mode only
+  const int32_t* first = nullptr;       // [N], range mode only
+};
+
+PR_HD void item_to_image_tri(const ItemMap& m, int64_t item, int32_t& n, int32_t& t) {
+  if (!m.item_start) {
+    n = (int32_t)(item / m.num_triangles);
+    t = (int32_t)(item % m.num_triangles);
+    return;
+  }
+  int lo = 0, hi = m.num_images - 1;  // last image whose start <= item
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (m.item_start[mid] <= item) lo = mid; else hi = mid - 1;
+  }
+  n = lo;
+  t = m.first[lo] + (int32_t)(item - m.item_start[lo]);
+}
+
+// Setup of one item: the vertices come from image n's pos in instanced mode, from the shared pos otherwise.
+PR_HD bool item_setup(const RasterArgs& a, const ItemMap& m, int64_t item, int32_t& n, TriSetup& s) {
+  int32_t t;
+  item_to_image_tri(m, item, n, t);
+  const float* base = m.item_start ? a.pos : a.pos + (int64_t)n * a.num_vertices * 4;
+  const int32_t* idx = a.tri + (int64_t)t * 3;
+  return tri_setup(base + (int64_t)idx[0] * 4, base + (int64_t)idx[1] * 4, base + (int64_t)idx[2] * 4, t, a.width,
+                   a.height, s);
+}
+
+// Whether a fragment with key (zw, id) may appear in the layer after `prev` (depth peeling).
+PR_HD bool behind_prev(const float* prev, float zw, int32_t id1) {
+  int32_t pid = (int32_t)prev[3];
+  return pid > 0 && (zw > prev[2] || (zw == prev[2] && id1 > pid));
+}
+
+// Accumulates one covered pixel's gradient into grad_pos through add(flat_index, value): a plain add on the
+// CPU (per-chunk buffers) and atomicAdd on the GPU.
+template <class Add>
+PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add) {
+  const float* r = a.rast + pix * 4;
+  int32_t id = (int32_t)r[3];
+  if (id <= 0 || id > a.num_triangles) return;
+  const float* g = a.grad_rast + pix * 4;
+  const float* gdb = a.grad_db ? a.grad_db + pix * 4 : nullptr;
+  if (g[0] == 0.0f && g[1] == 0.0f && (!gdb || (gdb[0] == 0.0f && gdb[1] == 0.0f && gdb[2] == 0.0f && gdb[3] == 0.0f)))
+    return;
+  const int64_t hw = (int64_t)a.height * a.width;
+  const int64_t n = pix / hw, rem = pix % hw;
+  const int y = (int)(rem / a.width), x = (int)(rem % a.width);
+  const int64_t base = a.instanced ? n * a.num_vertices : 0;
+  const int32_t* idx = a.tri + (int64_t)(id - 1) * 3;
+  const float* p[3];
+  for (int j = 0; j < 3; ++j) p[j] = a.pos + (base + idx[j]) * 4;
+  float out[3][4];
+  frag_grad(p[0], p[1], p[2], pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, g[0],
+            g[1], gdb, out);
+  for (int j = 0; j < 3; ++j) {
+    const int64_t o = (base + idx[j]) * 4;
+    add(o + 0, out[j][0]);
+    add(o + 1, out[j][1]);
+    add(o + 3, out[j][3]);
+  }
+}
+
+// --- entry points -----------------------------------------------------------------------------------------
+
+// Host-side range bookkeeping: fills item_start [N + 1] and first [N] from ranges; returns the item count.
+inline int64_t build_range_items(const int32_t* ranges, int64_t N, int64_t* item_start, int32_t* first) {
+  int64_t acc = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    item_start[n] = acc;
+    first[n] = ranges[2 * n];
+    acc += ranges[2 * n + 1];
+  }
+  item_start[N] = acc;
+  return acc;
+}
+
+void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor);
+void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks);
+
+// CUDA entry points return nullptr on success or a message describing the failure.
+const char* rasterize_forward_cuda(const RasterArgs& a, StreamHandle stream, const Workspace& ws);
+const char* rasterize_backward_cuda(const RasterGradArgs& a, StreamHandle stream);
+
+}  // namespace prerast

@@ -1,0 +1,45 @@
+"""prerast: differentiable mesh rasterization for PyTorch, from prebuilt binaries.
+
+The API follows nvdiffrast's: rasterize, DepthPeeler, interpolate, texture, antialias, with CUDA and CPU
+contexts. Importing prerast loads the bundled plugin and fails with BinaryMismatchError if it does not fit the
+running torch/CUDA; `python -m prerast doctor` explains what is installed and what fits.
+"""
+import os
+import sys
+
+from . import _loader
+from ._version import __version__
+from .errors import BinaryMismatchError
+
+
+def _cli_is_starting():
+    """True while `python -m prerast ...` or the `prerast` script imports this package: the command line
+    reports a load failure itself, so the import must not fail."""
+    argv = getattr(sys, "orig_argv", [])
+    as_module = sys.argv[:1] == ["-m"] and "prerast" in argv[argv.index("-m") + 1:argv.index("-m") + 2] \
+        if "-m" in argv else False
+    as_script = os.path.basename(sys.argv[0]) == "prerast" if sys.argv else False
+    return as_module or as_script
+
+
+try:
+    _loader.load_or_remember()
+except BinaryMismatchError:
+    if not _cli_is_starting():
+        raise
+
+from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402
+from ._log import get_log_level, set_log_level  # noqa: E402
+from ._rasterize import DepthPeeler, rasterize  # noqa: E402
+
+__all__ = [
+    "BinaryMismatchError",
+    "DepthPeeler",
+    "RasterizeCpuContext",
+    "RasterizeCudaContext",
+    "RasterizeGLContext",
+    "__version__",
+    "get_log_level",
+    "rasterize",
+    "set_log_level",
+]

@@ -1,0 +1,69 @@
+"""Rasterization contexts: which device an op runs on, and whether a depth peeler holds the context."""
+import warnings
+
+import torch
+
+
+class _Context:
+    device: torch.device
+
+    def __init__(self):
+        self._active_peeler = None
+
+    def _check_free(self, what):
+        if self._active_peeler is not None:
+            raise RuntimeError(f"{what}: this context is reserved by an active DepthPeeler; finish the peeler's "
+                               "'with' block first, or use another context")
+
+
+class RasterizeCudaContext(_Context):
+    """Rasterize on a CUDA device (torch.device, 'cuda:1', an index, or None for the current device)."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        if device is None:
+            if not torch.cuda.is_available():
+                raise RuntimeError("RasterizeCudaContext: CUDA is not available; use RasterizeCpuContext()")
+            device = torch.device("cuda", torch.cuda.current_device())
+        else:
+            device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+            if device.type != "cuda":
+                raise ValueError(f"RasterizeCudaContext: device must be a CUDA device, got {device}")
+            if device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        self.output_db = True
+
+    def __repr__(self):
+        return f"RasterizeCudaContext(device={self.device})"
+
+
+class RasterizeCpuContext(_Context):
+    """Rasterize on the CPU, with the same results as the CUDA context."""
+
+    def __init__(self):
+        super().__init__()
+        self.device = torch.device("cpu")
+        self.output_db = True
+
+    def __repr__(self):
+        return "RasterizeCpuContext()"
+
+
+class RasterizeGLContext(RasterizeCudaContext):
+    """Accepted for compatibility: prerast has no OpenGL backend, so this is a RasterizeCudaContext."""
+
+    def __init__(self, output_db=True, mode="automatic", device=None):
+        warnings.warn("RasterizeGLContext is deprecated: prerast has no OpenGL backend and rasterizes with CUDA; "
+                      "use RasterizeCudaContext", DeprecationWarning, stacklevel=2)
+        if mode not in ("automatic", "manual"):
+            raise ValueError(f"RasterizeGLContext: mode must be 'automatic' or 'manual', got {mode!r}")
+        super().__init__(device=device)
+        self.output_db = output_db
+        self.mode = mode
+
+    def set_context(self):
+        """No-op: there is no OpenGL context to make current."""
+
+    def release_context(self):
+        """No-op: there is no OpenGL context to release."""

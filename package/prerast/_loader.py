@@ -1,0 +1,180 @@
+"""Finds the compiled plugin that ships with prerast, checks that it fits what is running, and loads it.
+
+Loading goes through torch.ops.load_library on a prebuilt file: no compiler is started, nothing is written to
+disk, and torch.utils.cpp_extension is never imported. Any mismatch becomes a BinaryMismatchError that says what
+the binary was built for, what is running, and how to get a binary that fits.
+"""
+import glob
+import json
+import os
+import sys
+
+import torch
+
+from ._version import __version__
+from .errors import BinaryMismatchError
+
+INFO_FILE = "_build_info.json"
+DEFAULT_INDEX_URL = "https://prerast.github.io/whl"
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+_state = {"info": None, "path": None, "error": None, "devices": set()}
+
+
+def index_url():
+    return os.environ.get("PRERAST_INDEX_URL", DEFAULT_INDEX_URL).rstrip("/")
+
+
+def base_version(v):
+    return v.split("+")[0]
+
+
+def running():
+    """What the binary has to fit, as a dict of plain values."""
+    return {
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+    }
+
+
+def platform_tag(torch_version, cuda_version):
+    """'2.14.1+cu130', '13.0' -> 'pt214cu130' (the wheel's local version tag)."""
+    major, minor = base_version(torch_version).split(".")[:2]
+    return f"pt{major}{minor}" + ("cpu" if not cuda_version else "cu" + cuda_version.replace(".", ""))
+
+
+def fix_command(run=None):
+    """The pip command that installs the prerast wheel built for the running torch."""
+    run = run or running()
+    tag = platform_tag(run["torch_version"], run["cuda_version"])
+    page = "torch-%s%s.html" % (base_version(run["torch_version"]),
+                                "+cpu" if not run["cuda_version"] else "+cu" + run["cuda_version"].replace(".", ""))
+    return (f'pip install --force-reinstall --no-deps "prerast=={base_version(__version__)}+{tag}" '
+            f"-f {index_url()}/{page}")
+
+
+def describe(info):
+    cuda = "CUDA " + info["cuda_version"] if info.get("cuda_version") else "CPU only"
+    archs = ", GPU archs " + " ".join(info["cuda_archs"]) if info.get("cuda_archs") else ""
+    return f"prerast {info.get('prerast_version')} for torch {info.get('torch_version')} ({cuda}{archs})"
+
+
+def describe_running(run):
+    cuda = "CUDA " + run["cuda_version"] if run["cuda_version"] else "CPU only"
+    return f"Python {run['python']}, torch {run['torch_version']} ({cuda})"
+
+
+def problems(info, run=None):
+    """Why a binary with build metadata `info` cannot run here; empty if it fits."""
+    run = run or running()
+    found = []
+    if base_version(info.get("torch_version", "?")) != base_version(run["torch_version"]):
+        found.append(f"torch {info.get('torch_version')} (built) != torch {run['torch_version']} (running)")
+    if (info.get("cuda_version") or None) != (run["cuda_version"] or None):
+        found.append(f"CUDA {info.get('cuda_version') or 'none'} (built) != CUDA {run['cuda_version'] or 'none'} "
+                     "(running torch)")
+    if bool(info.get("cxx11_abi")) != run["cxx11_abi"]:
+        found.append(f"C++11 ABI {int(bool(info.get('cxx11_abi')))} (built) != {int(run['cxx11_abi'])} (running torch)")
+    if base_version(info.get("prerast_version", "?")) != base_version(__version__):
+        found.append(f"prerast {info.get('prerast_version')} (binary) != prerast {__version__} (Python package)")
+    return found
+
+
+def mismatch_message(info, reasons, run=None):
+    run = run or running()
+    lines = [
+        "prerast's compiled plugin does not fit this environment.",
+        f"  built for: {describe(info)}",
+        f"  running:   {describe_running(run)}",
+    ]
+    lines += [f"  mismatch:  {r}" for r in reasons]
+    lines.append(f"Install the wheel built for the running torch:\n    {fix_command(run)}")
+    return "\n".join(lines)
+
+
+def read_info(directory):
+    """Build metadata and plugin path in `directory`, or (None, reason)."""
+    path = os.path.join(directory, INFO_FILE)
+    if not os.path.exists(path):
+        return None, f"no {INFO_FILE} in {directory}: this prerast has no compiled plugin (a source checkout?)"
+    with open(path) as f:
+        info = json.load(f)
+    lib = os.path.join(directory, info.get("library", ""))
+    if not info.get("library") or not os.path.isfile(lib):
+        libs = glob.glob(os.path.join(directory, "_C*.so"))
+        if not libs:
+            return None, f"{INFO_FILE} names {info.get('library')!r} but no plugin file is in {directory}"
+        lib = libs[0]
+    info["path"] = lib
+    return info, None
+
+
+def load(directory=PACKAGE_DIR):
+    """Check and load the plugin in `directory`; returns its build metadata or raises BinaryMismatchError."""
+    if _state["info"] is not None:
+        return _state["info"]
+    info, why = read_info(directory)
+    if info is None:
+        raise BinaryMismatchError(
+            f"prerast cannot run: {why}.\n  running: {describe_running(running())}\n"
+            f"Install a prebuilt wheel:\n    {fix_command()}")
+    reasons = problems(info)
+    if reasons:
+        raise BinaryMismatchError(mismatch_message(info, reasons))
+    try:
+        torch.ops.load_library(info["path"])
+    except OSError as e:
+        raise BinaryMismatchError(mismatch_message(info, [f"the plugin failed to load: {e}"])) from e
+    _state["info"], _state["path"] = info, info["path"]
+    return info
+
+
+def load_or_remember():
+    """Load at import; remember the failure so that a command-line diagnosis can still run."""
+    try:
+        return load()
+    except BinaryMismatchError as e:
+        _state["error"] = e
+        raise
+
+
+def require():
+    """The loaded metadata, or the load failure raised again (for ops called after a tolerated failure)."""
+    if _state["info"] is None:
+        raise _state["error"] or BinaryMismatchError("prerast's plugin is not loaded")
+    return _state["info"]
+
+
+def arch_serves(arch, capability):
+    """Does one entry of the arch list ('8.0', '9.0a', '12.0+PTX') run on a GPU of this compute capability?"""
+    major, minor = capability
+    name = arch.replace("+PTX", "")
+    exact = name.endswith("a")
+    a_major, a_minor = (int(x) for x in name.rstrip("a").split("."))
+    if exact:
+        return (a_major, a_minor) == (major, minor)
+    if a_major == major and a_minor <= minor:  # SASS runs on later minor revisions of its major
+        return True
+    return arch.endswith("+PTX") and (a_major, a_minor) <= (major, minor)  # PTX is JIT-compiled forward
+
+
+def check_device(device):
+    """Raise BinaryMismatchError at first use of a GPU that the plugin has no code for."""
+    info = require()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index in _state["devices"]:
+        return
+    if not info.get("cuda_version"):
+        raise BinaryMismatchError(
+            mismatch_message(info, ["this binary is CPU-only, but a CUDA tensor was passed"]))
+    cap = torch.cuda.get_device_capability(index)
+    if not any(arch_serves(a, cap) for a in info.get("cuda_archs", [])):
+        name = torch.cuda.get_device_name(index)
+        raise BinaryMismatchError(
+            f"prerast's plugin has no code for GPU {index} ({name}, compute capability {cap[0]}.{cap[1]}).\n"
+            f"  built for: {describe(info)}\n"
+            f"Build a wheel that includes this GPU, in an environment with the CUDA toolkit:\n"
+            f"    python -m prerast build-wheel --arch {cap[0]}.{cap[1]}")
+    _state["devices"].add(index)
