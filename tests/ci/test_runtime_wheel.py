@@ -1,0 +1,75 @@
+"""The repaired wheel in a fresh runtime virtualenv with no compiler: it imports, renders, compiles nothing and
+writes nothing. Slow (creates a virtualenv with torch): marked `wheel`."""
+import glob
+import os
+import subprocess
+import sys
+import zlib
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from ci import wheel as wheel_tools  # noqa: E402
+
+pytestmark = pytest.mark.wheel
+
+
+def the_wheel():
+    path = os.environ.get("PRERAST_TEST_WHEEL")
+    if not path:
+        found = sorted(glob.glob(os.path.join(ROOT, "dist", "prerast-*manylinux*.whl")), key=os.path.getmtime)
+        path = found[-1] if found else None
+    if not path:
+        pytest.skip("no repaired wheel: run ci/test.sh (it builds one) or ci/quickstart.sh")
+    return path
+
+
+@pytest.fixture(scope="module")
+def runtime_venv(tmp_path_factory):
+    venv = str(tmp_path_factory.mktemp("runtime") / "venv")
+    wheel_tools.make_venv(venv, [f"torch=={torch.__version__.split('+')[0]}", "numpy"])
+    return venv
+
+
+def png_pixels(path):
+    """Decode our own 8-bit RGB PNGs (one IDAT chunk, filter 0) to (width, height, bytes)."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    i = data.index(b"IDAT")
+    n = int.from_bytes(data[i - 4:i], "big")
+    return w, h, zlib.decompress(data[i + 4:i + 4 + n])
+
+
+def test_wheel_renders_without_compiler(runtime_venv, tmp_path):
+    png = tmp_path / "scene.png"
+    report = wheel_tools.smoke(runtime_venv, the_wheel(), str(png))
+    assert not report["cpp_extension_imported"]
+    assert report["tools_on_path"] == []
+    assert report["files_written"] == []
+    assert report["binary"].startswith(runtime_venv)
+    w, h, raw = png_pixels(png)
+    assert (w, h) == (256, 256) and any(raw)
+
+
+def test_wheel_refuses_wrong_torch_version(runtime_venv, tmp_path):
+    # The same install, with its metadata claiming another torch: import must fail with the loader's message.
+    site = subprocess.run([os.path.join(runtime_venv, "bin", "python"), "-c",
+                           "import prerast, os; print(os.path.dirname(prerast.__file__))"],
+                          capture_output=True, text=True, check=True,
+                          env=wheel_tools.runtime_env(runtime_venv, str(tmp_path))).stdout.strip()
+    info = os.path.join(site, "_build_info.json")
+    original = open(info).read()
+    try:
+        open(info, "w").write(original.replace(f'"torch_version": "{torch.__version__}"',
+                                               '"torch_version": "2.4.1+cu124"'))
+        out = subprocess.run([os.path.join(runtime_venv, "bin", "python"), "-c", "import prerast"],
+                             capture_output=True, text=True, env=wheel_tools.runtime_env(runtime_venv, str(tmp_path)))
+    finally:
+        open(info, "w").write(original)
+    assert out.returncode == 1
+    assert "BinaryMismatchError" in out.stderr
+    assert "2.4.1+cu124" in out.stderr and torch.__version__ in out.stderr
+    assert "pip install" in out.stderr
