@@ -16,12 +16,18 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# Libraries that torch (and its nvidia-* dependencies) provide at run time: never grafted into the wheel.
-AUDITWHEEL_EXCLUDES = [
-    "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_python.so", "libtorch_global_deps.so",
-    "libc10.so", "libc10_cuda.so", "libcudart.so.*", "libcuda.so.*", "libnvrtc*.so*", "libnvToolsExt*.so*",
-    "libcublas*.so*", "libcudnn*.so*", "libcusparse*.so*", "libgomp*.so*", "libshm.so",
-]
+def _load_repair_policy():
+    """package/prerast/_repair.py, loaded by path: importing the prerast package would load its plugin."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prerast_repair", os.path.join(ROOT, "package", "prerast", "_repair.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_policy = _load_repair_policy()
+AUDITWHEEL_EXCLUDES = _policy.AUDITWHEEL_EXCLUDES
 
 # Programs a runtime image does not have; the smoke test checks none of them is reachable.
 BUILD_TOOLS = ["cc", "gcc", "g++", "c++", "clang", "nvcc", "ninja", "make", "ld"]
@@ -53,17 +59,7 @@ def build_wheel(out_dir, python=sys.executable, source=ROOT):
 
 
 def repair(wheel, out_dir, python=sys.executable, plat=None):
-    os.makedirs(out_dir, exist_ok=True)
-    name = os.path.basename(wheel).split("-linux_")[0]
-    for old in glob.glob(os.path.join(out_dir, name + "-*.whl")):
-        os.remove(old)  # a previous build of the same version and tag
-    cmd = [python, "-m", "auditwheel", "repair", "-w", out_dir, wheel]
-    if plat:
-        cmd += ["--plat", plat]
-    for pattern in AUDITWHEEL_EXCLUDES:
-        cmd += ["--exclude", pattern]
-    run(cmd)
-    (repaired,) = [w for w in glob.glob(os.path.join(out_dir, name + "-*.whl")) if "manylinux" in w]
+    repaired = _policy.repair(wheel, out_dir, python, plat, log=log)
     log(f"repaired: {os.path.basename(repaired)} ({os.path.getsize(repaired) / 1e6:.1f} MB)")
     return repaired
 

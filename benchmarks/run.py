@@ -1,0 +1,106 @@
+"""Benchmarks: ms per call, forward and backward, on CPU and (when present) CUDA. Prints a table, writes JSON.
+
+    python benchmarks/run.py [--device cpu cuda] [--quick] [--only rasterize] [--json out.json]
+
+Each benchmarks/bench_<op>.py defines cases(device, quick) yielding dicts with keys
+    name      row label, e.g. "rasterize 100k tris 1024^2 b1"
+    forward   callable running the op once and returning its outputs
+    loss      optional callable(outputs) -> scalar for the backward timing (default: sum of float outputs)
+    inputs    tensors requiring grad (backward is timed only when present)
+"""
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import platform
+import time
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def sync(device):
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timeit(fn, device, min_time=0.2, max_reps=50):
+    fn()  # warm-up (allocator, caches)
+    sync(device)
+    times = []
+    start = time.perf_counter()
+    while len(times) < max_reps and (time.perf_counter() - start < min_time or len(times) < 3):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    times.sort()
+    return 1000 * times[len(times) // 2]
+
+
+def default_loss(out):
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return sum(o.float().sum() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point())
+
+
+def run_case(case, device):
+    row = {"name": case["name"], "device": device, "forward_ms": timeit(case["forward"], device)}
+    inputs = case.get("inputs")
+    if inputs:
+        loss_fn = case.get("loss", default_loss)
+
+        def fwd_bwd():
+            for t in inputs:
+                t.grad = None
+            loss_fn(case["forward"]()).backward()
+
+        row["forward_backward_ms"] = timeit(fwd_bwd, device)
+        row["backward_ms"] = max(row["forward_backward_ms"] - row["forward_ms"], 0.0)
+    return row
+
+
+def modules(only):
+    for path in sorted(glob.glob(os.path.join(HERE, "bench_*.py"))):
+        name = os.path.basename(path)[6:-3]
+        if only and name not in only:
+            continue
+        spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        yield name, mod
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", nargs="+", default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+    p.add_argument("--quick", action="store_true", help="smaller scenes only (for a fast check)")
+    p.add_argument("--only", nargs="*", help="op names, e.g. rasterize texture")
+    p.add_argument("--json", default="benchmark.json")
+    a = p.parse_args()
+    rows = []
+    print(f"{'case':<52} {'device':<6} {'fwd ms':>9} {'bwd ms':>9}")
+    for _, mod in modules(a.only):
+        for device in a.device:
+            for case in mod.cases(device, a.quick):
+                try:
+                    row = run_case(case, device)
+                except (RuntimeError, MemoryError) as e:  # e.g. out of memory on the largest scenes
+                    row = {"name": case["name"], "device": device, "error": str(e).splitlines()[0]}
+                rows.append(row)
+                bwd = row.get("backward_ms")
+                fwd = row.get("forward_ms")
+                print(f"{row['name']:<52} {device:<6} {fwd if fwd is None else f'{fwd:9.2f}':>9} "
+                      f"{'-' if bwd is None else f'{bwd:9.2f}':>9}" + (f"  {row['error']}" if "error" in row else ""),
+                      flush=True)
+    meta = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
+            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+    with open(a.json, "w") as f:
+        json.dump({"meta": meta, "rows": rows}, f, indent=2)
+    print(f"wrote {a.json}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""Wheel repair policy: auditwheel with every torch and CUDA library excluded, so that the wheel uses the ones
+torch brings at run time. Standard library only, and free of prerast imports, so that build tooling can load
+this file by path without loading the plugin (see ci/wheel.py)."""
+import glob
+import os
+import subprocess
+import sys
+
+# Libraries that torch (and its nvidia-* dependencies) provide at run time: never grafted into the wheel.
+AUDITWHEEL_EXCLUDES = [
+    "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_python.so", "libtorch_global_deps.so",
+    "libc10.so", "libc10_cuda.so", "libcudart.so.*", "libcuda.so.*", "libnvrtc*.so*", "libnvToolsExt*.so*",
+    "libcublas*.so*", "libcudnn*.so*", "libcusparse*.so*", "libgomp*.so*", "libshm.so",
+]
+
+
+def repair(wheel, out_dir, python=sys.executable, plat=None, log=print):
+    """auditwheel repair `wheel` into out_dir (replacing an older build of the same name); returns the path."""
+    os.makedirs(out_dir, exist_ok=True)
+    name = os.path.basename(wheel).split("-linux_")[0]
+    for old in glob.glob(os.path.join(out_dir, name + "-*.whl")):
+        os.remove(old)
+    cmd = [python, "-m", "auditwheel", "repair", "-w", out_dir, wheel]
+    if plat:
+        cmd += ["--plat", plat]
+    for pattern in AUDITWHEEL_EXCLUDES:
+        cmd += ["--exclude", pattern]
+    log("$ " + " ".join(cmd))
+    subprocess.run(cmd, check=True)
+    (repaired,) = [w for w in glob.glob(os.path.join(out_dir, name + "-*.whl")) if "manylinux" in w]
+    return repaired
