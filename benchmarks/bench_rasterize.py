@@ -1,4 +1,4 @@
-"""rasterize benchmarks: random triangle soups of 1k / 100k / 1M triangles at 256², 1024², 4096², batch 1 and 8.
+"""rasterize benchmarks: random triangle soups of 2 (screen-filling) / 1k / 100k / 1M triangles at 256², 1024², 4096², batch 1 and 8.
 
 Triangles are sized so that the screen is covered about four times over whatever the count, so every scene does
 comparable shading work and the count mostly stresses setup and binning.
@@ -9,7 +9,7 @@ import torch
 
 import prerast
 
-TRIS = {"1k": 1_000, "100k": 100_000, "1M": 1_000_000}
+TRIS = {"2 huge": 2, "1k": 1_000, "100k": 100_000, "1M": 1_000_000}
 RES = [256, 1024, 4096]
 BATCH = [1, 8]
 

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# GPU check, for a machine with an NVIDIA GPU, torch (CUDA build) and a CUDA toolkit (nvcc) of the same major
+# version: builds and installs the wheel for the local torch and this GPU's arch, runs the CUDA-vs-CPU tests and
+# every op test on both devices, the benchmark, and a small case under compute-sanitizer when it is installed.
+# Writes its logs to ${OUT:-gpu-check}/. Meant to finish within 8 minutes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-check}
+mkdir -p "$out"
+PY=${PYTHON:-python3}
+export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PATH="$CUDA_HOME/bin:$PATH"
+cap=$($PY -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
+export PRERAST_CUDA_ARCH_LIST=${PRERAST_CUDA_ARCH_LIST:-$cap}
+export MAX_JOBS=${MAX_JOBS:-$(nproc)}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
+echo "torch: $($PY -c 'import torch; print(torch.__version__)')  arch: $PRERAST_CUDA_ARCH_LIST"
+
+step() { echo; echo "=== $1 ($(date +%T))"; }
+status=0
+
+step "build wheel for sm_${cap/./}"
+start=$(date +%s)
+rm -rf "$out/wheel" && $PY -m pip wheel -q --no-build-isolation --no-deps -w "$out/wheel" . > "$out/build.log" 2>&1 \
+  || { tail -50 "$out/build.log"; exit 1; }
+$PY -m pip install -q --no-deps --force-reinstall "$out"/wheel/prerast-*.whl || exit 1
+echo "built and installed in $(( $(date +%s) - start )) s"
+
+step "tests on CPU and CUDA"
+$PY -m pytest -q -p no:cacheprovider tests/ops tests/test_loader.py -x 2>&1 | tee "$out/tests.log" | tail -30
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+step "benchmark"
+timeout 240 $PY benchmarks/run.py --device cuda cpu --quick --json "$out/bench-quick.json" | tee "$out/bench-quick.txt"
+timeout 240 $PY benchmarks/run.py --device cuda --json "$out/bench-cuda.json" | tee "$out/bench-cuda.txt"
+
+if command -v compute-sanitizer > /dev/null || [ -x "$CUDA_HOME/bin/compute-sanitizer" ]; then
+  step "compute-sanitizer (memcheck) on a small scene"
+  cat > "$out/sanitize.py" <<'PYEOF'
+import torch, prerast
+ctx = prerast.RasterizeCudaContext()
+g = torch.Generator().manual_seed(0)
+pos = (torch.rand(2, 300, 4, generator=g) * 2 - 1).cuda()
+pos[..., 3] = pos[..., 3].abs() + 0.2
+tri = torch.randint(0, 300, (100, 3), generator=g, dtype=torch.int32).cuda()
+pos.requires_grad_(True)
+rast, db = prerast.rasterize(ctx, pos, tri, (67, 45))
+(rast[..., :2].sum() + db.sum()).backward()
+with prerast.DepthPeeler(ctx, pos[0].detach(), tri, (33, 17), ranges=torch.tensor([[0, 60], [40, 60]], dtype=torch.int32)) as p:
+    p.rasterize_next_layer(); p.rasterize_next_layer()
+torch.cuda.synchronize()
+print("ok")
+PYEOF
+  timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 $PY "$out/sanitize.py" 2>&1 | tail -20 | tee "$out/sanitizer.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+step "done: status $status"
+exit $status
