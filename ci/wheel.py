@@ -112,6 +112,7 @@ print(json.dumps({
 def smoke(venv, wheel, png, device="cpu"):
     """Install `wheel` into `venv` (which already has torch) and render a scene there, as a compiler-free
     runtime image would. Returns the JSON report; raises if anything was compiled or written."""
+    venv = os.path.abspath(venv)
     python = os.path.join(venv, "bin", "python")
     run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--disable-pip-version-check", wheel])
     home = tempfile.mkdtemp(prefix="prerast-runtime-home-")

@@ -65,6 +65,9 @@ std::tuple<at::Tensor, at::Tensor> rasterize_fwd(const at::Tensor& pos, const at
                                                  const c10::optional<at::Tensor>& peel_prev) {
   check_resolution(height, width);
   Geometry g = check_geometry(pos, tri, ranges);
+  const int64_t tiles = g.num_images * ((height + kTile - 1) / kTile) * ((width + kTile - 1) / kTile);
+  TORCH_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
+                    " are too many pixels for one call; split the batch");
   auto rast = at::empty({g.num_images, height, width, 4}, pos.options());
   auto rast_db = at::empty({g.num_images, height, width, 4}, pos.options());
   if (peel_prev.has_value()) {

@@ -147,7 +147,7 @@ def test_odd_resolutions(ctx, res):
 
 
 def test_large_resolution_beyond_4096(ctx):
-    # A thin strip wider than 16384 pixels: tiles, indexing and pixel centres must all hold up.
+    # A strip wider than 16384 pixels: tiles, indexing and pixel centres must all hold up.
     W = 20000
     pos = torch.tensor([[[-1.0, -1.0, 0.0, 1.0], [1.0, -1.0, 0.0, 1.0], [-1.0, 1.0, 0.0, 1.0]]], device=ctx.device)
     tri = torch.tensor([[0, 1, 2]], dtype=torch.int32, device=ctx.device)
@@ -167,3 +167,15 @@ def test_too_many_triangles_is_a_clear_error():
     tri = torch.zeros(2**24, 3, dtype=torch.int32)
     with pytest.raises(ValueError, match="16777215"):
         prerast.rasterize(prerast.RasterizeCpuContext(), pos, tri, (4, 4))
+
+
+def test_tall_image(ctx):
+    H = 16384
+    pos = torch.tensor([[[-1.0, -1.0, 0.0, 1.0], [1.0, -1.0, 0.0, 1.0], [-1.0, 1.0, 0.0, 1.0]]], device=ctx.device)
+    tri = torch.tensor([[0, 1, 2]], dtype=torch.int32, device=ctx.device)
+    rast, _ = prerast.rasterize(ctx, pos, tri, (H, 3))
+    ids = rast[0, :, :, 3].cpu()
+    ys = (2 * torch.arange(H, dtype=torch.float64) + 1) / H - 1
+    expect = (ys[:, None] + torch.tensor([-2 / 3, 0.0, 2 / 3], dtype=torch.float64) < -1e-9).float()
+    clear = (ys[:, None] + torch.tensor([-2 / 3, 0.0, 2 / 3], dtype=torch.float64)).abs() > 1e-6
+    assert torch.equal(ids[clear], expect[clear])
