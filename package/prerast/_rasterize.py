@@ -89,3 +89,22 @@ class DepthPeeler:
         rast, rast_db = _Rasterize.apply(pos, tri, height, width, ranges, self._grad_db, self._prev)
         self._prev = rast.detach()
         return rast, rast_db
+
+
+def _register_fake_kernels():
+    """Shape-only versions of the ops, so that torch.compile can trace through rasterize."""
+    register = getattr(torch.library, "register_fake", None)
+    if register is None or _loader._state["info"] is None:
+        return
+
+    @register("prerast::rasterize_fwd")
+    def _(pos, tri, height, width, ranges, peel_prev):
+        n = pos.shape[0] if pos.dim() == 3 else ranges.shape[0]
+        return pos.new_empty((n, height, width, 4)), pos.new_empty((n, height, width, 4))
+
+    @register("prerast::rasterize_bwd")
+    def _(pos, tri, rast, grad_rast, grad_db):
+        return torch.empty_like(pos)
+
+
+_register_fake_kernels()

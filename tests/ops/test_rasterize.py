@@ -179,3 +179,20 @@ def test_tall_image(ctx):
     expect = (ys[:, None] + torch.tensor([-2 / 3, 0.0, 2 / 3], dtype=torch.float64) < -1e-9).float()
     clear = (ys[:, None] + torch.tensor([-2 / 3, 0.0, 2 / 3], dtype=torch.float64)).abs() > 1e-6
     assert torch.equal(ids[clear], expect[clear])
+
+
+def test_traceable_by_torch_compile(ctx):
+    # aot_eager traces forward and backward through the ops' fake kernels without generating code.
+    rng = np.random.default_rng(8)
+    pos, tri = random_scene(rng, num_images=1, num_tris=10, perspective=True)
+    p, t = to_torch(pos, tri, ctx.device)
+
+    def f(p):
+        rast, db = prerast.rasterize(ctx, p, t, (16, 16))
+        return rast[..., :2].sum() + db.sum()
+
+    p1 = p.clone().requires_grad_(True)
+    f(p1).backward()
+    p2 = p.clone().requires_grad_(True)
+    torch.compile(f, backend="aot_eager")(p2).backward()
+    torch.testing.assert_close(p2.grad, p1.grad)
