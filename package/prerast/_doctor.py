@@ -5,7 +5,6 @@ Exit codes: 0 prerast can run here; 1 no plugin that fits could be loaded; 2 the
 for a visible GPU.
 """
 import json
-import os
 import platform
 import re
 import shutil
@@ -52,11 +51,10 @@ def toolchain():
             cuda_home = _sources.load_build_env(root).find_cuda_home()
         except (OSError, ImportError, SyntaxError):
             cuda_home = None
-    compiler = shutil.which((os.environ.get("CXX") or "c++").split()[-1])
     return {
         "sources": root,
         "source_hash": _sources.digest(root) if root else None,
-        "compiler": compiler,
+        "compiler": _source_build.compiler()[0],
         "cuda_home": cuda_home,
         "ninja": shutil.which("ninja"),
         "missing": _source_build.toolchain_problems(torch.version.cuda is not None, cuda_home),
@@ -166,7 +164,8 @@ def format_text(r):
     return "\n".join(lines)
 
 
-def main(as_json=False, out=sys.stdout):
+def main(as_json=False, out=None):
+    out = out or sys.stdout
     report = collect()
     if as_json:
         json.dump(report, out, indent=2)

@@ -39,29 +39,35 @@ def source_hash():
     return _sources.digest(root) if root else None
 
 
+def entry_info(folder, run=None):
+    """Build metadata of a cache entry if it fits the running torch, else None (also for a damaged entry)."""
+    try:
+        info, _ = _loader.read_info(folder)
+    except (OSError, ValueError):
+        return None
+    return info if info is not None and not _loader.problems(info, run) else None
+
+
 def fitting_entries(run=None):
     """Cached builds for the running torch, CUDA and these sources, newest first, as (folder, info)."""
     run = run or _loader.running()
     prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
-    found = []
-    for folder in _cache.entries(_cache.cache_dir(), prefix, source_hash()):
-        info, _ = _loader.read_info(folder)
-        if info is not None and not _loader.problems(info, run):
-            found.append((folder, info))
-    return found
+    found = [(folder, entry_info(folder, run)) for folder in _cache.entries(_cache.cache_dir(), prefix, source_hash())]
+    return [(folder, info) for folder, info in found if info is not None]
 
 
-def _is_usable(folder):
-    info, _ = _loader.read_info(folder)
-    return info is not None and not _loader.problems(info)
+def compiler():
+    """The C++ compiler torch's BuildExtension would run (CXX, default c++), looked up on PATH, or None."""
+    words = shlex.split(os.environ.get("CXX") or "c++") or ["c++"]
+    program = words[1] if len(words) > 1 and words[0] in ("ccache", "sccache") else words[0]
+    return shutil.which(program), program
 
 
 def toolchain_problems(with_cuda, cuda_home):
     """What a build here lacks, each with how to get it."""
     missing = []
-    cxx = shlex.split(os.environ.get("CXX") or "c++")  # what torch's BuildExtension compiles with
-    program = cxx[1] if len(cxx) > 1 and cxx[0] in ("ccache", "sccache") else cxx[0]
-    if not shutil.which(program):
+    path, program = compiler()
+    if not path:
         missing.append(f"a C++ compiler ({program} is not on PATH): install g++, or set CXX")
     if importlib.util.find_spec("setuptools") is None:
         missing.append("setuptools: pip install 'setuptools>=64' wheel")
@@ -90,19 +96,23 @@ def build_environment(archs, cuda_home, tree, commit=None):
     return env
 
 
+VISIBLE_CAPABILITIES = ("import torch; print(' '.join('%d.%d' % torch.cuda.get_device_capability(i) "
+                        "for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else '')")
+
+
 def default_archs(build_env, cuda_home):
     """PRERAST_CUDA_ARCH_LIST / TORCH_CUDA_ARCH_LIST, else the visible GPUs (plus PTX of the newest, so that
-    newer GPUs can JIT it), else the build's default list. Probing GPUs is fine here: unlike a wheel build, a
-    first-use build runs where the plugin will run."""
+    newer GPUs can JIT it), else the build's default list. Unlike a wheel build, a first-use build runs where
+    the plugin will run, so probing the GPUs is right here; it happens in a subprocess so that the importing
+    process does not initialise CUDA (which would break fork-based workers)."""
     if torch.version.cuda is None:
         return []
-    if any(os.environ.get(v) for v in ARCH_VARS):
-        return build_env.arch_list(torch, cuda_home)
-    if torch.cuda.is_available():
-        caps = sorted({torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())})
-        archs = [f"{major}.{minor}" for major, minor in caps]
-        archs[-1] += "+PTX"
-        return archs
+    if not any(os.environ.get(v) for v in ARCH_VARS):
+        out = subprocess.run([sys.executable, "-c", VISIBLE_CAPABILITIES], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)
+        caps = sorted(set(out.stdout.split()), key=lambda c: tuple(int(x) for x in c.split(".")))
+        if out.returncode == 0 and caps:
+            return caps[:-1] + [caps[-1] + "+PTX"]
     return build_env.arch_list(torch, cuda_home)
 
 
@@ -177,7 +187,7 @@ def find_or_build(allow_build=True, log=_log):
         log(f"waiting for the build in process {pid or '?'} (lock {os.path.join(root_dir, key)}.lock)")
 
     folder, built = _cache.build_once(root_dir, key, lambda d: build_into(d, root, archs, cuda_home, failed_log, log),
-                                      _is_usable, on_wait=waiting)
+                                      lambda folder: entry_info(folder) is not None, on_wait=waiting)
     info, why = _loader.read_info(folder)
     if info is None:
         raise BuildFailed(why)
