@@ -29,7 +29,13 @@ TORCH_SITE = os.path.join(ROOT, ".venv", "test-torch-cpu")
 ELSEWHERE_TORCH = "2.4.1+cu124"  # what the "published" binary claims, to make an install mismatched
 
 RENDER = r"""
-import json, os, shutil, sys
+import json, os, shutil, sys, time
+import torch
+if len(sys.argv) > 2:  # a barrier: import prerast only once every racer has torch loaded
+    barrier, racers = sys.argv[2], int(sys.argv[3])
+    open(os.path.join(barrier, str(os.getpid())), "w").close()
+    while len(os.listdir(barrier)) < racers:
+        time.sleep(0.01)
 import prerast
 from prerast import _demo, _loader, _png
 img, _ = _demo.render("cpu")
@@ -144,9 +150,11 @@ def devel_mismatched(images, wheel):
 def race(images, devel_mismatched):
     """Two first imports with the opt-in, started together on an empty cache."""
     cache = images["work"] / "cache"
+    barrier = images["work"] / "race-barrier"
+    barrier.mkdir()
     env = devel_env(devel_mismatched, PRERAST_BUILD_ON_MISMATCH=1, PRERAST_CACHE_DIR=cache)
     procs = [subprocess.Popen([os.path.join(devel_mismatched, "bin", "python"), "-c", RENDER,
-                               str(images["work"] / f"race{i}.png")], env=env, cwd=images["work"],
+                               str(images["work"] / f"race{i}.png"), str(barrier), "2"], env=env, cwd=images["work"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     results = []
     for p in procs:
