@@ -18,22 +18,24 @@ import subprocess
 import sys
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load_build_env():
-    """ci/build_env.py (toolkit discovery shared with the wheel builder), loaded by path so that no other
-    module of ci/ can shadow a real package."""
+def _load_by_path(name, path):
+    """A helper module loaded by path, so that no other module of ci/ can shadow a real package and the prerast
+    package (which loads its plugin) is not imported."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("prerast_build_env", os.path.join(ROOT, "ci", "build_env.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-build_env = _load_build_env()
+build_env = _load_by_path("prerast_build_env", "ci/build_env.py")  # toolkit discovery shared with the wheel builder
+sources = _load_by_path("prerast_sources", "package/prerast/_sources.py")  # the build inputs that ship in the wheel
 
 # torch guesses CUDA_HOME from the first nvcc on PATH, which may be a wrapper script outside the toolkit:
 # settle it before torch.utils.cpp_extension is imported.
@@ -106,8 +108,23 @@ class BuildWithInfo(BuildExtension):
         out_dir = os.path.dirname(self.get_ext_fullpath("prerast._C"))
         info = build_env.build_info(torch, FULL_VERSION, WITH_CUDA, CUDA_HOME, ARCHS, ROOT)
         info["library"] = os.path.basename(self.get_ext_fullpath("prerast._C"))
+        info["source_hash"] = sources.digest(ROOT)
+        # A build from a copy of the sources (python -m prerast build-wheel) names the commit they came from.
+        info["git_commit"] = info["git_commit"] or os.environ.get("PRERAST_SOURCE_COMMIT")
         with open(os.path.join(out_dir, "_build_info.json"), "w") as f:
             json.dump(info, f, indent=2, sort_keys=True)
+
+
+class BuildPyWithSources(build_py):
+    """Ships the build inputs as prerast/_src, so that an installed prerast can build a wheel for another
+    torch (`python -m prerast build-wheel`) or build its plugin at first use (PRERAST_BUILD_ON_MISMATCH=1)."""
+
+    def run(self):
+        super().run()
+        if not self.dry_run:
+            dest = os.path.join(self.build_lib, "prerast", "_src")
+            shutil.rmtree(dest, ignore_errors=True)
+            sources.copy_sources(ROOT, dest)
 
 
 setup(
@@ -116,6 +133,7 @@ setup(
     package_dir={"": "package"},
     packages=["prerast"],
     ext_modules=[extension()],
-    cmdclass={"build_ext": BuildWithInfo.with_options(use_ninja=shutil.which("ninja") is not None)},
+    cmdclass={"build_ext": BuildWithInfo.with_options(use_ninja=shutil.which("ninja") is not None),
+              "build_py": BuildPyWithSources},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
 )

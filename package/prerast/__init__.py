@@ -22,10 +22,12 @@ def _cli_is_starting():
     return as_module or as_script
 
 
+# The command line loads what fits but builds nothing at import: `doctor` diagnoses, `demo` builds if opted in.
+_cli = _cli_is_starting()
 try:
-    _loader.load_or_remember()
+    _loader.load_or_remember(build=not _cli)
 except BinaryMismatchError:
-    if not _cli_is_starting():
+    if not _cli:
         raise
 
 from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402

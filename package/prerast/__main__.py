@@ -1,12 +1,19 @@
-"""prerast's command line: `python -m prerast <command>`."""
+"""prerast's command line: `python -m prerast <command>`.
+
+    demo         render a small scene to a PNG file
+    doctor       what is installed and running, whether they fit, and the command that fixes what does not
+    build-wheel  build and repair a wheel for exactly this environment's torch, CUDA and Python
+"""
 import argparse
+import os
 import sys
 
 
 def cmd_demo(args):
     import prerast
-    from prerast import _demo, _png
+    from prerast import _demo, _loader, _png
 
+    _loader.load(build=True)  # the import tolerated a failure for the command line; now the demo needs the plugin
     img, seconds = _demo.render(args.device, args.size)
     _png.write_png(args.out, img)
     print(f"prerast {prerast.__version__}: rendered {args.size}x{args.size} on {args.device} in {seconds * 1000:.1f} ms "
@@ -14,15 +21,51 @@ def cmd_demo(args):
     return 0
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m prerast", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+def cmd_doctor(args):
+    from prerast import _doctor
+
+    return _doctor.main(as_json=args.json)
+
+
+def cmd_build_wheel(args):
+    from prerast import _build_wheel
+
+    return _build_wheel.main(args.out, args.arch, repair=not args.no_repair, keep_temp=args.keep_temp)
+
+
+def parser():
+    p = argparse.ArgumentParser(prog="python -m prerast", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="render a small scene to a PNG file")
     demo.add_argument("--out", default="prerast-demo.png")
     demo.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     demo.add_argument("--size", type=int, default=256)
     demo.set_defaults(func=cmd_demo)
-    args = parser.parse_args(argv)
+
+    doctor = sub.add_parser("doctor", help="diagnose the installation; exit code 0 when prerast can run",
+                            description="Exit codes: 0 prerast can run here; 1 no plugin that fits could be loaded; "
+                                        "2 the plugin loaded but has no code for a visible GPU.")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
+    doctor.set_defaults(func=cmd_doctor)
+
+    build = sub.add_parser("build-wheel", help="build and repair a wheel for this environment's torch/CUDA/Python",
+                           description="Needs a C++ compiler and, for a CUDA torch, the CUDA toolkit; no GPU. "
+                                       "Prints the wheel's path on stdout. Exit codes: 3 something needed is "
+                                       "missing, 4 the build failed, 5 the repair failed.")
+    build.add_argument("--arch", help='GPU archs, e.g. "8.0;9.0+PTX" or 8.0,9.0 (default: PRERAST_CUDA_ARCH_LIST, '
+                                      "TORCH_CUDA_ARCH_LIST, else every arch torch supports from 7.5 up, + PTX)")
+    build.add_argument("--out", default="dist", help="folder for the wheel (default: dist)")
+    build.add_argument("--no-repair", action="store_true", help="skip auditwheel (a linux_x86_64 wheel)")
+    build.add_argument("--keep-temp", action="store_true", help="keep the temporary build tree")
+    build.set_defaults(func=cmd_build_wheel)
+    return p
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    if getattr(args, "out", None) and args.func is cmd_build_wheel:
+        args.out = os.path.abspath(args.out)
     return args.func(args)
 
 

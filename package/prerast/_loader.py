@@ -2,7 +2,8 @@
 
 Loading goes through torch.ops.load_library on a prebuilt file: no compiler is started, nothing is written to
 disk, and torch.utils.cpp_extension is never imported. Any mismatch becomes a BinaryMismatchError that says what
-the binary was built for, what is running, and how to get a binary that fits.
+the binary was built for, what is running, and how to get a binary that fits. When the bundled plugin does not
+fit, a fitting one from the build cache is loaded instead, the same way (see _source_build.py and _cache.py).
 """
 import glob
 import json
@@ -18,7 +19,9 @@ INFO_FILE = "_build_info.json"
 DEFAULT_INDEX_URL = "https://prerast.github.io/whl"
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
-_state = {"info": None, "path": None, "error": None, "devices": set()}
+# source: where the loaded plugin came from: "bundled" (the package's own), "cache" (a build found in the build
+# cache) or "built" (built into the cache by this process).
+_state = {"info": None, "path": None, "source": None, "error": None, "devices": set()}
 
 
 def index_url():
@@ -111,30 +114,73 @@ def read_info(directory):
     return info, None
 
 
-def load(directory=PACKAGE_DIR):
-    """Check and load the plugin in `directory`; returns its build metadata or raises BinaryMismatchError."""
-    if _state["info"] is not None:
-        return _state["info"]
-    info, why = read_info(directory)
-    if info is None:
-        raise BinaryMismatchError(
-            f"prerast cannot run: {why}.\n  running: {describe_running(running())}\n"
-            f"Install a prebuilt wheel:\n    {fix_command()}")
-    reasons = problems(info)
-    if reasons:
-        raise BinaryMismatchError(mismatch_message(info, reasons))
+def _ways_out(why_not):
+    """The lines that follow a refusal: why nothing was built, and the two ways to a binary that fits."""
+    from . import _cache, _source_build
+
+    if _source_build.opted_in():
+        return f"\n{why_not}."
+    return (f"\nNo plugin was built for this environment: {why_not}. The ways out:\n"
+            "  - install the wheel built for the running torch (above); where none is published (a custom torch\n"
+            "    build, a new GPU), build one where a compiler (and for a CUDA torch the CUDA toolkit) is installed:\n"
+            "        python -m prerast build-wheel --out dist\n"
+            "  - or let prerast build its plugin at first use (same needs). The build is cached in\n"
+            f"    {_cache.cache_dir()} (set {_cache.ENV_DIR} to move it); that folder can be copied into an image\n"
+            f"    without a compiler and used there with {_cache.ENV_DIR}:\n"
+            f"        export {_source_build.ENV_OPT_IN}=1")
+
+
+def _load_library(info, refusal):
     try:
         torch.ops.load_library(info["path"])
     except OSError as e:
-        raise BinaryMismatchError(mismatch_message(info, [f"the plugin failed to load: {e}"])) from e
-    _state["info"], _state["path"] = info, info["path"]
+        raise BinaryMismatchError(mismatch_message(info, [f"the plugin failed to load: {e}"]) + refusal) from e
+
+
+def load(directory=PACKAGE_DIR, build=True):
+    """Check and load the plugin in `directory`; returns its build metadata or raises BinaryMismatchError.
+
+    When it does not fit, a fitting build from the build cache is loaded instead, or (with
+    PRERAST_BUILD_ON_MISMATCH=1 and `build`) made there first."""
+    if _state["info"] is not None:
+        return _state["info"]
+    info, why = read_info(directory)
+    cause = None
+    if info is None:
+        message = (f"prerast cannot run: {why}.\n  running: {describe_running(running())}\n"
+                   f"Install a prebuilt wheel:\n    {fix_command()}")
+    else:
+        reasons = problems(info)
+        message = mismatch_message(info, reasons)
+        if not reasons:
+            try:
+                torch.ops.load_library(info["path"])
+                return _loaded(info, "bundled")
+            except OSError as e:
+                cause = e
+                message = mismatch_message(info, [f"the plugin failed to load: {e}"])
+    from . import _source_build
+
+    try:
+        found, how = _source_build.find_or_build(allow_build=build)
+    except _source_build.BuildFailed as e:
+        raise BinaryMismatchError(
+            f"{message}\n{_source_build.ENV_OPT_IN}=1 is set, but building a plugin that fits failed: {e}") from e
+    if found is None:
+        raise BinaryMismatchError(message + _ways_out(how)) from cause
+    _load_library(found, f"\n(this build was found in the build cache: {os.path.dirname(found['path'])})")
+    return _loaded(found, how)
+
+
+def _loaded(info, how):
+    _state.update(info=info, path=info["path"], source=how, error=None)
     return info
 
 
-def load_or_remember():
+def load_or_remember(build=True):
     """Load at import; remember the failure so that a command-line diagnosis can still run."""
     try:
-        return load()
+        return load(build=build)
     except BinaryMismatchError as e:
         _state["error"] = e
         raise

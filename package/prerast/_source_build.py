@@ -1,0 +1,194 @@
+"""The way out when no bundled plugin fits: a build of it in the build cache, found there or, when the user opted
+in with PRERAST_BUILD_ON_MISMATCH=1, made there once.
+
+Finding a cached build only reads files and loads none of torch's build tooling; building runs setup.py in a
+subprocess on a fresh copy of the sources (shipped in the wheel as prerast/_src, or the checkout), in the
+environment of the running torch.
+"""
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from . import _cache, _loader, _sources
+from ._version import __version__
+
+ENV_OPT_IN = "PRERAST_BUILD_ON_MISMATCH"
+ARCH_VARS = ("PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
+LOG_TAIL_LINES = 25
+
+
+def opted_in():
+    return os.environ.get(ENV_OPT_IN, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def cache_consulted():
+    """The cache is read when the user opted in to building or named a cache folder (e.g. one copied from the
+    image that built it); otherwise prerast reads nothing but its own package."""
+    return opted_in() or bool(os.environ.get(_cache.ENV_DIR))
+
+
+def source_hash():
+    root = _sources.source_root()
+    return _sources.digest(root) if root else None
+
+
+def entry_info(folder, run=None):
+    """Build metadata of a cache entry if it fits the running torch, else None (also for a damaged entry)."""
+    try:
+        info, _ = _loader.read_info(folder)
+    except (OSError, ValueError):
+        return None
+    return info if info is not None and not _loader.problems(info, run) else None
+
+
+def fitting_entries(run=None):
+    """Cached builds for the running torch, CUDA and these sources, newest first, as (folder, info)."""
+    run = run or _loader.running()
+    prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
+    found = [(folder, entry_info(folder, run)) for folder in _cache.entries(_cache.cache_dir(), prefix, source_hash())]
+    return [(folder, info) for folder, info in found if info is not None]
+
+
+def compiler():
+    """The C++ compiler torch's BuildExtension would run (CXX, default c++), looked up on PATH, or None."""
+    words = shlex.split(os.environ.get("CXX") or "c++") or ["c++"]
+    program = words[1] if len(words) > 1 and words[0] in ("ccache", "sccache") else words[0]
+    return shutil.which(program), program
+
+
+def toolchain_problems(with_cuda, cuda_home):
+    """What a build here lacks, each with how to get it."""
+    missing = []
+    path, program = compiler()
+    if not path:
+        missing.append(f"a C++ compiler ({program} is not on PATH): install g++, or set CXX")
+    if importlib.util.find_spec("setuptools") is None:
+        missing.append("setuptools: pip install 'setuptools>=64' wheel")
+    if with_cuda and not cuda_home:
+        missing.append(f"the CUDA toolkit (nvcc) for CUDA {torch.version.cuda}, which the running torch uses: "
+                       "install it, or set CUDA_HOME to it")
+    return missing
+
+
+def build_environment(archs, cuda_home, tree, commit=None):
+    """Environment of a build subprocess: the arch list fixed to what the cache key says, the commit of the
+    sources, and (when ccache is in use) builds from different temporary folders sharing its entries."""
+    env = dict(os.environ)
+    if commit:
+        env["PRERAST_SOURCE_COMMIT"] = commit
+    for var in ARCH_VARS:
+        env.pop(var, None)
+    if archs:
+        env["PRERAST_CUDA_ARCH_LIST"] = ";".join(archs)
+    if cuda_home:
+        env["CUDA_HOME"] = cuda_home
+    else:
+        env["PRERAST_FORCE_CPU"] = "1"
+    env.setdefault("CCACHE_BASEDIR", tree)
+    env.setdefault("CCACHE_NOHASHDIR", "1")
+    return env
+
+
+VISIBLE_CAPABILITIES = ("import torch; print(' '.join('%d.%d' % torch.cuda.get_device_capability(i) "
+                        "for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else '')")
+
+
+def default_archs(build_env, cuda_home):
+    """PRERAST_CUDA_ARCH_LIST / TORCH_CUDA_ARCH_LIST, else the visible GPUs (plus PTX of the newest, so that
+    newer GPUs can JIT it), else the build's default list. Unlike a wheel build, a first-use build runs where
+    the plugin will run, so probing the GPUs is right here; it happens in a subprocess so that the importing
+    process does not initialise CUDA (which would break fork-based workers)."""
+    if torch.version.cuda is None:
+        return []
+    if not any(os.environ.get(v) for v in ARCH_VARS):
+        out = subprocess.run([sys.executable, "-c", VISIBLE_CAPABILITIES], capture_output=True, text=True,
+                             stdin=subprocess.DEVNULL)
+        caps = sorted(set(out.stdout.split()), key=lambda c: tuple(int(x) for x in c.split(".")))
+        if out.returncode == 0 and caps:
+            return caps[:-1] + [caps[-1] + "+PTX"]
+    return build_env.arch_list(torch, cuda_home)
+
+
+class BuildFailed(Exception):
+    pass
+
+
+def _log(msg):
+    print(f"prerast: {msg}", file=sys.stderr, flush=True)
+
+
+def build_into(folder, root, archs, cuda_home, failed_log, log=_log):
+    """Compile the plugin from a copy of root into folder (plugin, _build_info.json, build.log). A failed
+    build's log is kept as failed_log."""
+    work = tempfile.mkdtemp(prefix="prerast-build-")
+    log_path = os.path.join(folder, "build.log")
+    try:
+        tree = _sources.materialize(os.path.join(work, "src"), root)
+        out = os.path.join(work, "lib")
+        cmd = [sys.executable, "setup.py", "build_ext", "-b", out, "-t", os.path.join(tree, "build", "temp")]
+        log(f"building the plugin for torch {torch.__version__}" + (f", GPU archs {' '.join(archs)}" if archs else "")
+            + f" into {os.path.dirname(folder)} (log: {log_path})")
+        env = build_environment(archs, cuda_home, tree, _sources.source_commit(root))
+        t0 = time.time()
+        with open(log_path, "w") as f:
+            f.write("$ " + " ".join(cmd) + "\n")
+            f.flush()
+            proc = subprocess.run(cmd, cwd=tree, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            shutil.copyfile(log_path, failed_log)
+            with open(log_path) as f:
+                tail = "".join(f.readlines()[-LOG_TAIL_LINES:])
+            raise BuildFailed(f"the build failed (exit code {proc.returncode}); full log in {failed_log}, "
+                              f"its end:\n{tail}")
+        built = os.path.join(out, "prerast")
+        for name in os.listdir(built):
+            shutil.move(os.path.join(built, name), os.path.join(folder, name))
+        log(f"built in {time.time() - t0:.0f} s")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def find_or_build(allow_build=True, log=_log):
+    """(info, how) of a build that fits, how being 'cache' or 'built'; (None, why not) when there is none and
+    none may be built. Raises BuildFailed when a build was attempted and failed."""
+    if not cache_consulted():
+        return None, f"{ENV_OPT_IN} is not set"
+    found = fitting_entries()
+    if found:
+        return found[0][1], "cache"
+    if not opted_in():
+        return None, f"{_cache.cache_dir()} has no build for this environment and {ENV_OPT_IN} is not set"
+    if not allow_build:
+        return None, f"{ENV_OPT_IN}=1 is set: `import prerast` builds one into {_cache.cache_dir()}"
+    root = _sources.source_root()
+    if root is None:
+        raise BuildFailed("this prerast carries no sources to build from (prerast/_src is missing); reinstall "
+                          "it from a wheel or sdist, or use a clone")
+    build_env = _sources.load_build_env(root)
+    with_cuda = torch.version.cuda is not None
+    cuda_home = build_env.find_cuda_home() if with_cuda else None
+    missing = toolchain_problems(with_cuda, cuda_home)
+    if missing:
+        raise BuildFailed("building here needs " + "; ".join(missing))
+    archs = default_archs(build_env, cuda_home)
+    key = _cache.make_key(__version__.split("+")[0], torch.__version__, torch.version.cuda, archs,
+                          _sources.digest(root))
+    root_dir = _cache.cache_dir()
+    failed_log = os.path.join(root_dir, key + ".failed.log")
+
+    def waiting(pid):
+        log(f"waiting for the build in process {pid or '?'} (lock {os.path.join(root_dir, key)}.lock)")
+
+    folder, built = _cache.build_once(root_dir, key, lambda d: build_into(d, root, archs, cuda_home, failed_log, log),
+                                      lambda folder: entry_info(folder) is not None, on_wait=waiting)
+    info, why = _loader.read_info(folder)
+    if info is None:
+        raise BuildFailed(why)
+    return info, "built" if built else "cache"

@@ -1,0 +1,118 @@
+"""The build inputs of prerast's plugin: which files they are, where to find them, their hash, and a fresh copy
+of them to build from.
+
+Wheels carry these files under prerast/_src, so that `python -m prerast build-wheel` and the opt-in first-use
+build work from an installed prerast as well as from a checkout. Standard library only and free of prerast
+imports: setup.py loads this file by path to ship the same list it describes.
+"""
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+SHIPPED_DIR = os.path.join(PACKAGE_DIR, "_src")
+CHECKOUT_DIR = os.path.dirname(os.path.dirname(PACKAGE_DIR))  # <checkout>/package/prerast -> <checkout>
+
+# What a build reads besides the Python package. csrc/ is walked rather than listed so that a new header cannot
+# be forgotten here; setup.py still lists what it compiles.
+BUILD_FILES = ["setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "ci/build_env.py"]
+SOURCE_DIR = "csrc"
+SOURCE_SUFFIXES = (".h", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".cu")
+# Packaging and documents: they do not change the compiled plugin, so they stay out of its hash.
+NOT_HASHED = {"pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"}
+# Never copied from a package folder into a build tree: compiled output and the shipped copy itself.
+PACKAGE_IGNORE = ("_src", "__pycache__", "*.so", "_build_info.json", "*.egg-info")
+
+
+def is_source_root(root):
+    return bool(root) and os.path.isfile(os.path.join(root, "setup.py")) \
+        and os.path.isdir(os.path.join(root, SOURCE_DIR))
+
+
+def source_root():
+    """The shipped sources of an installed prerast, else the checkout this package lives in, else None."""
+    for root in (SHIPPED_DIR, CHECKOUT_DIR):
+        if is_source_root(root):
+            return root
+    return None
+
+
+def source_files(root):
+    """Paths relative to root of every build input present there, sorted."""
+    found = [f for f in BUILD_FILES if os.path.isfile(os.path.join(root, f))]
+    for folder, dirs, files in os.walk(os.path.join(root, SOURCE_DIR)):
+        dirs.sort()
+        for name in files:
+            if name.endswith(SOURCE_SUFFIXES):
+                found.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
+    return sorted(found)
+
+
+def digest(root):
+    """A short hash of the files that decide what the compiler produces (names and contents)."""
+    h = hashlib.sha256()
+    for rel in source_files(root):
+        if rel in NOT_HASHED:
+            continue
+        h.update(rel.encode() + b"\0")
+        with open(os.path.join(root, rel), "rb") as f:
+            h.update(f.read())
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def copy_sources(root, dest):
+    """Copy the build inputs under root into dest, keeping their relative paths."""
+    for rel in source_files(root):
+        target = os.path.join(dest, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copyfile(os.path.join(root, rel), target)
+
+
+def materialize(dest, root=None, package_dir=PACKAGE_DIR):
+    """A complete source tree in dest (build inputs plus the Python package, without any compiled plugin) that
+    `pip wheel` or `setup.py build_ext` can build from without touching the original. Returns dest."""
+    root = root or source_root()
+    if not is_source_root(root):
+        raise FileNotFoundError(
+            f"prerast's sources are not here: neither {SHIPPED_DIR} nor a checkout at {CHECKOUT_DIR} has "
+            f"setup.py and {SOURCE_DIR}/. Install a prerast wheel or sdist (they carry the sources), or use a clone.")
+    copy_sources(root, dest)
+    shutil.copytree(package_dir, os.path.join(dest, "package", "prerast"),
+                    ignore=shutil.ignore_patterns(*PACKAGE_IGNORE))
+    return dest
+
+
+def source_commit(root):
+    """The git commit the sources at root come from: the checkout's HEAD, or for shipped sources the commit that
+    the installed package's build recorded."""
+    if root == SHIPPED_DIR:
+        try:
+            with open(os.path.join(PACKAGE_DIR, "_build_info.json")) as f:
+                return json.load(f).get("git_commit")
+        except (OSError, ValueError):
+            return None
+    try:
+        out = subprocess.run(["git", "-C", root, "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    commit = out.stdout.strip() if out.returncode == 0 else ""
+    return commit or None
+
+
+def load_build_env(root):
+    """ci/build_env.py of a source tree (toolkit discovery, arch list), loaded by path like setup.py does."""
+    spec = importlib.util.spec_from_file_location("prerast_build_env", os.path.join(root, "ci", "build_env.py"))
+    module = importlib.util.module_from_spec(spec)
+    # An installed prerast may sit in a read-only site-packages: leave no __pycache__ beside the shipped copy.
+    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.dont_write_bytecode = saved
+    return module

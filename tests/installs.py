@@ -1,0 +1,56 @@
+"""Copies of the installed prerast with edited metadata, and subprocesses that import them: the states a user's
+install can be in (working, mismatched, missing its plugin), without building anything."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import prerast
+from prerast import _sources
+
+# Variables of the test environment that would change what a subprocess loads or builds.
+PRERAST_VARS = ("PRERAST_BUILD_ON_MISMATCH", "PRERAST_CACHE_DIR", "PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
+
+
+def copy_package(dest, **overrides):
+    """A copy of the installed prerast under dest/prerast, carrying its sources as an installed wheel does, with
+    _build_info.json fields replaced by overrides. Returns dest (for PYTHONPATH)."""
+    src = os.path.dirname(prerast.__file__)
+    pkg = os.path.join(dest, "prerast")
+    shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    if not os.path.isdir(os.path.join(pkg, "_src")):  # an in-place build of a checkout
+        _sources.copy_sources(_sources.source_root(), os.path.join(pkg, "_src"))
+    info_path = os.path.join(pkg, "_build_info.json")
+    with open(info_path) as f:
+        info = json.load(f)
+    info.update(overrides)
+    with open(info_path, "w") as f:
+        json.dump(info, f)
+    return str(dest)
+
+
+def remove_plugin(path):
+    pkg = os.path.join(path, "prerast")
+    for name in os.listdir(pkg):
+        if name.startswith("_C") and name.endswith(".so") or name == "_build_info.json":
+            os.remove(os.path.join(pkg, name))
+
+
+def env_for(path, **extra):
+    env = {k: v for k, v in os.environ.items() if k not in PRERAST_VARS}
+    env.update(PYTHONPATH=str(path), PYTHONDONTWRITEBYTECODE="1")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_python(args, path, cwd=None, **extra):
+    """sys.executable with args, importing prerast from path."""
+    return subprocess.run([sys.executable] + list(args), capture_output=True, text=True, env=env_for(path, **extra),
+                          cwd=str(cwd or path), stdin=subprocess.DEVNULL)
+
+
+def doctor(path, *flags, **extra):
+    out = run_python(["-m", "prerast", "doctor"] + list(flags), path, **extra)
+    report = json.loads(out.stdout) if "--json" in flags and out.stdout.strip() else None
+    return out, report
