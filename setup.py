@@ -51,10 +51,13 @@ except ImportError:
 SOURCES = [
     "csrc/bindings/library.cpp",
     "csrc/bindings/rasterize.cpp",
+    "csrc/bindings/interpolate.cpp",
     "csrc/core/rasterize_cpu.cpp",
+    "csrc/core/interpolate_cpu.cpp",
 ]
 CUDA_SOURCES = [
     "csrc/core/rasterize_cuda.cu",
+    "csrc/core/interpolate_cuda.cu",
 ]
 
 

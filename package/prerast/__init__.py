@@ -29,6 +29,7 @@ except BinaryMismatchError:
         raise
 
 from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402
+from ._interpolate import interpolate  # noqa: E402
 from ._log import get_log_level, set_log_level  # noqa: E402
 from ._rasterize import DepthPeeler, rasterize  # noqa: E402
 
@@ -40,6 +41,7 @@ __all__ = [
     "RasterizeGLContext",
     "__version__",
     "get_log_level",
+    "interpolate",
     "rasterize",
     "set_log_level",
 ]
