@@ -28,6 +28,7 @@ except BinaryMismatchError:
     if not _cli_is_starting():
         raise
 
+from ._antialias import TopologyHash, antialias, antialias_construct_topology_hash  # noqa: E402
 from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402
 from ._interpolate import interpolate  # noqa: E402
 from ._log import get_log_level, set_log_level  # noqa: E402
@@ -39,7 +40,10 @@ __all__ = [
     "RasterizeCpuContext",
     "RasterizeCudaContext",
     "RasterizeGLContext",
+    "TopologyHash",
     "__version__",
+    "antialias",
+    "antialias_construct_topology_hash",
     "get_log_level",
     "interpolate",
     "rasterize",
