@@ -1,25 +1,20 @@
 """antialias benchmarks on the rasterize scenes (1k / 100k / 1M triangles at 256², 1024², 4096², batch 1 and 8),
 with 3 and 32 colour channels; the topology hash is built once per scene, as a training loop would."""
-import importlib.util
 import os
+import sys
 
 import torch
 
 import prerast
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_interpolate import rasterized_scenes  # noqa: E402
+
 CHANNELS = [3, 32]
 
 
-def _interpolate_bench():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_interpolate.py")
-    spec = importlib.util.spec_from_file_location("bench_interpolate_scenes", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def cases(device, quick):
-    for label, pos, tri, rast, _ in _interpolate_bench().rasterized_scenes(device, quick):
+    for label, pos, tri, rast, _ in rasterized_scenes(device, quick):
         topo = prerast.antialias_construct_topology_hash(tri)
         p = pos.detach().clone().requires_grad_(True)
         for ch in CHANNELS:

@@ -9,9 +9,15 @@ constexpr const char* kOp = "interpolate";
 // Per-chunk gradient buffers of the CPU backward may use at most this much memory beyond grad_attr itself.
 constexpr int64_t kMaxChunkBytes = 256ll << 20;
 
-// Checks every input and describes them in an InterpArgs (pointers are filled in by the callers).
-InterpArgs check_inputs(const at::Tensor& attr, const at::Tensor& rast, const at::Tensor& tri,
-                        const c10::optional<at::Tensor>& rast_db, at::IntArrayRef diff) {
+// The checked inputs of either op, described for the core; diff_idx holds the listed attribute indices as an
+// int32 tensor on the op's device, where the kernels read them.
+struct Inputs {
+  InterpArgs a;
+  at::Tensor diff_idx;
+};
+
+Inputs check_inputs(const at::Tensor& attr, const at::Tensor& rast, const at::Tensor& tri,
+                    const c10::optional<at::Tensor>& rast_db, at::IntArrayRef diff) {
   check_tensor(kOp, "attr", attr, at::kFloat, {2, 3});
   check_tensor(kOp, "tri", tri, at::kInt, {2});
   check_dim(kOp, "tri", tri, 1, 3);
@@ -42,28 +48,24 @@ InterpArgs check_inputs(const at::Tensor& attr, const at::Tensor& rast, const at
   for (size_t k = 0; k < diff.size(); ++k)
     TORCH_CHECK_INDEX(diff[k] >= 0 && diff[k] < a.num_attrs, kOp, ": diff_attrs[", k, "] = ", diff[k],
                       " is not an attribute index: attr has ", a.num_attrs, " attributes (0..", a.num_attrs - 1, ")");
-  return a;
-}
-
-// The listed attribute indices as an int32 tensor on the op's device (the kernels read them from there).
-at::Tensor diff_tensor(at::IntArrayRef diff, const at::Tensor& like) {
   auto host = at::empty({(int64_t)diff.size()}, at::TensorOptions().dtype(at::kInt));
   for (size_t k = 0; k < diff.size(); ++k) host.data_ptr<int32_t>()[k] = (int32_t)diff[k];
-  return host.to(like.device());
+  Inputs in{a, host.to(attr.device())};
+  in.a.attr = attr.data_ptr<float>();
+  in.a.rast = rast.data_ptr<float>();
+  in.a.rast_db = a.num_diff ? rast_db->data_ptr<float>() : nullptr;
+  in.a.tri = tri.data_ptr<int32_t>();
+  in.a.diff = in.diff_idx.data_ptr<int32_t>();
+  return in;
 }
 
 std::tuple<at::Tensor, at::Tensor> interpolate_fwd(const at::Tensor& attr, const at::Tensor& rast,
                                                    const at::Tensor& tri, const c10::optional<at::Tensor>& rast_db,
                                                    at::IntArrayRef diff) {
-  InterpArgs a = check_inputs(attr, rast, tri, rast_db, diff);
+  Inputs in = check_inputs(attr, rast, tri, rast_db, diff);
+  InterpArgs& a = in.a;
   auto out = at::empty({rast.size(0), rast.size(1), rast.size(2), a.num_attrs}, attr.options());
   auto out_da = at::empty({rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}, attr.options());
-  auto diff_idx = diff_tensor(diff, attr);
-  a.attr = attr.data_ptr<float>();
-  a.rast = rast.data_ptr<float>();
-  a.rast_db = a.num_diff ? rast_db->data_ptr<float>() : nullptr;
-  a.tri = tri.data_ptr<int32_t>();
-  a.diff = diff_idx.data_ptr<int32_t>();
   a.out = out.data_ptr<float>();
   a.out_da = a.num_diff ? out_da.data_ptr<float>() : nullptr;
   if (a.num_pixels == 0) return {out, out_da};
@@ -79,7 +81,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> interpolate_bwd(const at::Tensor&
                                                                const c10::optional<at::Tensor>& rast_db,
                                                                at::IntArrayRef diff, const at::Tensor& grad_out,
                                                                const c10::optional<at::Tensor>& grad_da) {
-  InterpArgs a = check_inputs(attr, rast, tri, rast_db, diff);
+  Inputs in = check_inputs(attr, rast, tri, rast_db, diff);
+  InterpArgs& a = in.a;
   const std::vector<int64_t> out_shape = {rast.size(0), rast.size(1), rast.size(2), a.num_attrs};
   check_tensor(kOp, "grad of out", grad_out, at::kFloat, {4});
   check_same_device(kOp, "grad of out", grad_out, attr, "attr");
@@ -95,12 +98,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> interpolate_bwd(const at::Tensor&
   auto grad_attr = at::zeros_like(attr);
   auto grad_rast = at::empty_like(rast);
   auto grad_db = a.num_diff ? at::empty_like(*rast_db) : at::empty({0}, attr.options());
-  auto diff_idx = diff_tensor(diff, attr);
-  a.attr = attr.data_ptr<float>();
-  a.rast = rast.data_ptr<float>();
-  a.rast_db = a.num_diff ? rast_db->data_ptr<float>() : nullptr;
-  a.tri = tri.data_ptr<int32_t>();
-  a.diff = diff_idx.data_ptr<int32_t>();
   a.grad_out = grad_out.data_ptr<float>();
   a.grad_da = with_da ? grad_da->data_ptr<float>() : nullptr;
   a.grad_attr = grad_attr.data_ptr<float>();

@@ -170,18 +170,27 @@ PR_HD bool pair_around(const AntialiasArgs& a, int64_t pix, int side, int64_t& s
 // The blended pixel of a pair is its first one when tau <= 1/2 (the edge cuts the first footprint).
 PR_HD bool first_is_target(float tau) { return !(tau > 0.5f); }
 
-// Second pass: channel c of the antialiased pixel.
-PR_HD float antialias_value(const AntialiasArgs& a, int64_t pix, int64_t c) {
-  const float mine = a.color[pix * a.channels + c];
-  float acc = mine;
+// Calls fn(other, alpha, pix_is_target) for each blended pair around pix, in a fixed order (left, right, below,
+// above): `other` is the pair's other pixel and alpha = |tau - 1/2| its blend weight.
+template <class Fn>
+PR_HD void for_each_blended_pair(const AntialiasArgs& a, int64_t pix, Fn fn) {
   for (int side = 0; side < 4; ++side) {
     int64_t slot, other;
     bool first;
     if (!pair_around(a, pix, side, slot, other, first)) continue;
     const float tau = a.crossing[slot];
-    if (tau < 0.0f || first_is_target(tau) != first) continue;
-    acc += fabsf(tau - 0.5f) * (a.color[other * a.channels + c] - mine);
+    if (tau < 0.0f) continue;
+    fn(other, fabsf(tau - 0.5f), first_is_target(tau) == first);
   }
+}
+
+// Second pass: channel c of the antialiased pixel.
+PR_HD float antialias_value(const AntialiasArgs& a, int64_t pix, int64_t c) {
+  const float mine = a.color[pix * a.channels + c];
+  float acc = mine;
+  for_each_blended_pair(a, pix, [&](int64_t other, float alpha, bool pix_is_target) {
+    if (pix_is_target) acc += alpha * (a.color[other * a.channels + c] - mine);
+  });
   return acc;
 }
 
@@ -190,15 +199,9 @@ PR_HD float antialias_value(const AntialiasArgs& a, int64_t pix, int64_t c) {
 PR_HD float antialias_color_grad(const AntialiasArgs& a, int64_t pix, int64_t c) {
   const float g = a.grad_out[pix * a.channels + c];
   float acc = g;
-  for (int side = 0; side < 4; ++side) {
-    int64_t slot, other;
-    bool first;
-    if (!pair_around(a, pix, side, slot, other, first)) continue;
-    const float tau = a.crossing[slot];
-    if (tau < 0.0f) continue;
-    const float alpha = fabsf(tau - 0.5f);
-    acc += first_is_target(tau) == first ? -alpha * g : alpha * a.grad_out[other * a.channels + c];
-  }
+  for_each_blended_pair(a, pix, [&](int64_t other, float alpha, bool pix_is_target) {
+    acc += pix_is_target ? -alpha * g : alpha * a.grad_out[other * a.channels + c];
+  });
   return acc;
 }
 
