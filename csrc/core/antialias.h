@@ -15,7 +15,8 @@
 //      surface continues across the edge (two triangles of one surface, whichever way they face) and the pair
 //      is left alone. A boundary edge, or one where the surface folds back (a contour of a closed mesh: the
 //      other triangle lies on F's side, behind it), is a silhouette. Edges are matched by vertex index, so a
-//      mesh whose vertices are split along seams has silhouettes along those seams.
+//      mesh whose vertices are split along seams has silhouettes along those seams; in range mode the table
+//      spans all of tri, whichever triangles an image drew.
 //   4. Blend: along the segment F covers [0, t]. With each pixel's footprint taken as +-1/2 around its centre
 //      on the segment's axis, the edge cuts exactly one of the two footprints: the back pixel's when t > 1/2
 //      (F covers t - 1/2 of it), else the front pixel's (B's surface covers 1/2 - t of it). That pixel gets

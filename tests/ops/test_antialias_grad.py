@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import prerast
+from conftest import make_ctx
 from test_antialias import clip_pos, grid_mesh, vars_of
 
 
@@ -107,6 +108,24 @@ def test_deterministic(ctx):
         assert torch.equal(runs[0][2], runs[1][2])
     else:  # pos gradients are summed with atomics on the GPU
         torch.testing.assert_close(runs[0][2], runs[1][2])
+
+
+def test_cpu_and_cuda_agree(device):
+    if device == "cpu":
+        pytest.skip("compares the CUDA result with the CPU one")
+    pos, tri = grid_mesh(np.random.default_rng(8), images=2, jitter=0.25)
+    color = torch.rand(2, 40, 36, 3, generator=torch.Generator().manual_seed(1))
+    weight = torch.randn(2, 40, 36, 3, generator=torch.Generator().manual_seed(2))
+    runs = []
+    for dev in ("cpu", device):
+        p, c = pos.to(dev).requires_grad_(True), color.to(dev).requires_grad_(True)
+        rast, _ = prerast.rasterize(make_ctx(dev), p.detach(), tri.to(dev), (40, 36))
+        out = prerast.antialias(c, rast, p, tri.to(dev))
+        (out * weight.to(dev)).sum().backward()
+        runs.append([x.cpu() for x in (rast, out, c.grad, p.grad)])
+    (rast0, out0, gc0, gp0), (rast1, out1, gc1, gp1) = runs
+    assert torch.equal(rast0, rast1) and torch.equal(out0, out1) and torch.equal(gc0, gc1)
+    torch.testing.assert_close(gp0, gp1, rtol=1e-5, atol=1e-4)
 
 
 def shade(ctx, pos, tri, colours, res):
