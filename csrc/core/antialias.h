@@ -185,25 +185,36 @@ PR_HD void for_each_blended_pair(const AntialiasArgs& a, int64_t pix, Fn fn) {
   }
 }
 
-// Second pass: channel c of the antialiased pixel.
-PR_HD float antialias_value(const AntialiasArgs& a, int64_t pix, int64_t c) {
-  const float mine = a.color[pix * a.channels + c];
-  float acc = mine;
+// Second pass: channels c0 .. c0 + K - 1 (those that exist) of the antialiased pixel, accumulated in registers
+// and written to out (indexed by channel). The GPU asks for one channel per thread, the CPU for K at a time;
+// each channel sees the same additions in the same order either way.
+template <int K>
+PR_HD void antialias_values(const AntialiasArgs& a, int64_t pix, int64_t c0, float* out) {
+  const float* mine = a.color + pix * a.channels + c0;
+  const int n = a.channels - c0 < K ? (int)(a.channels - c0) : K;
+  float acc[K];
+  for (int k = 0; k < n; ++k) acc[k] = mine[k];
   for_each_blended_pair(a, pix, [&](int64_t other, float alpha, bool pix_is_target) {
-    if (pix_is_target) acc += alpha * (a.color[other * a.channels + c] - mine);
+    if (!pix_is_target) return;
+    const float* theirs = a.color + other * a.channels + c0;
+    for (int k = 0; k < n; ++k) acc[k] += alpha * (theirs[k] - mine[k]);
   });
-  return acc;
+  for (int k = 0; k < n; ++k) out[c0 + k] = acc[k];
 }
 
-// Gradient of channel c of pixel pix's input color: its own output's gradient, less what it gave away where it
-// was blended, plus what it contributed to neighbours blended toward it.
-PR_HD float antialias_color_grad(const AntialiasArgs& a, int64_t pix, int64_t c) {
-  const float g = a.grad_out[pix * a.channels + c];
-  float acc = g;
+// Gradient of channels c0 .. c0 + K - 1 of pixel pix's input color, as above: its own output's gradient, less
+// what it gave away where it was blended, plus what it contributed to neighbours blended toward it.
+template <int K>
+PR_HD void antialias_color_grads(const AntialiasArgs& a, int64_t pix, int64_t c0, float* out) {
+  const float* g = a.grad_out + pix * a.channels + c0;
+  const int n = a.channels - c0 < K ? (int)(a.channels - c0) : K;
+  float acc[K];
+  for (int k = 0; k < n; ++k) acc[k] = g[k];
   for_each_blended_pair(a, pix, [&](int64_t other, float alpha, bool pix_is_target) {
-    acc += pix_is_target ? -alpha * g : alpha * a.grad_out[other * a.channels + c];
+    const float* theirs = a.grad_out + other * a.channels + c0;
+    for (int k = 0; k < n; ++k) acc[k] += pix_is_target ? -alpha * g[k] : alpha * theirs[k];
   });
-  return acc;
+  for (int k = 0; k < n; ++k) out[c0 + k] = acc[k];
 }
 
 // Gradient to pos from the pair owned by pix in direction dir, through its crossing t, delivered to

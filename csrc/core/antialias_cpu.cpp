@@ -5,6 +5,8 @@
 
 namespace prerast {
 
+constexpr int kChannelsPerPass = 8;  // channels blended per visit of a pixel's pairs
+
 void antialias_forward_cpu(const AntialiasArgs& a, const ParallelFor& pfor) {
   const int64_t pixels = a.num_images * a.height * a.width;
   pfor(pixels, 1024, [&](int64_t b, int64_t e) {
@@ -13,7 +15,8 @@ void antialias_forward_cpu(const AntialiasArgs& a, const ParallelFor& pfor) {
   });
   pfor(pixels, 1024, [&](int64_t b, int64_t e) {
     for (int64_t pix = b; pix < e; ++pix)
-      for (int64_t c = 0; c < a.channels; ++c) a.out[pix * a.channels + c] = antialias_value(a, pix, c);
+      for (int64_t c = 0; c < a.channels; c += kChannelsPerPass)
+        antialias_values<kChannelsPerPass>(a, pix, c, a.out + pix * a.channels);
   });
 }
 
@@ -21,7 +24,8 @@ void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int
   const int64_t pixels = a.num_images * a.height * a.width;
   pfor(pixels, 1024, [&](int64_t b, int64_t e) {
     for (int64_t pix = b; pix < e; ++pix)
-      for (int64_t c = 0; c < a.channels; ++c) a.grad_color[pix * a.channels + c] = antialias_color_grad(a, pix, c);
+      for (int64_t c = 0; c < a.channels; c += kChannelsPerPass)
+        antialias_color_grads<kChannelsPerPass>(a, pix, c, a.grad_color + pix * a.channels);
   });
   if (!a.grad_pos) return;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;

@@ -17,13 +17,15 @@ __global__ void crossing_kernel(AntialiasArgs a, int64_t pixels) {
 __global__ void blend_kernel(AntialiasArgs a, int64_t total) {
   const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (e >= total) return;
-  a.out[e] = antialias_value(a, e / a.channels, e % a.channels);
+  const int64_t pix = e / a.channels, c = e % a.channels;
+  antialias_values<1>(a, pix, c, a.out + pix * a.channels);
 }
 
 __global__ void color_grad_kernel(AntialiasArgs a, int64_t total) {
   const int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (e >= total) return;
-  a.grad_color[e] = antialias_color_grad(a, e / a.channels, e % a.channels);
+  const int64_t pix = e / a.channels, c = e % a.channels;
+  antialias_color_grads<1>(a, pix, c, a.grad_color + pix * a.channels);
 }
 
 __global__ void pos_grad_kernel(AntialiasArgs a, int64_t pixels) {
