@@ -103,17 +103,16 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
   return x0 <= x1 && y0 <= y1;
 }
 
-// Fills s for triangle `t` with vertices p[0..2]; returns false (and an empty box) if it can draw nothing:
-// non-finite input, degenerate in homogeneous space (zero area on screen), or wholly outside -w <= z <= w.
-PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t t, int W, int H, TriSetup& s) {
-  s.tri = t;
-  s.x0 = 1, s.x1 = 0, s.y0 = 1, s.y1 = 0;
+// Fills the edge functions of s (a, b, c, tol, v, sg) for vertices p0..2 and sets d = det M; returns false if
+// the triangle can draw nothing for being non-finite or degenerate in homogeneous space (zero area on screen).
+// Antialiasing evaluates the rasterizer's coverage with this alone.
+PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d) {
   if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
   V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
   // The determinant decides orientation and degeneracy; double keeps that decision stable.
-  double d = (double)v0.x * ((double)v1.y * v2.z - (double)v1.z * v2.y) -
-             (double)v0.y * ((double)v1.x * v2.z - (double)v1.z * v2.x) +
-             (double)v0.z * ((double)v1.x * v2.y - (double)v1.y * v2.x);
+  d = (double)v0.x * ((double)v1.y * v2.z - (double)v1.z * v2.y) -
+      (double)v0.y * ((double)v1.x * v2.z - (double)v1.z * v2.x) +
+      (double)v0.z * ((double)v1.x * v2.y - (double)v1.y * v2.x);
   double n0 = sqrt((double)dot3(v0, v0)), n1 = sqrt((double)dot3(v1, v1)), n2 = sqrt((double)dot3(v2, v2));
   if (!(fabs(d) > 1e-14 * n0 * n1 * n2)) return false;
   const float sg = d > 0 ? 1.0f : -1.0f;
@@ -131,6 +130,16 @@ PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t 
                 fabsf(p.y * q.x);
     s.tol[i] = 1e-6f * (mag + fabsf(s.a[i]) + fabsf(s.b[i]) + fabsf(s.c[i]));
   }
+  return true;
+}
+
+// Fills s for triangle `t` with vertices p[0..2]; returns false (and an empty box) if it can draw nothing:
+// non-finite input, degenerate in homogeneous space (zero area on screen), or wholly outside -w <= z <= w.
+PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t t, int W, int H, TriSetup& s) {
+  s.tri = t;
+  s.x0 = 1, s.x1 = 0, s.y0 = 1, s.y1 = 0;
+  double d;
+  if (!tri_edge_setup(p0, p1, p2, s, d)) return false;
   // z/w = sum(lambda_i z_i) for lambda = M^-1 q; the edge functions are |det| * lambda, so fold 1/|det| into z.
   const double inv = 1.0 / fabs(d);
   s.z[0] = (float)(p0[2] * inv), s.z[1] = (float)(p1[2] * inv), s.z[2] = (float)(p2[2] * inv);
