@@ -39,10 +39,13 @@ except ImportError:
 SOURCES = [
     "csrc/bindings/library.cpp",
     "csrc/bindings/rasterize.cpp",
+    "csrc/bindings/texture.cpp",
     "csrc/core/rasterize_cpu.cpp",
+    "csrc/core/texture_cpu.cpp",
 ]
 CUDA_SOURCES = [
     "csrc/core/rasterize_cuda.cu",
+    "csrc/core/texture_cuda.cu",
 ]
 
 
