@@ -31,6 +31,7 @@ except BinaryMismatchError:
 from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402
 from ._log import get_log_level, set_log_level  # noqa: E402
 from ._rasterize import DepthPeeler, rasterize  # noqa: E402
+from ._texture import TextureMipChain, texture, texture_construct_mip  # noqa: E402
 
 __all__ = [
     "BinaryMismatchError",
@@ -38,8 +39,11 @@ __all__ = [
     "RasterizeCpuContext",
     "RasterizeCudaContext",
     "RasterizeGLContext",
+    "TextureMipChain",
     "__version__",
     "get_log_level",
     "rasterize",
     "set_log_level",
+    "texture",
+    "texture_construct_mip",
 ]
