@@ -197,32 +197,31 @@ at::Tensor texture_mip_down(const at::Tensor& level) {
   return out;
 }
 
-// base + the adjoint of texture_mip_down applied to grad_next: the gradient of a level from its own gradient
-// (base) and that of the level built from it.
-at::Tensor texture_mip_down_adjoint(const at::Tensor& grad_next, const at::Tensor& base) {
-  check_level("gradient", base);
+// grad += the adjoint of texture_mip_down applied to grad_next: folds the gradient of a level into that of the
+// level it was built from, in place.
+at::Tensor& texture_mip_down_adjoint_(const at::Tensor& grad_next, at::Tensor& grad) {
+  check_level("gradient", grad);
   check_level("gradient of the next level", grad_next);
-  check_same_device("texture_construct_mip", "gradient of the next level", grad_next, base, "gradient");
-  const int h = (int)base.size(1), w = (int)base.size(2), C = (int)base.size(3);
-  const std::vector<int64_t> want = {base.size(0), mip_size(h), mip_size(w), C};
+  check_same_device("texture_construct_mip", "gradient of the next level", grad_next, grad, "gradient");
+  const int h = (int)grad.size(1), w = (int)grad.size(2), C = (int)grad.size(3);
+  const std::vector<int64_t> want = {grad.size(0), mip_size(h), mip_size(w), C};
   TORCH_CHECK_VALUE(grad_next.sizes().vec() == want, "texture_construct_mip: gradient of the next level has shape ",
                     shape_str(grad_next), ", expected ", c10::IntArrayRef(want));
-  auto out = at::empty_like(base);
-  if (out.numel() == 0) return out;
-  if (on_cpu(base)) {
-    mip_down_adjoint_cpu(grad_next.data_ptr<float>(), base.data_ptr<float>(), base.size(0), h, w, C,
-                         out.data_ptr<float>(), torch_parallel_for());
+  if (grad.numel() == 0) return grad;
+  if (on_cpu(grad)) {
+    mip_down_adjoint_cpu(grad_next.data_ptr<float>(), grad.size(0), h, w, C, grad.data_ptr<float>(),
+                         torch_parallel_for());
   } else {
 #ifdef PRERAST_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(base.device());
-    const char* err = mip_down_adjoint_cuda(grad_next.data_ptr<float>(), base.data_ptr<float>(), base.size(0), h,
-                                            w, C, out.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
+    const c10::cuda::CUDAGuard guard(grad.device());
+    const char* err = mip_down_adjoint_cuda(grad_next.data_ptr<float>(), grad.size(0), h, w, C,
+                                            grad.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
     TORCH_CHECK(err == nullptr, "texture_construct_mip: CUDA error: ", err);
 #else
     TORCH_CHECK(false, "texture_construct_mip: this prerast binary was built without CUDA");
 #endif
   }
-  return out;
+  return grad;
 }
 
 }  // namespace
@@ -234,14 +233,14 @@ TORCH_LIBRARY_FRAGMENT(prerast, m) {
   m.def("texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
         " int boundary_mode, Tensor grad_out) -> Tensor[]");
   m.def("texture_mip_down(Tensor level) -> Tensor");
-  m.def("texture_mip_down_adjoint(Tensor grad_next, Tensor base) -> Tensor");
+  m.def("texture_mip_down_adjoint_(Tensor grad_next, Tensor(a!) grad) -> Tensor(a!)");
 }
 
 TORCH_LIBRARY_IMPL(prerast, CPU, m) {
   m.impl("texture_fwd", &prerast::texture_fwd);
   m.impl("texture_bwd", &prerast::texture_bwd);
   m.impl("texture_mip_down", &prerast::texture_mip_down);
-  m.impl("texture_mip_down_adjoint", &prerast::texture_mip_down_adjoint);
+  m.impl("texture_mip_down_adjoint_", &prerast::texture_mip_down_adjoint_);
 }
 
 #ifdef PRERAST_WITH_CUDA
@@ -249,6 +248,6 @@ TORCH_LIBRARY_IMPL(prerast, CUDA, m) {
   m.impl("texture_fwd", &prerast::texture_fwd);
   m.impl("texture_bwd", &prerast::texture_bwd);
   m.impl("texture_mip_down", &prerast::texture_mip_down);
-  m.impl("texture_mip_down_adjoint", &prerast::texture_mip_down_adjoint);
+  m.impl("texture_mip_down_adjoint_", &prerast::texture_mip_down_adjoint_);
 }
 #endif

@@ -90,10 +90,10 @@ PR_HD void mip_down_texel(const float* src, int sh, int sw, int C, float* dst, i
   }
 }
 
-// Adjoint of mip_down_texel for source texel (b, y, x): every source texel feeds exactly one texel of the next
-// level, so its gradient is that texel's gradient times its weight. Adds to base ([B, sh, sw, C]) into out.
-PR_HD void mip_down_adjoint_texel(const float* grad_next, const float* base, int sh, int sw, int C, float* out,
-                                  int64_t b, int y, int x) {
+// Adjoint of mip_down_texel for source texel (b, y, x), added into grad ([B, sh, sw, C]): every source texel
+// feeds exactly one texel of the next level, so it receives that texel's gradient times its weight.
+PR_HD void mip_down_adjoint_texel(const float* grad_next, int sh, int sw, int C, float* grad, int64_t b, int y,
+                                  int x) {
   const int dh = mip_size(sh), dw = mip_size(sw);
   const int py = sh == 1 ? 0 : (y / 2 < dh - 1 ? y / 2 : dh - 1);
   const int px = sw == 1 ? 0 : (x / 2 < dw - 1 ? x / 2 : dw - 1);
@@ -102,8 +102,8 @@ PR_HD void mip_down_adjoint_texel(const float* grad_next, const float* base, int
   mip_span(sw, px, x0, nx);
   const float scale = 1.0f / (float)(ny * nx);
   const float* g = grad_next + ((b * dh + py) * dw + px) * C;
-  const int64_t o = ((b * sh + y) * sw + x) * C;
-  for (int c = 0; c < C; ++c) out[o + c] = base[o + c] + g[c] * scale;
+  float* o = grad + ((b * sh + y) * sw + x) * C;
+  for (int c = 0; c < C; ++c) o[c] += g[c] * scale;
 }
 
 // --- cube faces -------------------------------------------------------------------------------------------
@@ -174,19 +174,16 @@ struct SampleCoord {
   bool valid = false;
 };
 
-// The texels one level lookup reads. Nearest: tap 0 alone. Bilinear: taps (x0,y0), (x1,y0), (x0,y1), (x1,y1)
-// weighted by the fractions fx, fy; each tap is 0 texels (outside, zero boundary), 1, or 3 (cube corner).
-struct Taps {
+// Bilinear fractions of one level lookup: n = 1 (nearest: tap 0 alone) or 4 (taps (x0,y0), (x1,y0), (x0,y1),
+// (x1,y1), weighted by fx and fy).
+struct TapFrac {
   int n = 0;
   float fx = 0.0f, fy = 0.0f;
-  int cnt[4] = {0, 0, 0, 0};
-  int64_t off[4][3];
-  float w[4][3];
 };
 
-PR_HD float tap_weight(const Taps& t, int k) {
-  if (t.n == 1) return 1.0f;
-  return ((k & 1) ? t.fx : 1.0f - t.fx) * ((k & 2) ? t.fy : 1.0f - t.fy);
+PR_HD float bilinear_weight(const TapFrac& f, int k) {
+  if (f.n == 1) return 1.0f;
+  return ((k & 1) ? f.fx : 1.0f - f.fx) * ((k & 2) ? f.fy : 1.0f - f.fy);
 }
 
 // Index of the texel at integer-valued coordinate i along an axis of `size` texels under a 2D boundary mode;
@@ -207,67 +204,61 @@ PR_HD int64_t texel_offset(const TextureArgs& a, int64_t n_tex, int face, int h,
   return ((((n_tex * tex_faces(a) + face) * h + iy) * w) + ix) * (int64_t)a.channels;
 }
 
-PR_HD void set_tap(Taps& t, int k, int64_t off) {
-  t.cnt[k] = 1;
-  t.off[k][0] = off;
-  t.w[k][0] = 1.0f;
-}
-
-PR_HD void cube_tap(const TextureArgs& a, int64_t n_tex, int face, int S, int ix, int iy, Taps& t, int k) {
+// Bilinear tap k at (ix, iy) of a cube face, continued across edges and corners (see the top of this file).
+template <class Visit>
+PR_HD void visit_cube_tap(const TextureArgs& a, int64_t n_tex, int face, int S, int ix, int iy, int k, Visit& visit) {
   const bool in_x = ix >= 0 && ix < S, in_y = iy >= 0 && iy < S;
   if (in_x && in_y) {
-    set_tap(t, k, texel_offset(a, n_tex, face, S, S, iy, ix));
+    visit(k, texel_offset(a, n_tex, face, S, S, iy, ix), 1.0f);
     return;
   }
   int f2, x2, y2;
   if (in_x || in_y) {
     cube_neighbour(face, ix, iy, S, f2, x2, y2);
-    set_tap(t, k, texel_offset(a, n_tex, f2, S, S, y2, x2));
+    visit(k, texel_offset(a, n_tex, f2, S, S, y2, x2), 1.0f);
     return;
   }
   // Off a corner: the mean of this face's corner texel and the two neighbours' texels at that cube corner.
   const int cx = clampi(ix, 0, S - 1), cy = clampi(iy, 0, S - 1);
-  t.cnt[k] = 3;
-  t.off[k][0] = texel_offset(a, n_tex, face, S, S, cy, cx);
+  const float third = 1.0f / 3.0f;
+  visit(k, texel_offset(a, n_tex, face, S, S, cy, cx), third);
   cube_neighbour(face, ix, cy, S, f2, x2, y2);
-  t.off[k][1] = texel_offset(a, n_tex, f2, S, S, y2, x2);
+  visit(k, texel_offset(a, n_tex, f2, S, S, y2, x2), third);
   cube_neighbour(face, cx, iy, S, f2, x2, y2);
-  t.off[k][2] = texel_offset(a, n_tex, f2, S, S, y2, x2);
-  t.w[k][0] = t.w[k][1] = t.w[k][2] = 1.0f / 3.0f;
+  visit(k, texel_offset(a, n_tex, f2, S, S, y2, x2), third);
 }
 
-// The taps of one lookup in `level` at coordinate c.
-PR_HD void make_taps(const TextureArgs& a, int level, int64_t n_tex, const SampleCoord& c, bool nearest, Taps& t) {
+// The texels one lookup in `level` at c reads: sets f first, then calls visit(k, offset, share) for each texel
+// (offset of its channel 0) with its share of bilinear tap k. Taps outside a 'zero' boundary are not visited.
+// A visitor rather than a list of taps keeps everything in registers on the GPU.
+template <class Visit>
+PR_HD void visit_taps(const TextureArgs& a, int level, int64_t n_tex, const SampleCoord& c, bool nearest, TapFrac& f,
+                      Visit& visit) {
   const int h = a.levels[level].height, w = a.levels[level].width;
   const float x = c.u * (float)w, y = c.v * (float)h;
-  t.cnt[0] = t.cnt[1] = t.cnt[2] = t.cnt[3] = 0;
-  if (a.cube) {
-    if (nearest) {
-      t.n = 1;
-      set_tap(t, 0, texel_offset(a, n_tex, c.face, h, w, clampi((int)floorf(y), 0, h - 1),
-                                 clampi((int)floorf(x), 0, w - 1)));
+  if (nearest) {
+    f.n = 1;
+    if (a.cube) {
+      const int ix = clampi((int)floorf(x), 0, w - 1), iy = clampi((int)floorf(y), 0, h - 1);
+      visit(0, texel_offset(a, n_tex, c.face, h, w, iy, ix), 1.0f);
       return;
     }
-    const float xs = x - 0.5f, ys = y - 0.5f;  // in [-0.5, size - 0.5] since s, t are in [0, 1]
-    const float x0 = floorf(xs), y0 = floorf(ys);
-    t.n = 4, t.fx = xs - x0, t.fy = ys - y0;
-    const int ix = clampi((int)x0, -1, w - 1), iy = clampi((int)y0, -1, h - 1);
-    for (int k = 0; k < 4; ++k) cube_tap(a, n_tex, c.face, w, ix + (k & 1), iy + (k >> 1), t, k);
-    return;
-  }
-  if (nearest) {
-    t.n = 1;
     const int ix = boundary_index(floorf(x), w, a.boundary), iy = boundary_index(floorf(y), h, a.boundary);
-    if (ix >= 0 && iy >= 0) set_tap(t, 0, texel_offset(a, n_tex, 0, h, w, iy, ix));
+    if (ix >= 0 && iy >= 0) visit(0, texel_offset(a, n_tex, 0, h, w, iy, ix), 1.0f);
     return;
   }
-  const float xs = x - 0.5f, ys = y - 0.5f;
+  const float xs = x - 0.5f, ys = y - 0.5f;  // cube: in [-0.5, size - 0.5] since s, t are in [0, 1]
   const float x0 = floorf(xs), y0 = floorf(ys);
-  t.n = 4, t.fx = xs - x0, t.fy = ys - y0;
+  f.n = 4, f.fx = xs - x0, f.fy = ys - y0;
+  if (a.cube) {
+    const int ix = clampi((int)x0, -1, w - 1), iy = clampi((int)y0, -1, h - 1);
+    for (int k = 0; k < 4; ++k) visit_cube_tap(a, n_tex, c.face, w, ix + (k & 1), iy + (k >> 1), k, visit);
+    return;
+  }
   const int ix[2] = {boundary_index(x0, w, a.boundary), boundary_index(x0 + 1.0f, w, a.boundary)};
   const int iy[2] = {boundary_index(y0, h, a.boundary), boundary_index(y0 + 1.0f, h, a.boundary)};
   for (int k = 0; k < 4; ++k)
-    if (ix[k & 1] >= 0 && iy[k >> 1] >= 0) set_tap(t, k, texel_offset(a, n_tex, 0, h, w, iy[k >> 1], ix[k & 1]));
+    if (ix[k & 1] >= 0 && iy[k >> 1] >= 0) visit(k, texel_offset(a, n_tex, 0, h, w, iy[k >> 1], ix[k & 1]), 1.0f);
 }
 
 // --- level of detail ----------------------------------------------------------------------------------------
@@ -351,59 +342,31 @@ PR_HD int64_t tex_image(const TextureArgs& a, int64_t pix) {
   return a.tex_batch == 1 ? 0 : pix / a.pixels_per_image;
 }
 
-PR_HD void accumulate_level(const TextureArgs& a, int level, int64_t n_tex, const SampleCoord& c, float weight,
-                            float* out) {
-  Taps t;
-  make_taps(a, level, n_tex, c, a.filter == kFilterNearest, t);
-  const float* tex = a.levels[level].data;
-  for (int k = 0; k < t.n; ++k) {
-    const float wk = weight * tap_weight(t, k);
-    for (int j = 0; j < t.cnt[k]; ++j) {
-      const float wj = wk * t.w[k][j];
-      const float* src = tex + t.off[k][j];
-      for (int ch = 0; ch < a.channels; ++ch) out[ch] += wj * src[ch];
-    }
-  }
-}
+// Output channels are handled kChannelBlock at a time, accumulated in registers.
+constexpr int kChannelBlock = 4;
 
 PR_HD void texture_forward_pixel(const TextureArgs& a, int64_t pix) {
   float* out = a.out + pix * a.channels;
-  for (int ch = 0; ch < a.channels; ++ch) out[ch] = 0.0f;
   const PixelSample p = pixel_setup(a, pix);
-  if (!p.c.valid) return;
   const int64_t n_tex = tex_image(a, pix);
-  accumulate_level(a, p.l0, n_tex, p.c, 1.0f - p.f, out);
-  if (p.f > 0.0f) accumulate_level(a, p.l1, n_tex, p.c, p.f, out);
-}
-
-// Backward of one level lookup with blend weight `weight`: scatters texel gradients through add(level, index,
-// value), returns the lookup's value dotted with the output gradient g, and adds d(loss)/d(u, v) to guv.
-template <class Add>
-PR_HD float backward_level(const TextureGradArgs& G, int level, int64_t n_tex, const SampleCoord& c, float weight,
-                           const float* g, bool scatter, float guv[2], Add& add) {
-  const TextureArgs& a = G.a;
-  Taps t;
-  make_taps(a, level, n_tex, c, a.filter == kFilterNearest, t);
-  const float* tex = a.levels[level].data;
-  float dots[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int k = 0; k < t.n; ++k) {
-    const float wk = weight * tap_weight(t, k);
-    for (int j = 0; j < t.cnt[k]; ++j) {
-      const float* src = tex + t.off[k][j];
-      float d = 0.0f;
-      for (int ch = 0; ch < a.channels; ++ch) {
-        d += src[ch] * g[ch];
-        if (scatter) add(level, t.off[k][j] + ch, wk * t.w[k][j] * g[ch]);
-      }
-      dots[k] += t.w[k][j] * d;
+  const int sides = p.f > 0.0f ? 2 : 1;
+  for (int c0 = 0; c0 < a.channels; c0 += kChannelBlock) {
+    const int nc = a.channels - c0 < kChannelBlock ? a.channels - c0 : kChannelBlock;
+    float acc[kChannelBlock] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int side = 0; p.c.valid && side < sides; ++side) {
+      const int level = side ? p.l1 : p.l0;
+      const float wl = side ? p.f : 1.0f - p.f;
+      const float* tex = a.levels[level].data + c0;
+      TapFrac f;
+      auto visit = [&](int k, int64_t off, float share) {
+        const float w = wl * share * bilinear_weight(f, k);
+        for (int j = 0; j < kChannelBlock; ++j)
+          if (j < nc) acc[j] += w * tex[off + j];
+      };
+      visit_taps(a, level, n_tex, p.c, a.filter == kFilterNearest, f, visit);
     }
+    for (int j = 0; j < nc; ++j) out[c0 + j] = acc[j];
   }
-  if (t.n == 1) return dots[0];
-  const float gx = (1.0f - t.fy) * (dots[1] - dots[0]) + t.fy * (dots[3] - dots[2]);
-  const float gy = (1.0f - t.fx) * (dots[2] - dots[0]) + t.fx * (dots[3] - dots[1]);
-  guv[0] += weight * gx * (float)a.levels[level].width;
-  guv[1] += weight * gy * (float)a.levels[level].height;
-  return ((1.0f - t.fy) * ((1.0f - t.fx) * dots[0] + t.fx * dots[1]) + t.fy * ((1.0f - t.fx) * dots[2] + t.fx * dots[3]));
 }
 
 // d(loss)/d(direction) (into gdir) and d(loss)/d(direction derivatives) (into gda) of a cube lookup, from the
@@ -452,13 +415,53 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
   if (!p.c.valid) return;
   const int64_t n_tex = tex_image(a, pix);
   const bool want_lod = p.lod_grad && (G.grad_uv_da || G.grad_bias || (a.cube && a.uv_da && G.grad_uv));
-  float guv[2] = {0.0f, 0.0f};
-  const float v0 = backward_level(G, p.l0, n_tex, p.c, 1.0f - p.f, g, true, guv, add);
-  float glod = 0.0f;
-  if (p.l1 != p.l0 && (p.f > 0.0f || want_lod)) {
-    const float v1 = backward_level(G, p.l1, n_tex, p.c, p.f, g, p.f > 0.0f, guv, add);
-    glod = v1 - v0;
+  // The second level is read when it is blended in, or (at a blend weight of exactly 0) for the LOD gradient.
+  const int sides = p.l1 != p.l0 && (p.f > 0.0f || want_lod) ? 2 : 1;
+  // dots[side][k]: bilinear tap k of that level dotted with the output gradient.
+  float dots[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+  TapFrac fr[2];
+  for (int c0 = 0; c0 < a.channels; c0 += kChannelBlock) {
+    const int nc = a.channels - c0 < kChannelBlock ? a.channels - c0 : kChannelBlock;
+    float gb[kChannelBlock] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < nc; ++j) gb[j] = g[c0 + j];
+    for (int side = 0; side < sides; ++side) {
+      const int level = side ? p.l1 : p.l0;
+      const float wl = side ? p.f : 1.0f - p.f;
+      const bool scatter = side == 0 || p.f > 0.0f;
+      const float* tex = a.levels[level].data + c0;
+      float* dk = dots[side];
+      const TapFrac& f = fr[side];
+      auto visit = [&](int k, int64_t off, float share) {
+        const float w = wl * share * bilinear_weight(f, k);
+        float d = 0.0f;
+        for (int j = 0; j < kChannelBlock; ++j)
+          if (j < nc) {
+            d += tex[off + j] * gb[j];
+            if (scatter) add(level, off + c0 + j, w * gb[j]);
+          }
+        dk[k] += share * d;
+      };
+      visit_taps(a, level, n_tex, p.c, a.filter == kFilterNearest, fr[side], visit);
+    }
   }
+  // Gradient of the texture (or face) coordinates from each level's bilinear fractions, and each level's value.
+  float guv[2] = {0.0f, 0.0f}, value[2] = {0.0f, 0.0f};
+  for (int side = 0; side < sides; ++side) {
+    const TapFrac& f = fr[side];
+    const float* d = dots[side];
+    if (f.n == 1) {
+      value[side] = d[0];
+      continue;
+    }
+    const int level = side ? p.l1 : p.l0;
+    const float wl = side ? p.f : 1.0f - p.f;
+    const float gx = (1.0f - f.fy) * (d[1] - d[0]) + f.fy * (d[3] - d[2]);
+    const float gy = (1.0f - f.fx) * (d[2] - d[0]) + f.fx * (d[3] - d[1]);
+    guv[0] += wl * gx * (float)a.levels[level].width;
+    guv[1] += wl * gy * (float)a.levels[level].height;
+    value[side] = (1.0f - f.fy) * ((1.0f - f.fx) * d[0] + f.fx * d[1]) + f.fy * ((1.0f - f.fx) * d[2] + f.fx * d[3]);
+  }
+  const float glod = sides == 2 ? value[1] - value[0] : 0.0f;
   float gj[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
   if (want_lod) {
     if (G.grad_bias) G.grad_bias[pix] = glod;
@@ -491,14 +494,14 @@ void texture_forward_cpu(const TextureArgs& a, const ParallelFor& pfor);
 void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int num_threads);
 // src [B, sh, sw, C] -> dst [B, mip_size(sh), mip_size(sw), C]
 void mip_down_cpu(const float* src, int64_t B, int sh, int sw, int C, float* dst, const ParallelFor& pfor);
-// out = base + adjoint(grad_next), all [B, sh, sw, C] except grad_next
-void mip_down_adjoint_cpu(const float* grad_next, const float* base, int64_t B, int sh, int sw, int C, float* out,
+// grad [B, sh, sw, C] += adjoint of mip_down applied to grad_next [B, mip_size(sh), mip_size(sw), C]
+void mip_down_adjoint_cpu(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
                           const ParallelFor& pfor);
 
 const char* texture_forward_cuda(const TextureArgs& a, StreamHandle stream);
 const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream);
 const char* mip_down_cuda(const float* src, int64_t B, int sh, int sw, int C, float* dst, StreamHandle stream);
-const char* mip_down_adjoint_cuda(const float* grad_next, const float* base, int64_t B, int sh, int sw, int C,
-                                  float* out, StreamHandle stream);
+const char* mip_down_adjoint_cuda(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
+                                  StreamHandle stream);
 
 }  // namespace prerast

@@ -35,8 +35,12 @@ void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int
   const TextureArgs& a = g.a;
   int64_t total = 0;
   for (int l = 0; l < a.num_levels; ++l) total += level_elements(a, l);
+  // A spare copy costs about two passes over it (zeroing, summing); one is worth it only when the pixels
+  // scatter more than that (up to 4 texels of C channels each).
+  const int64_t scatter = a.num_pixels * 4 * a.channels;
+  const int64_t spare_budget = std::min(kMaxSpareGradFloats, scatter / 2);
   int64_t chunks = std::min<int64_t>(std::max(num_threads, 1), a.num_pixels / 4096 + 1);
-  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, kMaxSpareGradFloats / std::max<int64_t>(total, 1) + 1));
+  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, spare_budget / std::max<int64_t>(total, 1) + 1));
   std::vector<float> spare((size_t)((chunks - 1) * total), 0.0f);
   pfor(chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c) {
@@ -64,20 +68,20 @@ void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int
   }
 }
 
+// Both loops run over rows so that the flat index is split into (image, row) once per row, not per texel.
 void mip_down_cpu(const float* src, int64_t B, int sh, int sw, int C, float* dst, const ParallelFor& pfor) {
   const int dh = mip_size(sh), dw = mip_size(sw);
-  pfor(B * dh * dw, 256, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      mip_down_texel(src, sh, sw, C, dst, i / ((int64_t)dh * dw), (int)(i / dw % dh), (int)(i % dw));
+  pfor(B * dh, std::max<int64_t>(1, 4096 / dw), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row)
+      for (int x = 0; x < dw; ++x) mip_down_texel(src, sh, sw, C, dst, row / dh, (int)(row % dh), x);
   });
 }
 
-void mip_down_adjoint_cpu(const float* grad_next, const float* base, int64_t B, int sh, int sw, int C, float* out,
+void mip_down_adjoint_cpu(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
                           const ParallelFor& pfor) {
-  pfor(B * sh * sw, 256, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i)
-      mip_down_adjoint_texel(grad_next, base, sh, sw, C, out, i / ((int64_t)sh * sw), (int)(i / sw % sh),
-                             (int)(i % sw));
+  pfor(B * sh, std::max<int64_t>(1, 4096 / sw), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row)
+      for (int x = 0; x < sw; ++x) mip_down_adjoint_texel(grad_next, sh, sw, C, grad, row / sh, (int)(row % sh), x);
   });
 }
 

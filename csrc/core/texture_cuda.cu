@@ -36,11 +36,10 @@ __global__ void mip_down_kernel(const float* src, int64_t B, int sh, int sw, int
   mip_down_texel(src, sh, sw, C, dst, i / ((int64_t)dh * dw), (int)(i / dw % dh), (int)(i % dw));
 }
 
-__global__ void mip_down_adjoint_kernel(const float* grad_next, const float* base, int64_t B, int sh, int sw, int C,
-                                        float* out) {
+__global__ void mip_down_adjoint_kernel(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= B * sh * sw) return;
-  mip_down_adjoint_texel(grad_next, base, sh, sw, C, out, i / ((int64_t)sh * sw), (int)(i / sw % sh), (int)(i % sw));
+  mip_down_adjoint_texel(grad_next, sh, sw, C, grad, i / ((int64_t)sh * sw), (int)(i / sw % sh), (int)(i % sw));
 }
 
 inline unsigned blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
@@ -69,11 +68,11 @@ const char* mip_down_cuda(const float* src, int64_t B, int sh, int sw, int C, fl
   return nullptr;
 }
 
-const char* mip_down_adjoint_cuda(const float* grad_next, const float* base, int64_t B, int sh, int sw, int C,
-                                  float* out, StreamHandle stream) {
+const char* mip_down_adjoint_cuda(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
+                                  StreamHandle stream) {
   const int64_t n = B * sh * sw;
   if (n == 0) return nullptr;
-  mip_down_adjoint_kernel<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(grad_next, base, B, sh, sw, C, out);
+  mip_down_adjoint_kernel<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(grad_next, B, sh, sw, C, grad);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }

@@ -76,12 +76,12 @@ def _build_levels(tex, max_mip_level):
 
 
 def _fold_level_grads(grad_tex, grad_levels):
-    """Gradient of level 0 including what reached levels 1..n built from it: the adjoint of each halving."""
+    """Gradient of level 0 including what reached levels 1..n built from it: the adjoint of each halving,
+    accumulated in place from the smallest level up (all of these are fresh tensors from texture_bwd)."""
     grads = [grad_tex] + list(grad_levels)
     for k in range(len(grads) - 1, 0, -1):
-        below = grads[k - 1]
-        grads[k - 1] = torch.ops.prerast.texture_mip_down_adjoint(_flat(grads[k]), _flat(below)).view(below.shape)
-    return grads[0]
+        torch.ops.prerast.texture_mip_down_adjoint_(_flat(grads[k]), _flat(grads[k - 1]))
+    return grad_tex
 
 
 def texture_construct_mip(tex, max_mip_level=None, cube_mode=False):
