@@ -57,7 +57,7 @@ def rasterize(pos, tri, height, width, ranges=None, eps=1e-5):
             tol = eps * np.abs(lam).max(-1)
             loose = np.all(lam >= -tol[..., None], -1) & (s > 0) & (zw >= -1 - 1e-5) & (zw <= 1 + 1e-5)
             near_cover[n, t + 1] = loose
-            ambiguous |= loose & ~inside
+            ambiguous |= loose & (np.abs(lam).min(-1) <= tol)  # on or near an edge: the tie rule decides
             ambiguous |= inside & ((np.abs(zw - 1) < 1e-5) | (np.abs(zw + 1) < 1e-5))
             zs.append(np.where(inside, zw, np.inf))
             win = inside & (zw < best)

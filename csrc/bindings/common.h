@@ -42,13 +42,14 @@ inline void check_dim(const char* op, const char* name, const at::Tensor& t, int
                     shape_str(t));
 }
 
-// Triangle indices must lie in [0, num_vertices): checked before any kernel reads through them.
-inline void check_indices(const char* op, const at::Tensor& tri, int64_t num_vertices) {
+// Triangle indices must lie in [0, num_vertices): checked before any kernel reads through them. `source` names
+// the tensor whose vertices they index.
+inline void check_indices(const char* op, const at::Tensor& tri, int64_t num_vertices, const char* source = "pos") {
   if (tri.numel() == 0) return;
   auto mm = at::aminmax(tri);
   int64_t lo = std::get<0>(mm).item<int64_t>(), hi = std::get<1>(mm).item<int64_t>();
   TORCH_CHECK_INDEX(lo >= 0 && hi < num_vertices, op, ": tri holds vertex indices in [", lo, ", ", hi,
-                    "] but pos has ", num_vertices, " vertices");
+                    "] but ", source, " has ", num_vertices, " vertices");
 }
 
 inline ParallelFor torch_parallel_for() {

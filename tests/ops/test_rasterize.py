@@ -51,3 +51,119 @@ def test_empty_and_zero_images(ctx):
     tri = torch.zeros(0, 3, dtype=torch.int32, device=ctx.device)
     rast, db = prerast.rasterize(ctx, pos, tri, (5, 7))
     assert rast.shape == (3, 5, 7, 4) and (rast == 0).all() and (db == 0).all()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_range_mode_matches_reference(ctx, seed):
+    rng = np.random.default_rng(100 + seed)
+    pos, tri = random_scene(rng, num_images=1, num_tris=30, perspective=True)
+    pos = pos[0]
+    ranges = np.array([[0, 10], [5, 20], [29, 1], [0, 0], [0, 30]], dtype=np.int32)
+    H, W = 40, 33
+    p, t = to_torch(pos, tri, ctx.device)
+    rast, _ = prerast.rasterize(ctx, p, t, (H, W), ranges=torch.from_numpy(ranges))
+    assert rast.shape == (5, H, W, 4)
+    check_against_reference(rast.cpu().numpy(), pos, tri, H, W, ranges)
+    # IDs index the whole tri: image 2 can only show triangle 29.
+    assert set(np.unique(rast[2, ..., 3].cpu().numpy())) <= {0.0, 30.0}
+    assert (rast[3] == 0).all()
+
+
+def test_range_mode_equals_instanced(ctx):
+    rng = np.random.default_rng(7)
+    pos, tri = random_scene(rng, num_images=1, num_tris=12)
+    p, t = to_torch(pos, tri, ctx.device)
+    inst, inst_db = prerast.rasterize(ctx, p, t, (32, 32))
+    rng_rast, rng_db = prerast.rasterize(ctx, p[0], t, (32, 32), ranges=torch.tensor([[0, 12]], dtype=torch.int32))
+    assert torch.equal(inst, rng_rast) and torch.equal(inst_db, rng_db)
+
+
+@pytest.mark.parametrize("perspective", [False, True])
+def test_rast_db_matches_reference(ctx, perspective):
+    rng = np.random.default_rng(11)
+    pos, tri = random_scene(rng, num_images=2, num_tris=10, perspective=perspective)
+    H, W = 40, 56
+    rast, db = prerast.rasterize(ctx, *to_torch(pos, tri, ctx.device), (H, W))
+    rast, db = rast.cpu().numpy(), db.cpu().numpy()
+    ref = reference.rast_db(pos, tri, rast, H, W)
+    drawn = rast[..., 3] > 0
+    assert drawn.sum() > 100
+    np.testing.assert_allclose(db[drawn], ref[drawn], rtol=2e-3, atol=2e-4)
+    assert (db[~drawn] == 0).all()
+
+
+def test_deterministic(ctx):
+    rng = np.random.default_rng(3)
+    pos, tri = random_scene(rng, num_images=2, num_tris=200, perspective=True)
+    p, t = to_torch(pos, tri, ctx.device)
+    a = prerast.rasterize(ctx, p, t, (64, 80))
+    for _ in range(3):
+        b = prerast.rasterize(ctx, p, t, (64, 80))
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_cpu_thread_count_does_not_change_results():
+    rng = np.random.default_rng(5)
+    pos, tri = random_scene(rng, num_images=1, num_tris=300, perspective=True)
+    p, t = to_torch(pos, tri, "cpu")
+    p.requires_grad_(True)
+    ctx = prerast.RasterizeCpuContext()
+    threads = torch.get_num_threads()
+    outs = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            p.grad = None
+            rast, db = prerast.rasterize(ctx, p, t, (48, 48))
+            (rast[..., :2].sum() + db.sum()).backward()
+            outs.append((rast.detach(), db.detach(), p.grad.clone()))
+    finally:
+        torch.set_num_threads(threads)
+    for rast, db, g in outs[1:]:
+        assert torch.equal(rast, outs[0][0]) and torch.equal(db, outs[0][1])
+        torch.testing.assert_close(g, outs[0][2], rtol=1e-5, atol=1e-5)
+
+
+def test_depth_order_ties_go_to_smaller_id(ctx):
+    # Two identical triangles: same z/w everywhere, the first (smaller ID) must win, on every pixel.
+    pos = torch.tensor([[[-0.9, -0.9, 0.2, 1.0], [0.9, -0.9, 0.2, 1.0], [0.0, 0.9, 0.2, 1.0]]], device=ctx.device)
+    tri = torch.tensor([[0, 1, 2], [0, 1, 2]], dtype=torch.int32, device=ctx.device)
+    rast, _ = prerast.rasterize(ctx, pos, tri, (16, 16))
+    ids = rast[0, ..., 3]
+    assert set(ids.unique().tolist()) == {0.0, 1.0}
+
+
+@pytest.mark.parametrize("res", [(1, 1), (1, 7), (13, 1), (17, 31), (33, 65)])
+def test_odd_resolutions(ctx, res):
+    rng = np.random.default_rng(21)
+    pos, tri = random_scene(rng, num_images=1, num_tris=15, perspective=True)
+    rast, _ = prerast.rasterize(ctx, *to_torch(pos, tri, ctx.device), res)
+    assert rast.shape == (1, *res, 4)
+    ref, ambiguous, near_cover = reference.rasterize(pos, tri, *res)
+    ids = rast[..., 3].cpu().numpy().astype(np.int64)
+    np.testing.assert_array_equal(ids[~ambiguous], ref[..., 3][~ambiguous])
+    n, y, x = np.nonzero(ambiguous)
+    assert near_cover[n, ids[n, y, x], y, x].all()
+
+
+def test_large_resolution_beyond_4096(ctx):
+    # A thin strip wider than 16384 pixels: tiles, indexing and pixel centres must all hold up.
+    W = 20000
+    pos = torch.tensor([[[-1.0, -1.0, 0.0, 1.0], [1.0, -1.0, 0.0, 1.0], [-1.0, 1.0, 0.0, 1.0]]], device=ctx.device)
+    tri = torch.tensor([[0, 1, 2]], dtype=torch.int32, device=ctx.device)
+    rast, _ = prerast.rasterize(ctx, pos, tri, (2, W))
+    ids = rast[0, ..., 3].cpu()
+    # covered where x_ndc + y_ndc < 0 (strictly inside the lower-left half)
+    xs = (2 * torch.arange(W, dtype=torch.float64) + 1) / W - 1
+    for row, y in enumerate([-0.5, 0.5]):
+        expect = (xs + y < -1e-9).float()
+        clear = (xs + y).abs() > 1e-6
+        assert torch.equal(ids[row][clear], expect[clear].float())
+    assert ids[0].sum() > 9000
+
+
+def test_too_many_triangles_is_a_clear_error():
+    pos = torch.zeros(1, 3, 4)
+    tri = torch.zeros(2**24, 3, dtype=torch.int32)
+    with pytest.raises(ValueError, match="16777215"):
+        prerast.rasterize(prerast.RasterizeCpuContext(), pos, tri, (4, 4))

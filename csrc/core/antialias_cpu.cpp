@@ -1,0 +1,34 @@
+// CPU antialiasing: both passes over pixels in parallel. The pos gradient is scattered deterministically
+// (chunked_scatter).
+#include "antialias.h"
+#include "scatter_cpu.h"
+
+namespace prerast {
+
+void antialias_forward_cpu(const AntialiasArgs& a, const ParallelFor& pfor) {
+  const int64_t pixels = a.num_images * a.height * a.width;
+  pfor(pixels, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t pix = b; pix < e; ++pix)
+      for (int dir = 0; dir < 2; ++dir) a.crossing[2 * pix + dir] = pair_tau(a, pix, dir);
+  });
+  pfor(pixels, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t pix = b; pix < e; ++pix)
+      for (int64_t c = 0; c < a.channels; ++c) a.out[pix * a.channels + c] = antialias_value(a, pix, c);
+  });
+}
+
+void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int num_chunks) {
+  const int64_t pixels = a.num_images * a.height * a.width;
+  pfor(pixels, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t pix = b; pix < e; ++pix)
+      for (int64_t c = 0; c < a.channels; ++c) a.grad_color[pix * a.channels + c] = antialias_color_grad(a, pix, c);
+  });
+  if (!a.grad_pos) return;
+  const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
+  chunked_scatter(pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, float* g) {
+    for (int64_t pix = b; pix < e; ++pix)
+      for (int dir = 0; dir < 2; ++dir) antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { g[i] += v; });
+  });
+}
+
+}  // namespace prerast

@@ -1,0 +1,110 @@
+"""antialias and antialias_construct_topology_hash: the public API over the prerast::antialias_* ops."""
+import numbers
+
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _checks, _loader
+
+_OP = "antialias"
+
+
+class TopologyHash:
+    """Which triangles share each edge of a triangle list, built by antialias_construct_topology_hash(tri) on
+    tri's device and reusable for every antialias call with the same tri (instanced or range mode).
+
+    Half-edge h = 3 * t + i is the edge of triangle t opposite its vertex i. The table lists all half-edges
+    grouped by undirected edge {a, b} of vertex indices: group_of[h] is h's group, and
+    half_edges[group_start[g]:group_start[g + 1]] are the half-edges of group g.
+    """
+
+    __slots__ = ("num_triangles", "device", "half_edges", "group_of", "group_start")
+
+    def __init__(self, num_triangles, half_edges, group_of, group_start):
+        self.num_triangles = num_triangles
+        self.device = half_edges.device
+        self.half_edges = half_edges
+        self.group_of = group_of
+        self.group_start = group_start
+
+    def __repr__(self):
+        return (f"TopologyHash(num_triangles={self.num_triangles}, edges={self.group_start.numel() - 1}, "
+                f"device={self.device})")
+
+
+def antialias_construct_topology_hash(tri):
+    """Build the edge -> adjacent triangles table that antialias uses to tell silhouette edges from edges
+    inside a surface. tri: int32 [T, 3] with non-negative vertex indices. Returns an opaque TopologyHash."""
+    op = "antialias_construct_topology_hash"
+    _loader.require()
+    _checks.tensor(op, "tri", tri)
+    if tri.dtype != torch.int32:
+        raise TypeError(f"{op}: tri must be Int (int32), got {tri.dtype}")
+    if tri.dim() != 2 or tri.shape[1] != 3:
+        raise ValueError(f"{op}: tri must have shape [T, 3], got {list(tri.shape)}")
+    if tri.shape[0] >= 1 << 24:
+        raise ValueError(f"{op}: {tri.shape[0]} triangles is more than the {(1 << 24) - 1} prerast supports")
+    if tri.numel() and int(tri.min()) < 0:
+        raise IndexError(f"{op}: tri holds a negative vertex index ({int(tri.min())})")
+    num_triangles = tri.shape[0]
+    t = tri.long()
+    ends = torch.stack([t[:, [1, 2, 0]], t[:, [2, 0, 1]]], -1)  # half-edge i of a triangle: vertices i+1, i+2
+    key = (ends.amin(-1) << 32 | ends.amax(-1)).reshape(-1)    # undirected edge as one int64
+    sorted_key, order = torch.sort(key, stable=True)
+    _, counts = torch.unique_consecutive(sorted_key, return_counts=True)
+    group_start = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=tri.device)
+    torch.cumsum(counts, 0, out=group_start[1:])
+    group_of = torch.empty_like(order)
+    group_of[order] = torch.repeat_interleave(torch.arange(counts.numel(), device=tri.device), counts)
+    return TopologyHash(num_triangles, order.int(), group_of.int(), group_start.int())
+
+
+class _Antialias(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, color, rast, pos, tri, half_edges, group_of, group_start, boost):
+        out, crossing = torch.ops.prerast.antialias_fwd(color, rast, pos, tri, half_edges, group_of, group_start)
+        ctx.save_for_backward(color, rast, pos, tri, half_edges, group_of, group_start, crossing)
+        ctx.boost = boost
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out):
+        saved = ctx.saved_tensors
+        with_pos = ctx.needs_input_grad[2]
+        grad_color, grad_pos = torch.ops.prerast.antialias_bwd(*saved, grad_out.contiguous(), ctx.boost, with_pos)
+        return grad_color, None, grad_pos if with_pos else None, None, None, None, None, None
+
+
+def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0):
+    """Antialias silhouette edges analytically.
+
+    color: float32 [N, H, W, C] shaded image; rast: [N, H, W, 4] from rasterize; pos, tri: the geometry that was
+    rasterized (pos [N, V, 4] instanced or [V, 4] range mode; tri int32 [T, 3]). topology_hash: from
+    antialias_construct_topology_hash(tri), built here when None (build it once to reuse it).
+
+    Where two neighbouring pixels show different surfaces and a silhouette edge of the nearer one passes
+    between their centres, the pixel whose footprint the edge cuts is blended with its neighbour by the exact
+    coverage along the segment joining the centres. Returns an image shaped like color. Gradients flow to
+    color and, through where the edges cross, to pos (scaled by pos_gradient_boost).
+    """
+    _loader.require()
+    for name, value in (("color", color), ("rast", rast), ("pos", pos), ("tri", tri)):
+        _checks.tensor(_OP, name, value)
+    device = _checks.same_device(_OP, color=color, rast=rast, pos=pos, tri=tri)
+    if isinstance(pos_gradient_boost, bool) or not isinstance(pos_gradient_boost, numbers.Real):
+        raise TypeError(f"{_OP}: pos_gradient_boost must be a number, got {type(pos_gradient_boost).__name__}")
+    if topology_hash is None:
+        topology_hash = antialias_construct_topology_hash(tri.contiguous())
+    elif not isinstance(topology_hash, TopologyHash):
+        raise TypeError(f"{_OP}: topology_hash must come from antialias_construct_topology_hash(tri), got "
+                        f"{type(topology_hash).__name__}")
+    if topology_hash.device != device:
+        raise ValueError(f"{_OP}: topology_hash was built on {topology_hash.device} but the inputs are on {device}; "
+                         "build it from tri on the same device")
+    if tri.dim() == 2 and topology_hash.num_triangles != tri.shape[0]:
+        raise ValueError(f"{_OP}: topology_hash was built for {topology_hash.num_triangles} triangles but tri has "
+                         f"{tri.shape[0]}; build it with antialias_construct_topology_hash(tri) for this tri")
+    return _Antialias.apply(color.contiguous(), rast.contiguous(), pos.contiguous(), tri.contiguous(),
+                            topology_hash.half_edges, topology_hash.group_of, topology_hash.group_start,
+                            float(pos_gradient_boost))
