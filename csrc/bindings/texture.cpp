@@ -134,11 +134,17 @@ std::vector<at::Tensor> texture_bwd(const at::Tensor& tex, const at::Tensor& uv,
                     shape_str(grad_out), ", expected ", c10::IntArrayRef(out_shape));
   g.grad_out = grad_out.data_ptr<float>();
   const auto none = at::empty({0}, tex.options());
-  std::vector<at::Tensor> result = {at::zeros_like(tex), none, none, none};
+  // The level gradients are views of one zeroed buffer, back to back (as the CPU path needs).
+  int64_t total = tex.numel();
+  for (const at::Tensor& m : mip) total += m.numel();
+  const at::Tensor flat = at::zeros({total}, tex.options());
+  std::vector<at::Tensor> result = {flat.narrow(0, 0, tex.numel()).view(tex.sizes()), none, none, none};
   g.grad_levels[0] = result[0].data_ptr<float>();
+  int64_t offset = tex.numel();
   for (size_t k = 0; k < mip.size(); ++k) {
-    result.push_back(at::zeros_like(mip[k]));
+    result.push_back(flat.narrow(0, offset, mip[k].numel()).view(mip[k].sizes()));
     g.grad_levels[k + 1] = result.back().data_ptr<float>();
+    offset += mip[k].numel();
   }
   if (filter != kFilterNearest) {
     result[1] = at::zeros_like(uv);

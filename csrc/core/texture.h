@@ -52,7 +52,8 @@ struct TextureArgs {
 struct TextureGradArgs {
   TextureArgs a;
   const float* grad_out = nullptr;           // [N, H, W, C]
-  float* grad_levels[kMaxMipLevels] = {};    // shaped like the levels, zero-initialised
+  // Shaped like the levels, zero-initialised. The CPU path needs them back to back in one buffer, in order.
+  float* grad_levels[kMaxMipLevels] = {};
   float* grad_uv = nullptr;                  // shaped like uv, zero-initialised; null: not wanted
   float* grad_uv_da = nullptr;               // likewise for uv_da
   float* grad_bias = nullptr;                // likewise for bias

@@ -1,16 +1,11 @@
 // CUDA texture sampling: one thread per output pixel (or per texel for mip construction) running the
 // per-pixel math of texture.h. Texture gradients are scattered with atomicAdd.
+#include "cuda_helpers.cuh"
 #include "texture.h"
 
 namespace prerast {
 
 namespace {
-
-#define PR_CUDA_TRY(expr)                                     \
-  do {                                                        \
-    cudaError_t err_ = (expr);                                \
-    if (err_ != cudaSuccess) return cudaGetErrorString(err_); \
-  } while (0)
 
 struct AtomicAdd {
   float* const* levels;
@@ -42,20 +37,18 @@ __global__ void mip_down_adjoint_kernel(const float* grad_next, int64_t B, int s
   mip_down_adjoint_texel(grad_next, sh, sw, C, grad, i / ((int64_t)sh * sw), (int)(i / sw % sh), (int)(i % sw));
 }
 
-inline unsigned blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
-
 }  // namespace
 
 const char* texture_forward_cuda(const TextureArgs& a, StreamHandle stream) {
   if (a.num_pixels == 0) return nullptr;
-  forward_kernel<<<blocks(a.num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(a);
+  forward_kernel<<<grid_for(a.num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(a);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }
 
 const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream) {
   if (g.a.num_pixels == 0) return nullptr;
-  backward_kernel<<<blocks(g.a.num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(g);
+  backward_kernel<<<grid_for(g.a.num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(g);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }
@@ -63,7 +56,7 @@ const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream)
 const char* mip_down_cuda(const float* src, int64_t B, int sh, int sw, int C, float* dst, StreamHandle stream) {
   const int64_t n = B * mip_size(sh) * mip_size(sw);
   if (n == 0) return nullptr;
-  mip_down_kernel<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(src, B, sh, sw, C, dst);
+  mip_down_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(src, B, sh, sw, C, dst);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }
@@ -72,7 +65,7 @@ const char* mip_down_adjoint_cuda(const float* grad_next, int64_t B, int sh, int
                                   StreamHandle stream) {
   const int64_t n = B * sh * sw;
   if (n == 0) return nullptr;
-  mip_down_adjoint_kernel<<<blocks(n, 256), 256, 0, (cudaStream_t)stream>>>(grad_next, B, sh, sw, C, grad);
+  mip_down_adjoint_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(grad_next, B, sh, sw, C, grad);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }
