@@ -1,16 +1,12 @@
 // texture_fwd / texture_bwd and the mip construction ops: validation, allocation and dispatch to the core.
-#include "common.h"
+#include "shading_common.h"
 #include "../core/texture.h"
-
-#ifdef PRERAST_WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace prerast {
 namespace {
 
 constexpr const char* kOp = "texture";
+constexpr const char* kMipOp = "texture_construct_mip";
 
 // Number of levels of a full chain for a level 0 of h x w texels: halvings until both sides are 1.
 int full_chain_levels(int64_t h, int64_t w) {
@@ -98,25 +94,15 @@ TextureArgs make_args(const at::Tensor& tex, const at::Tensor& uv, const c10::op
   return a;
 }
 
-bool on_cpu(const at::Tensor& t) { return t.is_cpu(); }
-
 at::Tensor texture_fwd(const at::Tensor& tex, const at::Tensor& uv, const c10::optional<at::Tensor>& uv_da,
                        const c10::optional<at::Tensor>& bias, at::TensorList mip, int64_t filter,
                        int64_t boundary) {
   TextureArgs a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
   auto out = at::empty({uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}, tex.options());
   a.out = out.data_ptr<float>();
-  if (on_cpu(tex)) {
-    texture_forward_cpu(a, torch_parallel_for());
-  } else {
-#ifdef PRERAST_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(tex.device());
-    const char* err = texture_forward_cuda(a, c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(err == nullptr, kOp, ": CUDA error: ", err);
-#else
-    TORCH_CHECK(false, kOp, ": this prerast binary was built without CUDA");
-#endif
-  }
+  run_on_device(
+      kOp, tex, [&] { texture_forward_cpu(a, torch_parallel_for()); },
+      [&](StreamHandle s) { return texture_forward_cuda(a, s); });
   return out;
 }
 
@@ -160,25 +146,17 @@ std::vector<at::Tensor> texture_bwd(const at::Tensor& tex, const at::Tensor& uv,
       g.grad_bias = result[3].data_ptr<float>();
     }
   }
-  if (on_cpu(tex)) {
-    texture_backward_cpu(g, torch_parallel_for(), at::get_num_threads());
-  } else {
-#ifdef PRERAST_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(tex.device());
-    const char* err = texture_backward_cuda(g, c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(err == nullptr, kOp, ": CUDA error: ", err);
-#else
-    TORCH_CHECK(false, kOp, ": this prerast binary was built without CUDA");
-#endif
-  }
+  run_on_device(
+      kOp, tex, [&] { texture_backward_cpu(g, torch_parallel_for(), at::get_num_threads()); },
+      [&](StreamHandle s) { return texture_backward_cuda(g, s); });
   return result;
 }
 
 void check_level(const char* name, const at::Tensor& t) {
-  check_tensor("texture_construct_mip", name, t, at::kFloat, {4});
+  check_tensor(kMipOp, name, t, at::kFloat, {4});
   TORCH_CHECK_VALUE(t.size(1) <= kMaxTextureSide && t.size(2) <= kMaxTextureSide &&
                         t.numel() <= kMaxTextureElements,
-                    "texture_construct_mip: ", name, " of shape ", shape_str(t), " exceeds the limit of ",
+                    kMipOp, ": ", name, " of shape ", shape_str(t), " exceeds the limit of ",
                     kMaxTextureSide, " texels per side or ", kMaxTextureElements, " elements");
 }
 
@@ -188,18 +166,11 @@ at::Tensor texture_mip_down(const at::Tensor& level) {
   const int h = (int)level.size(1), w = (int)level.size(2), C = (int)level.size(3);
   auto out = at::empty({level.size(0), mip_size(h), mip_size(w), C}, level.options());
   if (out.numel() == 0) return out;
-  if (on_cpu(level)) {
-    mip_down_cpu(level.data_ptr<float>(), level.size(0), h, w, C, out.data_ptr<float>(), torch_parallel_for());
-  } else {
-#ifdef PRERAST_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(level.device());
-    const char* err = mip_down_cuda(level.data_ptr<float>(), level.size(0), h, w, C, out.data_ptr<float>(),
-                                    c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(err == nullptr, "texture_construct_mip: CUDA error: ", err);
-#else
-    TORCH_CHECK(false, "texture_construct_mip: this prerast binary was built without CUDA");
-#endif
-  }
+  const float* src = level.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  run_on_device(
+      kMipOp, level, [&] { mip_down_cpu(src, level.size(0), h, w, C, dst, torch_parallel_for()); },
+      [&](StreamHandle s) { return mip_down_cuda(src, level.size(0), h, w, C, dst, s); });
   return out;
 }
 
@@ -208,25 +179,17 @@ at::Tensor texture_mip_down(const at::Tensor& level) {
 at::Tensor& texture_mip_down_adjoint_(const at::Tensor& grad_next, at::Tensor& grad) {
   check_level("gradient", grad);
   check_level("gradient of the next level", grad_next);
-  check_same_device("texture_construct_mip", "gradient of the next level", grad_next, grad, "gradient");
+  check_same_device(kMipOp, "gradient of the next level", grad_next, grad, "gradient");
   const int h = (int)grad.size(1), w = (int)grad.size(2), C = (int)grad.size(3);
   const std::vector<int64_t> want = {grad.size(0), mip_size(h), mip_size(w), C};
-  TORCH_CHECK_VALUE(grad_next.sizes().vec() == want, "texture_construct_mip: gradient of the next level has shape ",
+  TORCH_CHECK_VALUE(grad_next.sizes().vec() == want, kMipOp, ": gradient of the next level has shape ",
                     shape_str(grad_next), ", expected ", c10::IntArrayRef(want));
   if (grad.numel() == 0) return grad;
-  if (on_cpu(grad)) {
-    mip_down_adjoint_cpu(grad_next.data_ptr<float>(), grad.size(0), h, w, C, grad.data_ptr<float>(),
-                         torch_parallel_for());
-  } else {
-#ifdef PRERAST_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(grad.device());
-    const char* err = mip_down_adjoint_cuda(grad_next.data_ptr<float>(), grad.size(0), h, w, C,
-                                            grad.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(err == nullptr, "texture_construct_mip: CUDA error: ", err);
-#else
-    TORCH_CHECK(false, "texture_construct_mip: this prerast binary was built without CUDA");
-#endif
-  }
+  const float* next = grad_next.data_ptr<float>();
+  float* dst = grad.data_ptr<float>();
+  run_on_device(
+      kMipOp, grad, [&] { mip_down_adjoint_cpu(next, grad.size(0), h, w, C, dst, torch_parallel_for()); },
+      [&](StreamHandle s) { return mip_down_adjoint_cuda(next, grad.size(0), h, w, C, dst, s); });
   return grad;
 }
 
