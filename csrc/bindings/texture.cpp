@@ -120,11 +120,13 @@ std::vector<at::Tensor> texture_bwd(const at::Tensor& tex, const at::Tensor& uv,
                     shape_str(grad_out), ", expected ", c10::IntArrayRef(out_shape));
   g.grad_out = grad_out.data_ptr<float>();
   const auto none = at::empty({0}, tex.options());
-  // The level gradients are views of one zeroed buffer, back to back (as the CPU path needs).
+  // The level gradients are views of one zeroed buffer, back to back (as the CPU path needs). Without levels
+  // the texture's gradient is a tensor of its own: autograd would copy a view of a larger buffer.
   int64_t total = tex.numel();
   for (const at::Tensor& m : mip) total += m.numel();
-  const at::Tensor flat = at::zeros({total}, tex.options());
-  std::vector<at::Tensor> result = {flat.narrow(0, 0, tex.numel()).view(tex.sizes()), none, none, none};
+  const at::Tensor flat = mip.empty() ? at::zeros_like(tex) : at::zeros({total}, tex.options());
+  std::vector<at::Tensor> result = {mip.empty() ? flat : flat.narrow(0, 0, tex.numel()).view(tex.sizes()), none,
+                                    none, none};
   g.grad_levels[0] = result[0].data_ptr<float>();
   int64_t offset = tex.numel();
   for (size_t k = 0; k < mip.size(); ++k) {
