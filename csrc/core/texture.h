@@ -237,8 +237,9 @@ PR_HD void visit_taps(const TextureArgs& a, int level, int64_t n_tex, const Samp
                       Visit& visit) {
   const int h = a.levels[level].height, w = a.levels[level].width;
   const float x = c.u * (float)w, y = c.v * (float)h;
+  f.n = nearest ? 1 : 4;
+  if (!isfinite(x) || !isfinite(y)) return;  // a coordinate too large for float32 texel space reads nothing
   if (nearest) {
-    f.n = 1;
     if (a.cube) {
       const int ix = clampi((int)floorf(x), 0, w - 1), iy = clampi((int)floorf(y), 0, h - 1);
       visit(0, texel_offset(a, n_tex, c.face, h, w, iy, ix), 1.0f);
@@ -250,7 +251,7 @@ PR_HD void visit_taps(const TextureArgs& a, int level, int64_t n_tex, const Samp
   }
   const float xs = x - 0.5f, ys = y - 0.5f;  // cube: in [-0.5, size - 0.5] since s, t are in [0, 1]
   const float x0 = floorf(xs), y0 = floorf(ys);
-  f.n = 4, f.fx = xs - x0, f.fy = ys - y0;
+  f.fx = xs - x0, f.fy = ys - y0;
   if (a.cube) {
     const int ix = clampi((int)x0, -1, w - 1), iy = clampi((int)y0, -1, h - 1);
     for (int k = 0; k < 4; ++k) visit_cube_tap(a, n_tex, c.face, w, ix + (k & 1), iy + (k >> 1), k, visit);

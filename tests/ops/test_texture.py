@@ -208,10 +208,12 @@ def test_which_inputs_get_gradients(device):
 
 def test_non_finite_and_empty_inputs(device):
     tex = torch.ones(1, 4, 4, 2, device=device)
-    uv = torch.tensor([[[[float("nan"), 0.5], [0.5, float("inf")], [0.5, 0.5]]]], device=device)
-    da = torch.full((1, 1, 3, 4), float("nan"), device=device)
+    # NaN, inf, and a finite u whose texel position overflows float32 read nothing.
+    uv = torch.tensor([[[[float("nan"), 0.5], [0.5, float("inf")], [3e38, 0.5], [0.5, 0.5]]]], device=device)
+    da = torch.full((1, 1, 4, 4), float("nan"), device=device)
     for mode in ref.FILTERS:
-        out = prerast.texture(tex, uv, da, filter_mode=mode)
-        assert out[0, 0, :2].eq(0).all() and out[0, 0, 2].eq(1).all(), mode
+        for boundary in BOUNDARIES:
+            out = prerast.texture(tex, uv, da, filter_mode=mode, boundary_mode=boundary)
+            assert out[0, 0, :3].eq(0).all() and out[0, 0, 3].eq(1).all(), (mode, boundary)
     empty = prerast.texture(tex, torch.zeros(0, 3, 5, 2, device=device))
     assert empty.shape == (0, 3, 5, 2)
