@@ -7,6 +7,9 @@
 // - Mip level k+1 halves each side of level k (rounding down, never below 1). Texel i of the smaller level is
 //   the box average of texels 2i and 2i+1; when the larger side is odd, its last texel is folded into the last
 //   average (three texels). A side of 1 stays 1.
+// - Level of detail: 0.5 * log2 of the larger squared length of the two screen-axis footprint vectors in level-0
+//   texels, plus the bias, clamped to [0, levels - 1]. 'linear-mipmap-nearest' rounds it to a level;
+//   'linear-mipmap-linear' blends level floor(lod) with the next by the fraction.
 // - Cube maps follow the OpenGL face layout: the direction's largest-magnitude component picks the face
 //   (+x, -x, +y, -y, +z, -z = faces 0..5; on a tie x beats y beats z), and the face coordinates are
 //     +x: s = -z/|x|, t = -y/|x|    -x: s = +z/|x|, t = -y/|x|
