@@ -55,14 +55,17 @@ SOURCES = [
     "csrc/bindings/rasterize.cpp",
     "csrc/bindings/interpolate.cpp",
     "csrc/bindings/antialias.cpp",
+    "csrc/bindings/texture.cpp",
     "csrc/core/rasterize_cpu.cpp",
     "csrc/core/interpolate_cpu.cpp",
     "csrc/core/antialias_cpu.cpp",
+    "csrc/core/texture_cpu.cpp",
 ]
 CUDA_SOURCES = [
     "csrc/core/rasterize_cuda.cu",
     "csrc/core/interpolate_cuda.cu",
     "csrc/core/antialias_cuda.cu",
+    "csrc/core/texture_cuda.cu",
 ]
 
 

@@ -35,6 +35,7 @@ from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLCont
 from ._interpolate import interpolate  # noqa: E402
 from ._log import get_log_level, set_log_level  # noqa: E402
 from ._rasterize import DepthPeeler, rasterize  # noqa: E402
+from ._texture import TextureMipChain, texture, texture_construct_mip  # noqa: E402
 
 __all__ = [
     "BinaryMismatchError",
@@ -42,6 +43,7 @@ __all__ = [
     "RasterizeCpuContext",
     "RasterizeCudaContext",
     "RasterizeGLContext",
+    "TextureMipChain",
     "TopologyHash",
     "__version__",
     "antialias",
@@ -50,4 +52,6 @@ __all__ = [
     "interpolate",
     "rasterize",
     "set_log_level",
+    "texture",
+    "texture_construct_mip",
 ]

@@ -1,0 +1,183 @@
+"""texture and texture_construct_mip: the public API over the prerast::texture_* ops, with their autograd.
+
+Conventions (the arithmetic lives in csrc/core/texture.h):
+- 2D textures are [N, Ht, Wt, C]; uv [..., 2] with u along the width, v along the height. Texel i covers
+  [i/size, (i+1)/size) and its centre is (i + 0.5)/size.
+- Cube maps are [N, 6, S, S, C] with faces +x, -x, +y, -y, +z, -z in the OpenGL layout; uv is a direction
+  [..., 3] and uv_da its screen derivatives (dx/dX, dx/dY, dy/dX, dy/dY, dz/dX, dz/dY), the layout interpolate
+  gives for a 3-component attribute with diff_attrs. Filtering continues across face edges; a bilinear tap off
+  a cube corner reads the mean of the three texels that meet there.
+- Mip level k+1 halves each side of level k, rounding down, down to 1 texel; an odd side folds its last texel
+  into the last box (three texels averaged instead of two). Cube faces are reduced independently.
+- Level of detail: 0.5 * log2 of the larger squared length of the footprint vectors (d texel / dX, d texel / dY)
+  in level-0 texels, plus mip_level_bias, clamped to [0, levels - 1].
+"""
+import torch
+
+from . import _checks, _loader
+
+FILTER_MODES = {"nearest": 0, "linear": 1, "linear-mipmap-nearest": 2, "linear-mipmap-linear": 3}
+BOUNDARY_MODES = {"wrap": 0, "clamp": 1, "zero": 2, "cube": 3}
+_MIP_NEAREST, _MIP_LINEAR = 2, 3
+
+
+class TextureMipChain:
+    """Mip levels 1, 2, ... of a texture, from texture_construct_mip. Pass it as texture(..., mip=chain) to reuse
+    it across calls while the texture is unchanged; gradients of its levels still reach the texture."""
+
+    def __init__(self, levels, base_shape, cube_mode):
+        self._levels = levels
+        self._base_shape = tuple(base_shape)
+        self._cube_mode = cube_mode
+
+    @property
+    def num_levels(self):
+        """Levels below level 0 (the texture itself)."""
+        return len(self._levels)
+
+    def __repr__(self):
+        return (f"TextureMipChain(base_shape={list(self._base_shape)}, levels={self.num_levels}, "
+                f"cube_mode={self._cube_mode})")
+
+
+def _check_tex(op, tex, cube):
+    _checks.tensor(op, "tex", tex)
+    if tex.dtype != torch.float32:
+        raise TypeError(f"{op}: tex must be float32, got {tex.dtype}")
+    if cube and (tex.dim() != 5 or tex.shape[1] != 6 or tex.shape[2] != tex.shape[3]):
+        raise ValueError(f"{op}: a cube map must have shape [N, 6, S, S, C], got {list(tex.shape)}")
+    if not cube and tex.dim() != 4:
+        hint = " (a cube map needs boundary_mode='cube', or cube_mode=True for texture_construct_mip)" \
+            if tex.dim() == 5 else ""
+        raise ValueError(f"{op}: a 2D texture must have shape [N, H, W, C], got {list(tex.shape)}{hint}")
+
+
+def _check_max_mip_level(op, max_mip_level):
+    if max_mip_level is None:
+        return None
+    if isinstance(max_mip_level, bool) or not isinstance(max_mip_level, int) or max_mip_level < 0:
+        raise ValueError(f"{op}: max_mip_level must be None or an int >= 0, got {max_mip_level!r}")
+    return max_mip_level
+
+
+def _flat(t):
+    """[N, (6,) h, w, C] -> [N * faces, h, w, C]: cube faces are reduced like separate 2D textures."""
+    return t.reshape(-1, *t.shape[-3:])
+
+
+def _build_levels(tex, max_mip_level):
+    levels = []
+    level = tex.detach().contiguous()
+    while (max_mip_level is None or len(levels) < max_mip_level) and max(level.shape[-3:-1]) > 1:
+        nxt = torch.ops.prerast.texture_mip_down(_flat(level))
+        level = nxt.view(*tex.shape[:-3], *nxt.shape[1:])
+        levels.append(level)
+    return levels
+
+
+def _fold_level_grads(grad_tex, grad_levels):
+    """Gradient of level 0 including what reached levels 1..n built from it: the adjoint of each halving,
+    accumulated in place from the smallest level up (all of these are fresh tensors from texture_bwd)."""
+    grads = [grad_tex] + list(grad_levels)
+    for k in range(len(grads) - 1, 0, -1):
+        torch.ops.prerast.texture_mip_down_adjoint_(_flat(grads[k]), _flat(grads[k - 1]))
+    return grad_tex
+
+
+def texture_construct_mip(tex, max_mip_level=None, cube_mode=False):
+    """Build the mip chain of tex ([N, H, W, C], or [N, 6, S, S, C] with cube_mode=True) for reuse across
+    texture() calls. max_mip_level limits the number of levels below the texture (None: down to 1 texel)."""
+    op = "texture_construct_mip"
+    _loader.require()
+    _check_tex(op, tex, bool(cube_mode))
+    max_mip_level = _check_max_mip_level(op, max_mip_level)
+    _checks.on_device(op, tex.device, tex=tex)
+    return TextureMipChain(_build_levels(tex, max_mip_level), tex.shape, bool(cube_mode))
+
+
+class _Texture(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, cfg, tex, uv, uv_da, bias, *levels):
+        filter_mode, boundary_mode, built = cfg
+        out = torch.ops.prerast.texture_fwd(tex, uv, uv_da, bias, list(levels), filter_mode, boundary_mode)
+        ctx.save_for_backward(tex, uv, uv_da, bias, *levels)
+        ctx.cfg = cfg
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        filter_mode, boundary_mode, built = ctx.cfg
+        tex, uv, uv_da, bias, *levels = ctx.saved_tensors
+        grads = torch.ops.prerast.texture_bwd(tex, uv, uv_da, bias, levels, filter_mode, boundary_mode,
+                                              grad_out.contiguous())
+        grad_tex, grad_uv, grad_da, grad_bias, *grad_levels = grads
+        if built:
+            grad_tex = _fold_level_grads(grad_tex, grad_levels)
+            grad_levels = [None] * len(levels)
+        lod_grads = filter_mode == _MIP_LINEAR and len(levels) > 0
+        return (None, grad_tex, grad_uv if filter_mode > 0 else None,
+                grad_da if lod_grads and uv_da is not None else None,
+                grad_bias if lod_grads and bias is not None else None, *grad_levels)
+
+
+def _mode(op, name, value, modes):
+    if value not in modes:
+        raise ValueError(f"{op}: {name} must be one of {', '.join(repr(m) for m in modes)}; got {value!r}")
+    return modes[value]
+
+
+def _levels_for(op, tex, mip, cube, max_mip_level):
+    """(levels, built): the mip levels below tex to sample, and whether they were built from tex."""
+    if mip is None:
+        return _build_levels(tex, max_mip_level), True
+    if isinstance(mip, TextureMipChain):
+        if mip._base_shape != tuple(tex.shape) or mip._cube_mode != cube:
+            raise ValueError(f"{op}: mip was built for a texture of shape {list(mip._base_shape)} "
+                             f"(cube_mode={mip._cube_mode}) but tex has shape {list(tex.shape)} "
+                             f"(cube={cube}); rebuild it with texture_construct_mip(tex)")
+        levels = mip._levels
+        built = True
+    elif isinstance(mip, (list, tuple)):
+        for i, t in enumerate(mip):
+            _checks.tensor(op, f"mip[{i}]", t)
+        levels = [t.contiguous() for t in mip]
+        built = False
+    else:
+        raise TypeError(f"{op}: mip must be None, the result of texture_construct_mip, or a list of level tensors; "
+                        f"got {type(mip).__name__}")
+    return (levels if max_mip_level is None else levels[:max_mip_level]), built
+
+
+def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="auto", boundary_mode="wrap",
+            max_mip_level=None):
+    """Sample tex at uv: [N, H, W, C].
+
+    tex: [N, Ht, Wt, C] (or [N, 6, S, S, C] with boundary_mode='cube'); N = 1 serves every image.
+    uv: [N, H, W, 2] texture coordinates (cube: [N, H, W, 3] directions). uv_da: their screen derivatives
+    [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) (cube: [N, H, W, 6]). mip_level_bias: [N, H, W].
+    mip: texture_construct_mip(tex), or a list of tensors for levels 1..n; None builds the chain when needed.
+    filter_mode: 'nearest', 'linear', 'linear-mipmap-nearest', 'linear-mipmap-linear', or 'auto' ('linear'
+    without uv_da and mip_level_bias, else 'linear-mipmap-linear'). boundary_mode: 'wrap', 'clamp' (to the
+    edge texel centres), 'zero' (texels outside are 0), 'cube'. max_mip_level: most levels below tex to use
+    (0: no mipmapping; None: all).
+    """
+    op = "texture"
+    _loader.require()
+    if filter_mode == "auto":
+        filter_mode = "linear" if uv_da is None and mip_level_bias is None else "linear-mipmap-linear"
+    filt = _mode(op, "filter_mode", filter_mode, FILTER_MODES)
+    bound = _mode(op, "boundary_mode", boundary_mode, BOUNDARY_MODES)
+    cube = bound == BOUNDARY_MODES["cube"]
+    _check_tex(op, tex, cube)
+    _checks.tensor(op, "uv", uv)
+    for name, t in (("uv_da", uv_da), ("mip_level_bias", mip_level_bias)):
+        if t is not None:
+            _checks.tensor(op, name, t)
+    max_mip_level = _check_max_mip_level(op, max_mip_level)
+    _checks.same_device(op, tex=tex, uv=uv, uv_da=uv_da, mip_level_bias=mip_level_bias)
+
+    levels, built = [], False
+    if filt in (_MIP_NEAREST, _MIP_LINEAR) and max_mip_level != 0:
+        levels, built = _levels_for(op, tex, mip, cube, max_mip_level)
+    contiguous = [None if t is None else t.contiguous() for t in (tex, uv, uv_da, mip_level_bias)]
+    return _Texture.apply((filt, bound, built), *contiguous, *levels)
