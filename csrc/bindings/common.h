@@ -11,6 +11,11 @@
 
 #include "../core/common.h"
 
+#ifdef PRERAST_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 namespace prerast {
 
 inline std::string shape_str(const at::Tensor& t) {
@@ -73,5 +78,23 @@ struct TensorWorkspace {
     return w;
   }
 };
+
+// Runs cpu() on the CPU, or cuda(stream) under a guard for ref's device on its current stream; cuda returns
+// nullptr or a CUDA error message.
+template <class Cpu, class Cuda>
+void run_on_device(const char* op, const at::Tensor& ref, Cpu cpu, Cuda cuda) {
+  if (ref.is_cpu()) {
+    cpu();
+    return;
+  }
+#ifdef PRERAST_WITH_CUDA
+  const c10::cuda::CUDAGuard guard(ref.device());
+  const char* err = cuda((StreamHandle)c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == nullptr, op, ": CUDA error: ", err);
+#else
+  (void)cuda;
+  TORCH_CHECK(false, op, ": this prerast binary was built without CUDA");
+#endif
+}
 
 }  // namespace prerast

@@ -2,11 +2,6 @@
 #include "common.h"
 #include "../core/rasterize.h"
 
-#ifdef PRERAST_WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
 namespace prerast {
 namespace {
 
@@ -86,18 +81,12 @@ std::tuple<at::Tensor, at::Tensor> rasterize_fwd(const at::Tensor& pos, const at
   a.rast = rast.data_ptr<float>();
   a.rast_db = rast_db.data_ptr<float>();
   if (rast.numel() == 0) return {rast, rast_db};
-  if (pos.is_cpu()) {
-    rasterize_forward_cpu(a, torch_parallel_for());
-  } else {
-#ifdef PRERAST_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(pos.device());
-    TensorWorkspace ws{pos.options()};
-    const char* err = rasterize_forward_cuda(a, c10::cuda::getCurrentCUDAStream().stream(), ws.handle());
-    TORCH_CHECK(err == nullptr, kOp, ": CUDA error: ", err);
-#else
-    TORCH_CHECK(false, kOp, ": this prerast binary was built without CUDA");
-#endif
-  }
+  run_on_device(
+      kOp, pos, [&] { rasterize_forward_cpu(a, torch_parallel_for()); },
+      [&](StreamHandle stream) {
+        TensorWorkspace ws{pos.options()};
+        return rasterize_forward_cuda(a, stream, ws.handle());
+      });
   return {rast, rast_db};
 }
 
@@ -129,17 +118,9 @@ at::Tensor rasterize_bwd(const at::Tensor& pos, const at::Tensor& tri, const at:
   a.grad_rast = grad_rast.data_ptr<float>();
   a.grad_db = grad_db.has_value() ? grad_db->data_ptr<float>() : nullptr;
   a.grad_pos = grad_pos.data_ptr<float>();
-  if (pos.is_cpu()) {
-    rasterize_backward_cpu(a, torch_parallel_for(), at::get_num_threads());
-  } else {
-#ifdef PRERAST_WITH_CUDA
-    const c10::cuda::CUDAGuard guard(pos.device());
-    const char* err = rasterize_backward_cuda(a, c10::cuda::getCurrentCUDAStream().stream());
-    TORCH_CHECK(err == nullptr, kOp, ": CUDA error: ", err);
-#else
-    TORCH_CHECK(false, kOp, ": this prerast binary was built without CUDA");
-#endif
-  }
+  run_on_device(
+      kOp, pos, [&] { rasterize_backward_cpu(a, torch_parallel_for(), at::get_num_threads()); },
+      [&](StreamHandle stream) { return rasterize_backward_cuda(a, stream); });
   return grad_pos;
 }
 

@@ -1,13 +1,8 @@
 // Helpers shared by the bindings of the ops that shade a rasterized image (interpolate, antialias): checks of
-// the rast tensor handed back to them, and running a core entry point on the CPU or the tensor's GPU.
+// the rast tensor handed back to them.
 #pragma once
 
 #include "common.h"
-
-#ifdef PRERAST_WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
 
 namespace prerast {
 
@@ -22,24 +17,6 @@ inline void check_rast(const char* op, const at::Tensor& rast, int64_t num_trian
   TORCH_CHECK_INDEX(lo >= 0.0f && hi <= (float)num_triangles, op, ": rast holds triangle IDs in [", lo, ", ", hi,
                     "] but tri has ", num_triangles, " triangles (IDs 1..", num_triangles,
                     ", 0 for background); pass the rast that rasterize returned for this tri");
-}
-
-// Runs cpu() on the CPU, or cuda(stream) under a guard for ref's device on its current stream; cuda returns
-// nullptr or a CUDA error message.
-template <class Cpu, class Cuda>
-void run_on_device(const char* op, const at::Tensor& ref, Cpu cpu, Cuda cuda) {
-  if (ref.is_cpu()) {
-    cpu();
-    return;
-  }
-#ifdef PRERAST_WITH_CUDA
-  const c10::cuda::CUDAGuard guard(ref.device());
-  const char* err = cuda((StreamHandle)c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == nullptr, op, ": CUDA error: ", err);
-#else
-  (void)cuda;
-  TORCH_CHECK(false, op, ": this prerast binary was built without CUDA");
-#endif
 }
 
 }  // namespace prerast
