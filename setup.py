@@ -20,8 +20,20 @@ import sys
 from setuptools import setup
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(ROOT, "ci"))
-import build_env  # noqa: E402  (ci/build_env.py: toolkit discovery shared with the wheel builder)
+
+
+def _load_build_env():
+    """ci/build_env.py (toolkit discovery shared with the wheel builder), loaded by path so that no other
+    module of ci/ can shadow a real package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prerast_build_env", os.path.join(ROOT, "ci", "build_env.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build_env = _load_build_env()
 
 # torch guesses CUDA_HOME from the first nvcc on PATH, which may be a wrapper script outside the toolkit:
 # settle it before torch.utils.cpp_extension is imported.
