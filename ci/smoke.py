@@ -98,12 +98,12 @@ def _read_only_wrapper(venv):
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
     if os.geteuid() != 0 or not os.path.exists(unshare) or not os.path.exists("/bin/mount"):
         return []
-    script = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && exec "$@"'
-    probe = subprocess.run([unshare, "-m", "--propagation", "private", "/bin/sh", "-c",
-                            'PATH=/bin:/usr/bin; ' + script, venv, "/bin/true"], capture_output=True)
-    if probe.returncode != 0:
+    # Absolute paths: the PATH of the command that follows is the runtime's, with no /bin in it.
+    script = '/bin/mount --bind "$0" "$0" && /bin/mount -o remount,bind,ro "$0" && exec "$@"'
+    wrapper = [unshare, "-m", "--propagation", "private", "/bin/sh", "-c", script, venv]
+    if subprocess.run(wrapper + ["/bin/true"], capture_output=True).returncode != 0:
         return []
-    return [unshare, "-m", "--propagation", "private", "/bin/sh", "-c", "PATH=/bin:/usr/bin; " + script, venv]
+    return wrapper
 
 
 def install(venv, wheel):

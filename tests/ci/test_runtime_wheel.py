@@ -28,8 +28,14 @@ def the_wheel():
 
 @pytest.fixture(scope="module")
 def runtime_venv(tmp_path_factory):
+    """A fresh venv with this torch and the wheel under test installed (skips before the costly venv when there
+    is no wheel)."""
+    wheel = the_wheel()
     venv = str(tmp_path_factory.mktemp("runtime") / "venv")
     wheel_tools.make_venv(venv, [f"torch=={torch.__version__.split('+')[0]}", "numpy"])
+    from ci import smoke
+
+    smoke.install(venv, wheel)
     return venv
 
 
