@@ -33,7 +33,7 @@ def run_logged(cmd, log_path, label, env=None, cwd=None, show=None, prefix=None)
     done = threading.Event()
 
     def heartbeat():
-        while not done.wait(5):
+        while not done.wait(min(5, HEARTBEAT_S)):
             if time.time() - last[0] >= HEARTBEAT_S:
                 log(f"  {label}: still running ({clock(time.time() - start)})", prefix)
                 last[0] = time.time()
