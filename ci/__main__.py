@@ -181,11 +181,12 @@ def main(argv=None):
     r.add_argument("dest_dir")
     r.set_defaults(func=cmd_repair)
 
-    for name, module in (("smoke", "ci.smoke"), ("wheel", "ci.wheel")):
-        sp = sub.add_parser(name, add_help=False)
-        sp.add_argument("rest", nargs=argparse.REMAINDER)
-        sp.set_defaults(func=lambda a, module=module: __import__(module, fromlist=["main"]).main(a.rest) or 0)
-
+    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel"}  # commands with parsers of their own
+    for name in delegated:
+        sub.add_parser(name, help=f"see python -m ci {name} --help")
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in delegated:
+        return __import__(delegated[argv[0]], fromlist=["main"]).main(argv[1:]) or 0
     args = p.parse_args(argv)
     return args.func(args)
 

@@ -108,19 +108,29 @@ def ccache_stats(env):
 
 def build_env_vars(cell, venv, work, facts, archs):
     """Environment of the build: the venv's tools first on PATH, the cell's toolkit and archs, ccache for the
-    host compiler and nvcc (torch >= 2.13 prepends ccache itself; older torch gets it through CXX/PYTORCH_NVCC)."""
+    host compiler and nvcc. torch >= 2.13 puts ccache in front of both itself; for older torch, compiler names
+    that lead to ccache go first on PATH (CXX="ccache c++" would fail torch's compiler version check) and nvcc
+    is wrapped through PYTORCH_NVCC."""
     env = dict(os.environ)
-    env["PATH"] = os.path.join(venv, "bin") + os.pathsep + env.get("PATH", "")
+    first = [os.path.join(venv, "bin")]
+    ccache = shutil.which("ccache")
+    if ccache and not facts["wraps_compiler"]:
+        masquerade = os.path.join(work, "ccache-bin")
+        os.makedirs(masquerade, exist_ok=True)
+        for name in ("cc", "c++", "gcc", "g++"):
+            link = os.path.join(masquerade, name)
+            if not os.path.lexists(link):
+                os.symlink(ccache, link)
+        first.append(masquerade)
+    env["PATH"] = os.pathsep.join(first + [env.get("PATH", "")])
     env["CCACHE_DIR"] = os.path.join(work, "ccache")
     env.pop("PRERAST_FORCE_CPU", None)
     env.pop("TORCH_CUDA_ARCH_LIST", None)
     if cell.cuda:
         env["CUDA_HOME"] = local.nvcc()[0]
         env["PRERAST_CUDA_ARCH_LIST"] = archs or cell.arch_list()
-    if shutil.which("ccache") and not facts["wraps_compiler"]:
-        env["CXX"] = "ccache " + env.get("CXX", "c++")
-        if cell.cuda and facts["nvcc_env"]:
-            env["PYTORCH_NVCC"] = "ccache " + os.path.join(env["CUDA_HOME"], "bin", "nvcc")
+    if ccache and not facts["wraps_compiler"] and cell.cuda and facts["nvcc_env"]:
+        env["PYTORCH_NVCC"] = "ccache " + os.path.join(env["CUDA_HOME"], "bin", "nvcc")
     return env
 
 
@@ -251,7 +261,7 @@ def cross_check_all(results, out_root=DEFAULT_OUT):
                 continue
             ok, message = smoke.cross_check(rt["runtime_venv"], r["wheel"])
             log(f"cross-check: {r['cell']} wheel under torch {rt['cell']}: {'refused as expected' if ok else 'NOT REFUSED'}")
-            rows.append({"wheel_cell": r["cell"], "runtime": f"{rt['cell']} py{rt['python']}", "ok": ok,
+            rows.append({"wheel_cell": f"{r['cell']} (built with py{r['python']})", "runtime": f"{rt['cell']} py{rt['python']}", "ok": ok,
                          "message": message})
         smoke.install(rt["runtime_venv"], rt["wheel"])  # leave each runtime with its own wheel
     with open(os.path.join(out_root, "crosscheck.json"), "w") as f:
