@@ -100,7 +100,7 @@ def verdict(cell, python_version=None):
         specs = ",".join(op + b for op, b in torch_constraints())
         return False, f"pip's constraints here cap torch ({specs})"
     requirement, extra = cell.torch_requirement()
-    wanted = requirement.split("==")[1]
+    wanted = requirement.split("=")[-1]
     if cell.on_pypi:
         if wanted not in torch_versions():
             return False, f"torch {wanted} not on the indexes reachable here"

@@ -77,9 +77,11 @@ class Cell:
         return f"prerast-{version}+{self.local_tag}-{floor}-abi3-{plat}.whl"
 
     def torch_requirement(self):
-        """(requirement, extra pip arguments) that install this cell's torch."""
+        """(requirement, extra pip arguments) that install this cell's torch. The PyPI build is asked for with
+        `===` (exactly that version string): `==2.13.0` also matches 2.13.0+cpu, which a find-links folder or
+        an extra index may offer instead."""
         if self.on_pypi:
-            return f"torch=={self.torch}", []
+            return f"torch==={self.torch}", []
         return f"torch=={self.torch}+{self.platform}", ["--extra-index-url", self.torch_index()]
 
     def torch_index(self):
