@@ -57,13 +57,14 @@ def fetch_torch(cell, python_version, downloads, log_path):
 
 
 def make_env(venv, python_version, torch_wheels, tools, log_path):
-    """A fresh virtualenv with the cell's torch (from the local wheel folder) and `tools` (requirement files)."""
+    """A fresh virtualenv with the cell's torch (from the local wheel folder, asked for by its exact version: pip's
+    configured find-links may hold another build of the same release) and `tools` (requirement files)."""
     shutil.rmtree(venv, ignore_errors=True)
     subprocess.run([local.python_executable(python_version), "-m", "venv", venv], check=True)
     python = os.path.join(venv, "bin", "python")
     requirement = next(f for f in os.listdir(torch_wheels) if f.startswith("torch-"))
     version = requirement.split("-")[1]
-    _pip(python, ["install", "--no-compile", "--no-index", "--find-links", torch_wheels, f"torch=={version}", "numpy"], log_path,
+    _pip(python, ["install", "--no-compile", "--no-index", "--find-links", torch_wheels, f"torch==={version}", "numpy"], log_path,
          "install torch")
     if tools:
         _pip(python, ["install"] + [x for t in tools for x in ("-r", t)], log_path, "install build tools")
