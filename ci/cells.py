@@ -64,8 +64,8 @@ def make_env(venv, python_version, torch_wheels, tools, log_path):
     python = os.path.join(venv, "bin", "python")
     requirement = next(f for f in os.listdir(torch_wheels) if f.startswith("torch-"))
     version = requirement.split("-")[1]
-    _pip(python, ["install", "--no-compile", "--no-index", "--find-links", torch_wheels, f"torch==={version}", "numpy"], log_path,
-         "install torch")
+    _pip(python, ["install", "--no-compile", "--no-index", "--find-links", torch_wheels, f"torch==={version}",
+                  "numpy"], log_path, "install torch")
     if tools:
         _pip(python, ["install"] + [x for t in tools for x in ("-r", t)], log_path, "install build tools")
     return python
