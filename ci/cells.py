@@ -261,9 +261,10 @@ def cross_check_all(results, out_root=DEFAULT_OUT):
             if r["cell"] == rt["cell"]:
                 continue
             ok, message = smoke.cross_check(rt["runtime_venv"], r["wheel"])
-            log(f"cross-check: {r['cell']} wheel under torch {rt['cell']}: {'refused as expected' if ok else 'NOT REFUSED'}")
-            rows.append({"wheel_cell": f"{r['cell']} (built with py{r['python']})", "runtime": f"{rt['cell']} py{rt['python']}", "ok": ok,
-                         "message": message})
+            verdict = "refused as expected" if ok else "NOT REFUSED"
+            log(f"cross-check: {r['cell']} wheel (py{r['python']}) under torch {rt['cell']}: {verdict}")
+            rows.append({"wheel_cell": f"{r['cell']} (built with py{r['python']})",
+                         "runtime": f"{rt['cell']} py{rt['python']}", "ok": ok, "message": message})
         smoke.install(rt["runtime_venv"], rt["wheel"])  # leave each runtime with its own wheel
     with open(os.path.join(out_root, "crosscheck.json"), "w") as f:
         json.dump(rows, f, indent=2)

@@ -171,7 +171,8 @@ def cross_check(venv, wheel):
 def main(argv=None):
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m ci smoke", description="Smoke-test an installed or given prerast wheel with no compiler.")
+    p = argparse.ArgumentParser(prog="python -m ci smoke",
+                                description="Smoke-test an installed or given prerast wheel with no compiler.")
     p.add_argument("--venv", default=sys.prefix, help="virtualenv with torch (default: this interpreter's)")
     p.add_argument("--wheel", help="install this wheel first (default: test what is installed)")
     p.add_argument("--png", default=os.path.join(tempfile.gettempdir(), "prerast-smoke.png"))
