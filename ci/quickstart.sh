@@ -9,14 +9,14 @@ PYTHON=${PYTHON:-python3.11}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 start=$(date +%s)
 
-"$PYTHON" ci/wheel.py venv .venv/build -r ci/requirements-build.txt
-wheel=$(.venv/build/bin/python ci/wheel.py build --out dist | tail -n 1)
+"$PYTHON" -m ci wheel venv .venv/build -r ci/requirements-build.txt
+wheel=$(.venv/build/bin/python -m ci wheel build --out dist | tail -n 1)
 built=$(date +%s)
 
 rm -rf .venv/runtime
 torch_req=$(grep '^torch==' ci/requirements-build.txt)
-"$PYTHON" ci/wheel.py venv .venv/runtime "$torch_req" numpy
-.venv/build/bin/python ci/wheel.py smoke .venv/runtime "$wheel" --png dist/prerast-demo.png
+"$PYTHON" -m ci wheel venv .venv/runtime "$torch_req" numpy
+.venv/build/bin/python -m ci wheel smoke .venv/runtime "$wheel" --png dist/prerast-demo.png
 
 echo
 echo "wheel:  $wheel ($(du -h "$wheel" | cut -f1), built in $((built - start)) s including the build venv)"

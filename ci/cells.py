@@ -1,0 +1,283 @@
+"""Build one cell of the matrix end to end, on this machine:
+
+  1 torch     download the cell's torch (and its CUDA wheels) once into a local wheel cache
+  2 env       an isolated build virtualenv: exactly that torch + build tools
+  3 cold      pip wheel from a clean copy of the source, compiler cache refreshed (CCACHE_RECACHE)
+  4 warm      the same build again from a clean build folder: every compile should hit the cache
+  5 repair    auditwheel repair with the package's exclude policy; auditwheel show; nothing of torch/CUDA inside
+  6 smoke     a fresh runtime virtualenv with the cell's torch, no compiler: import, render, nothing written
+
+Each (cell, Python) gets a folder <work>/<cell>-py<X.Y> (virtualenvs, source copy, compiler cache, logs) and a
+result.json next to its wheel in <out>/<cell>-py<X.Y>/, which the summary table reads.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+from ci import local, progress, smoke, wheel
+from ci.progress import CommandFailed, Steps, log, run_logged
+
+ROOT = wheel.ROOT
+STEPS = ["torch", "env", "cold", "warm", "repair", "smoke"]
+DEFAULT_WORK = os.path.join(ROOT, ".venv", "cells")
+DEFAULT_OUT = os.path.join(ROOT, "dist", "cells")
+DEFAULT_DOWNLOADS = os.path.expanduser("~/.cache/prerast-ci/wheels")
+
+
+class CellFailed(RuntimeError):
+    """A cell's build failed at a named step."""
+
+
+def run_name(cell, python_version):
+    return f"{cell.id}-py{python_version}"
+
+
+def _pip(python, args, log_path, label, env=None):
+    cmd = [python, "-m", "pip", "--disable-pip-version-check"] + args
+    return run_logged(cmd, log_path, label, env=env, show=lambda line: line.startswith(("Collecting", "Installing")))
+
+
+def fetch_torch(cell, python_version, downloads, log_path):
+    """pip download the cell's torch (+ numpy) for `python_version` into a folder of its own; venvs install
+    from there with --no-index, so the multi-GB CUDA wheels are fetched once."""
+    folder = os.path.join(downloads, f"{cell.id}-cp{python_version.replace('.', '')}")
+    done = os.path.join(folder, ".complete")
+    if os.path.exists(done):
+        log(f"  torch wheels already in {folder}")
+        return folder
+    requirement, extra = cell.torch_requirement()
+    python = local.python_executable(python_version)
+    _pip(python, ["download", "-d", folder, requirement, "numpy"] + extra, log_path, "download torch")
+    open(done, "w").close()
+    return folder
+
+
+def make_env(venv, python_version, torch_wheels, tools, log_path):
+    """A fresh virtualenv with the cell's torch (from the local wheel folder, asked for by its exact version: pip's
+    configured find-links may hold another build of the same release) and `tools` (requirement files)."""
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([local.python_executable(python_version), "-m", "venv", venv], check=True)
+    python = os.path.join(venv, "bin", "python")
+    requirement = next(f for f in os.listdir(torch_wheels) if f.startswith("torch-"))
+    version = requirement.split("-")[1]
+    _pip(python, ["install", "--no-compile", "--no-index", "--find-links", torch_wheels, f"torch==={version}",
+                  "numpy"], log_path, "install torch")
+    if tools:
+        _pip(python, ["install"] + [x for t in tools for x in ("-r", t)], log_path, "install build tools")
+    return python
+
+
+def torch_facts(python):
+    code = ("import json, torch, torch.utils.cpp_extension as e, inspect; "
+            "src = inspect.getsource(e); print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+            "'wraps_compiler': '_wrap_compiler' in src, 'nvcc_env': 'PYTORCH_NVCC' in src}))")
+    return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout)
+
+
+def copy_source(dest):
+    """A copy of the working tree (tracked and untracked-but-not-ignored files) that is a git clone, so that the
+    build metadata still names the commit. The copy keeps one path per cell: the compiler cache then hits."""
+    if not os.path.isdir(os.path.join(dest, ".git")):
+        shutil.rmtree(dest, ignore_errors=True)
+        subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", ROOT, dest], check=True)
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout
+    subprocess.run(["git", "-C", dest, "fetch", "-q", ROOT, head.strip()], check=True)
+    subprocess.run(["git", "-C", dest, "checkout", "-q", "--detach", "-f", head.strip()], check=True)
+    subprocess.run(["git", "-C", dest, "clean", "-qfdx"], check=True)
+    listed = subprocess.run(["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True,
+                            check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src, dst = os.path.join(ROOT, rel), os.path.join(dest, rel)
+        if os.path.isfile(src):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(src, dst)
+        elif os.path.exists(dst):
+            os.remove(dst)
+
+
+def ccache_stats(env):
+    out = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True, env=env).stdout
+    stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
+    hits = sum(int(stats.get(k, 0)) for k in ("direct_cache_hit", "preprocessed_cache_hit"))
+    misses = int(stats.get("cache_miss", 0)) + int(stats.get("recache", 0))
+    return {"hits": hits, "misses": misses}
+
+
+def build_env_vars(cell, venv, work, facts, archs):
+    """Environment of the build: the venv's tools first on PATH, the cell's toolkit and archs, ccache for the
+    host compiler and nvcc. torch >= 2.13 puts ccache in front of both itself; for older torch, compiler names
+    that lead to ccache go first on PATH (CXX="ccache c++" would fail torch's compiler version check) and nvcc
+    is wrapped through PYTORCH_NVCC."""
+    env = dict(os.environ)
+    first = [os.path.join(venv, "bin")]
+    ccache = shutil.which("ccache")
+    if ccache and not facts["wraps_compiler"]:
+        masquerade = os.path.join(work, "ccache-bin")
+        os.makedirs(masquerade, exist_ok=True)
+        for name in ("cc", "c++", "gcc", "g++"):
+            link = os.path.join(masquerade, name)
+            if not os.path.lexists(link):
+                os.symlink(ccache, link)
+        first.append(masquerade)
+    env["PATH"] = os.pathsep.join(first + [env.get("PATH", "")])
+    env["CCACHE_DIR"] = os.path.join(work, "ccache")
+    env.pop("PRERAST_FORCE_CPU", None)
+    env.pop("TORCH_CUDA_ARCH_LIST", None)
+    if cell.cuda:
+        env["CUDA_HOME"] = local.nvcc()[0]
+        env["PRERAST_CUDA_ARCH_LIST"] = archs or cell.arch_list()
+    if ccache and not facts["wraps_compiler"] and cell.cuda and facts["nvcc_env"]:
+        env["PYTORCH_NVCC"] = "ccache " + os.path.join(env["CUDA_HOME"], "bin", "nvcc")
+    return env
+
+
+def compile_once(python, src, raw_dir, env, log_path, label):
+    """pip wheel from a clean build folder; returns (seconds, wheel path)."""
+    for leftover in ["build", "dist"] + glob.glob(os.path.join(src, "package", "*.egg-info")):
+        shutil.rmtree(os.path.join(src, leftover), ignore_errors=True)
+    shutil.rmtree(raw_dir, ignore_errors=True)
+    cmd = [python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", raw_dir, src]
+    took = run_logged(cmd, log_path, label, env=env, cwd=src, show=progress.echo_compiler)
+    (raw,) = glob.glob(os.path.join(raw_dir, "prerast-*.whl"))
+    return took, raw
+
+
+def expected_plat(cell):
+    """The --plat to repair to: the matrix's policy inside a manylinux image (AUDITWHEEL_PLAT is set there),
+    else None: auditwheel picks the most compatible tag this machine's libc and libstdc++ allow."""
+    wanted = f"{cell.manylinux}_{cell.policy['machine']}"
+    return wanted if os.environ.get("AUDITWHEEL_PLAT") == wanted else None
+
+
+def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WORK, downloads=DEFAULT_DOWNLOADS,
+               archs=None, keep_build_env=False, keep_runtime_env=True, device="auto"):
+    """Build, repair and smoke-test one cell with one Python. Returns the result dict (also in result.json)."""
+    name = run_name(cell, python_version)
+    work, out = os.path.join(work_root, name), os.path.join(out_root, name)
+    os.makedirs(work, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
+    logs = os.path.join(work, "logs")
+    shutil.rmtree(logs, ignore_errors=True)
+    result = {"cell": cell.id, "python": python_version, "status": "failed", "step": None, "times": {},
+              "archs_requested": (archs or cell.arch_list()) if cell.cuda else "", "log_dir": logs}
+    steps = Steps(STEPS, name)
+    build_venv, runtime_venv = os.path.join(work, "build-venv"), os.path.join(work, "runtime-venv")
+    try:
+        with steps("torch"):
+            result["step"] = "torch"
+            torch_wheels = fetch_torch(cell, python_version, downloads, os.path.join(logs, "torch.log"))
+        with steps("env"):
+            result["step"] = "env"
+            python = make_env(build_venv, python_version, torch_wheels, [os.path.join(ROOT, "ci", "requirements-cell.txt")],
+                              os.path.join(logs, "env.log"))
+            facts = torch_facts(python)
+            want_cuda = cell.cuda
+            if facts["cuda"] != want_cuda and not (want_cuda is None and facts["cuda"] is None):
+                raise CellFailed(f"the torch installed for {cell.id} is {facts['version']} (CUDA {facts['cuda']}), "
+                                 f"not a CUDA {want_cuda or 'none'} build: fix `pypi`/`platforms` in ci/matrix.toml")
+            env = build_env_vars(cell, build_venv, work, facts, archs)
+            src = os.path.join(work, "src")
+            copy_source(src)
+        with steps("cold"):
+            result["step"] = "cold"
+            subprocess.run(["ccache", "-z"], env=env, capture_output=True)
+            cold, _ = compile_once(python, src, os.path.join(work, "raw"), dict(env, CCACHE_RECACHE="1"),
+                                   os.path.join(logs, "build-cold.log"), "cold build")
+            result["ccache_cold"] = ccache_stats(env)
+        with steps("warm"):
+            result["step"] = "warm"
+            subprocess.run(["ccache", "-z"], env=env, capture_output=True)
+            warm, raw = compile_once(python, src, os.path.join(work, "raw"), env, os.path.join(logs, "build-warm.log"),
+                                     "warm build")
+            result["ccache_warm"] = ccache_stats(env)
+        with steps("repair"):
+            result["step"] = "repair"
+            for old in glob.glob(os.path.join(out, "*.whl")):
+                os.remove(old)
+            plat = expected_plat(cell)
+            repaired = wheel.repair(raw, out, python, plat)
+            tag, show_text = wheel.auditwheel_show(repaired, python)
+            facts_in = wheel.inspect(repaired)
+            if facts_in["forbidden"]:
+                raise CellFailed(f"torch/CUDA libraries were grafted into the wheel: {facts_in['forbidden']}")
+            plat_tags = wheel.wheel_tags(repaired)[2]
+            plat_tag = ".".join(plat_tags)
+            if tag not in plat_tags:
+                raise CellFailed(f"auditwheel show says {tag}, the wheel is tagged {plat_tag}")
+            version = facts_in["build_info"]["prerast_version"].split("+")[0]
+            if os.path.basename(repaired) != cell.wheel_name(version, plat_tag):
+                raise CellFailed(f"wheel named {os.path.basename(repaired)}, expected {cell.wheel_name(version, plat_tag)}")
+            result.update(wheel=repaired, size=os.path.getsize(repaired), platform_tag=plat_tag, auditwheel_show=tag,
+                          plat_requested=plat, archs=facts_in["build_info"].get("cuda_archs") or [],
+                          grafted=facts_in["grafted"], build_info=facts_in["build_info"])
+            with open(os.path.join(logs, "auditwheel-show.txt"), "w") as f:
+                f.write(show_text)
+        if not keep_build_env:
+            shutil.rmtree(build_venv, ignore_errors=True)
+        with steps("smoke"):
+            result["step"] = "smoke"
+            make_env(runtime_venv, python_version, torch_wheels, [], os.path.join(logs, "runtime.log"))
+            report = smoke.smoke(runtime_venv, repaired, os.path.join(out, "render.png"), device)
+            result.update(smoke=report, runtime_venv=runtime_venv)
+        result.update(status="ok", step=None, times={"cold": cold, "warm": warm, **steps.times})
+    except (CommandFailed, CellFailed, RuntimeError, subprocess.CalledProcessError) as e:
+        result["error"] = str(e)
+        result["times"] = steps.times
+        log(f"FAILED at step {result['step']}: {str(e)[:2000]}", name)
+    finally:
+        if not keep_build_env:
+            shutil.rmtree(build_venv, ignore_errors=True)
+        if not keep_runtime_env and os.path.isdir(runtime_venv):
+            shutil.rmtree(runtime_venv, ignore_errors=True)
+            result["runtime_venv"] = None
+        save_result(result, out_root)
+    return result
+
+
+def save_result(result, out_root=DEFAULT_OUT):
+    with open(os.path.join(out_root, run_name_of(result), "result.json"), "w") as f:
+        json.dump(result, f, indent=2)
+
+
+def run_name_of(result):
+    return f"{result['cell']}-py{result['python']}"
+
+
+def cross_check_all(results, out_root=DEFAULT_OUT):
+    """Every built wheel next to every other runtime's torch must refuse to load with the loader's message.
+    Returns rows (wheel cell, runtime cell/python, ok, message) and writes crosscheck.json."""
+    built = [r for r in results if r.get("status") == "ok"]
+    runtimes = {}
+    for r in built:
+        if r.get("runtime_venv") and os.path.isdir(r["runtime_venv"]):
+            runtimes.setdefault(r["cell"], r)
+    rows = []
+    for rt in runtimes.values():
+        for r in built:
+            if r["cell"] == rt["cell"]:
+                continue
+            ok, message = smoke.cross_check(rt["runtime_venv"], r["wheel"])
+            verdict = "refused as expected" if ok else "NOT REFUSED"
+            log(f"cross-check: {r['cell']} wheel (py{r['python']}) under torch {rt['cell']}: {verdict}")
+            rows.append({"wheel_cell": f"{r['cell']} (built with py{r['python']})",
+                         "runtime": f"{rt['cell']} py{rt['python']}", "ok": ok, "message": message})
+        smoke.install(rt["runtime_venv"], rt["wheel"])  # leave each runtime with its own wheel
+    with open(os.path.join(out_root, "crosscheck.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    return rows
+
+
+def load_results(out_root=DEFAULT_OUT):
+    found = []
+    for path in sorted(glob.glob(os.path.join(out_root, "*", "result.json"))):
+        with open(path) as f:
+            found.append(json.load(f))
+    return found
+
+
+if __name__ == "__main__":
+    sys.exit("ci/cells.py is a library; use: python -m ci build --cell 2.14.1+cu130")

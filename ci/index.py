@@ -1,0 +1,124 @@
+"""Wheel indexes from a folder of wheels:
+
+  <out>/torch-2.14.1+cu130.html   one find-links page per (torch release, platform), the page prerast's loader
+                                  names in its fix-it message:  pip install prerast -f <root>/torch-2.14.1+cu130.html
+  <out>/index.html                the list of those pages
+  <out>/simple/prerast/           a PEP 503 simple index of every wheel (pip install --index-url <root>/simple)
+  <out>/manifest.json             what the pages list (file, url, sha256, page); a later release merges into it
+
+Which page a wheel belongs on is read from the wheel itself (prerast/_build_info.json: the torch and CUDA it was
+built against), not from its name. Standard library only.
+"""
+import hashlib
+import html
+import json
+import os
+import re
+import sys
+import zipfile
+
+PROJECT = "prerast"
+
+
+def _wheels(paths):
+    for p in paths:
+        if os.path.isfile(p) and p.endswith(".whl"):
+            yield os.path.abspath(p)
+        for d, _, files in sorted(os.walk(p)):
+            for f in sorted(files):
+                if f.endswith(".whl") and f.startswith(PROJECT + "-"):
+                    yield os.path.abspath(os.path.join(d, f))
+
+
+def page_name(torch_version, cuda_version):
+    """'2.14.1+cu130', '13.0' -> 'torch-2.14.1+cu130.html'; a CPU build -> 'torch-2.13.0+cpu.html'."""
+    base = torch_version.split("+")[0]
+    platform = "cu" + cuda_version.replace(".", "") if cuda_version else "cpu"
+    return f"torch-{base}+{platform}.html"
+
+
+def describe(path):
+    """Manifest entry of one wheel file."""
+    with zipfile.ZipFile(path) as z:
+        info_name = next((n for n in z.namelist() if n.endswith(f"{PROJECT}/_build_info.json")), None)
+        if info_name is None:
+            raise ValueError(f"{path}: no {PROJECT}/_build_info.json inside: not a prerast binary wheel")
+        info = json.loads(z.read(info_name))
+        meta_name = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
+        meta = z.read(meta_name).decode()
+    m = re.search(r"^Requires-Python: *(.+)$", meta, re.M)
+    digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return {"file": os.path.basename(path), "path": path, "sha256": digest, "size": os.path.getsize(path),
+            "page": page_name(info["torch_version"], info.get("cuda_version")),
+            "torch": info["torch_version"], "requires_python": m.group(1).strip() if m else None}
+
+
+def collect(paths, base_url=None, manifest=None):
+    """Manifest entries: those of an earlier manifest, then each wheel found (a newer file of the same name wins;
+    the same name twice among the new wheels keeps the first and warns)."""
+    entries = {}
+    if manifest:
+        with open(manifest) as f:
+            for e in json.load(f)["wheels"]:
+                entries[e["file"]] = e
+    seen = set()
+    for path in _wheels(paths):
+        e = describe(path)
+        if e["file"] in seen:
+            print(f"index: {e['file']} found twice; keeping the first ({entries[e['file']]['path']})", file=sys.stderr)
+            continue
+        seen.add(e["file"])
+        if base_url:
+            e["url"] = base_url.rstrip("/") + "/" + e["file"]
+        entries[e["file"]] = e
+    return sorted(entries.values(), key=lambda e: (e["page"], e["file"]))
+
+
+def _href(entry, page_dir):
+    url = entry.get("url") or os.path.relpath(entry["path"], page_dir)
+    return html.escape(url, quote=True) + "#sha256=" + entry["sha256"]
+
+
+def _anchor(entry, page_dir):
+    rp = entry.get("requires_python")
+    attr = f' data-requires-python="{html.escape(rp, quote=True)}"' if rp else ""
+    return f'    <a href="{_href(entry, page_dir)}"{attr}>{html.escape(entry["file"])}</a><br>'
+
+
+def _page(title, lines):
+    return ("<!DOCTYPE html>\n<html>\n  <head>\n    <meta name=\"pypi:repository-version\" content=\"1.0\">\n"
+            f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
+            + "\n".join(lines) + "\n  </body>\n</html>\n")
+
+
+def write(entries, out):
+    """Write the pages, the PEP 503 index and the manifest into `out`; returns the page file names."""
+    out = os.path.abspath(out)
+    os.makedirs(os.path.join(out, "simple", PROJECT), exist_ok=True)
+    pages = {}
+    for e in entries:
+        pages.setdefault(e["page"], []).append(e)
+    for page, group in pages.items():
+        torch = page[len("torch-"):-len(".html")]
+        with open(os.path.join(out, page), "w") as f:
+            f.write(_page(f"{PROJECT} wheels for torch {torch}", [_anchor(e, out) for e in group]))
+    links = [f'    <a href="{html.escape(p)}">{html.escape(p[:-5])}</a><br>' for p in sorted(pages)]
+    with open(os.path.join(out, "index.html"), "w") as f:
+        f.write(_page(f"{PROJECT} wheels, one page per torch build: pip install {PROJECT} -f <this folder>/<page>",
+                      links))
+    with open(os.path.join(out, "simple", "index.html"), "w") as f:
+        f.write(_page("Simple index", [f'    <a href="{PROJECT}/">{PROJECT}</a>']))
+    project_dir = os.path.join(out, "simple", PROJECT)
+    with open(os.path.join(project_dir, "index.html"), "w") as f:
+        f.write(_page(f"Links for {PROJECT}", [_anchor(e, project_dir) for e in entries]))
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump({"wheels": entries}, f, indent=2)
+    return sorted(pages)
+
+
+def main(args):
+    entries = collect(args.wheels, args.base_url, args.manifest)
+    if not entries:
+        raise SystemExit(f"index: no {PROJECT} wheels under {' '.join(args.wheels)}")
+    pages = write(entries, args.out)
+    print(f"index: {len(entries)} wheels on {len(pages)} pages in {args.out}: " + ", ".join(pages))

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# cibuildwheel's before-all, inside the manylinux_2_28 image: pins the cell's torch for every pip call that
+# follows (build and test environments), and for CUDA cells installs the CUDA toolkit of the cell and the newest
+# gcc-toolset its nvcc accepts. Everything it reads comes from `python -m ci cibw-env` (ci/matrix.toml).
+set -euo pipefail
+: "${PRERAST_CELL:?run through cibuildwheel with the environment of python -m ci cibw-env}"
+echo "$PRERAST_TORCH_REQUIREMENT" > /tmp/prerast-constraints.txt
+echo "prerast: cell $PRERAST_CELL, $(cat /tmp/prerast-constraints.txt)"
+
+dnf install -y -q ccache || echo "prerast: no ccache package in this image; building without a compiler cache"
+if [ -n "${PRERAST_CUDA:-}" ]; then
+    dnf config-manager --add-repo "$PRERAST_TOOLKIT_REPO"
+    # shellcheck disable=SC2086  # a list of package names
+    dnf install -y -q $PRERAST_TOOLKIT_PACKAGES "gcc-toolset-$PRERAST_HOST_GCC-gcc-c++"
+    dnf clean all
+    "/usr/local/cuda-$PRERAST_CUDA/bin/nvcc" --version | tail -n 2
+    "/opt/rh/gcc-toolset-$PRERAST_HOST_GCC/root/usr/bin/g++" --version | head -n 1
+fi

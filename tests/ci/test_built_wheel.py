@@ -1,0 +1,79 @@
+"""The repaired wheel that ci/test.sh builds (one GPU arch) is what the matrix promises: nothing of torch or CUDA
+grafted in (those libraries stay external, resolved from torch at run time), the manylinux tag auditwheel derives
+from its symbol versions, the name of its cell, and build metadata for the torch it is tested with. The smoke test
+of the same wheel is in test_runtime_wheel.py."""
+import fnmatch
+import glob
+import os
+import re
+import sys
+import zipfile
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from ci import matrix, wheel  # noqa: E402
+
+pytestmark = pytest.mark.wheel
+
+
+@pytest.fixture(scope="module")
+def built():
+    path = os.environ.get("PRERAST_TEST_WHEEL")
+    if not path:
+        found = sorted(glob.glob(os.path.join(ROOT, "dist", "prerast-*manylinux*.whl")), key=os.path.getmtime)
+        path = found[-1] if found else None
+    if not path:
+        pytest.skip("no repaired wheel: run ci/test.sh (it builds one)")
+    return path
+
+
+def needed_libraries(wheel_path, tmp_path):
+    """DT_NEEDED of the plugin inside the wheel, read with pyelftools (auditwheel's own dependency)."""
+    elffile = pytest.importorskip("elftools.elf.elffile")
+    with zipfile.ZipFile(wheel_path) as z:
+        (name,) = [n for n in z.namelist() if re.search(r"prerast/_C.*\.so$", n)]
+        target = tmp_path / "plugin.so"
+        target.write_bytes(z.read(name))
+    with open(target, "rb") as f:
+        dynamic = elffile.ELFFile(f).get_section_by_name(".dynamic")
+        return [t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+
+
+def test_no_torch_or_cuda_library_inside(built, tmp_path):
+    found = wheel.inspect(built)
+    assert found["grafted"] == [], f"auditwheel grafted libraries into the wheel: {found['grafted']}"
+    assert found["forbidden"] == []
+    assert [os.path.basename(n) for n in found["libraries"]] == ["_C.abi3.so"]
+    needed = needed_libraries(built, tmp_path)
+    # The plugin does link torch's libraries: they must be left for torch to provide, not copied.
+    assert "libc10.so" in needed and any(n.startswith("libtorch") for n in needed)
+    if torch.version.cuda and found["build_info"].get("cuda_version"):
+        assert any(fnmatch.fnmatch(n, "libcudart.so.*") or n == "libc10_cuda.so" for n in needed)
+
+
+def test_manylinux_tag_is_the_one_its_symbols_allow(built):
+    pytest.importorskip("auditwheel")
+    tag, text = wheel.auditwheel_show(built)
+    plat_tags = wheel.wheel_tags(built)[2]
+    assert tag in plat_tags, text
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", tag)
+    assert m, f"not a manylinux tag: {tag}"
+    glibc = tuple(int(x) for x in os.confstr("CS_GNU_LIBC_VERSION").split()[1].split(".")[:2])
+    assert (int(m.group(1)), int(m.group(2))) <= glibc
+    if os.environ.get("AUDITWHEEL_PLAT"):  # inside a manylinux image: exactly the matrix's policy
+        assert tag == f"{matrix.load()[0].manylinux}_x86_64"
+
+
+def test_named_after_its_cell_and_built_for_this_torch(built):
+    info = wheel.inspect(built)["build_info"]
+    assert info["torch_version"] == torch.__version__
+    platform = "cu" + info["cuda_version"].replace(".", "") if info.get("cuda_version") else "cpu"
+    cell = matrix.find(f"{torch.__version__.split('+')[0]}+{platform}")
+    version = info["prerast_version"].split("+")[0]
+    assert os.path.basename(built) == cell.wheel_name(version, ".".join(wheel.wheel_tags(built)[2]))
+    archs = os.environ.get("PRERAST_CUDA_ARCH_LIST")
+    if info.get("cuda_version") and archs:
+        assert info["cuda_archs"] == archs.replace(",", ";").split(";")

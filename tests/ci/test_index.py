@@ -1,0 +1,161 @@
+"""Index generation (ci/index.py), tested the way users meet it: pip installs from the generated find-links pages
+and PEP 503 index over file:// in a fresh virtualenv. The wheels are small stand-ins with the layout of real ones
+(dist-info, tags, prerast/_build_info.json), so that no compiler runs here."""
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from ci import index  # noqa: E402
+
+
+def make_wheel(folder, version, torch_version, cuda, python_tag="cp310", requires_python=">=3.10",
+               plat="manylinux_2_28_x86_64"):
+    name = f"prerast-{version}-{python_tag}-abi3-{plat}.whl"
+    dist_info = f"prerast-{version.split('+')[0]}.dist-info"
+    files = {
+        "prerast/__init__.py": b"",
+        "prerast/_build_info.json": json.dumps({"prerast_version": version, "torch_version": torch_version,
+                                                "cuda_version": cuda}).encode(),
+        f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: prerast\nVersion: {version}\n"
+                                  f"Requires-Python: {requires_python}\n").encode(),
+        f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
+                               f"Tag: {python_tag}-abi3-{plat}\n").encode(),
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist_info}/RECORD,,")
+    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    path = os.path.join(folder, name)
+    with zipfile.ZipFile(path, "w") as z:
+        for p, data in files.items():
+            z.writestr(p, data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("wheels")
+    sub = folder / "nested"
+    sub.mkdir()
+    return {
+        "old": make_wheel(str(folder), "0.1.0+pt214cu130", "2.14.1+cu130", "13.0"),
+        "new": make_wheel(str(folder), "0.2.0+pt214cu130", "2.14.1+cu130", "13.0"),
+        # A newer release that needs Python >= 3.13: pip on an older Python must pass it over.
+        "py313": make_wheel(str(folder), "0.3.0+pt214cu130", "2.14.1+cu130", "13.0", "cp313", ">=3.13"),
+        "cpu": make_wheel(str(sub), "0.2.0+pt213cpu", "2.13.0+cpu", None),
+        "cu130_212": make_wheel(str(sub), "0.2.0+pt212cu130", "2.12.1+cu130", "13.0"),
+        "folder": str(folder),
+    }
+
+
+@pytest.fixture(scope="module")
+def site(wheels, tmp_path_factory):
+    out = tmp_path_factory.mktemp("site")
+    index.write(index.collect([wheels["folder"]]), str(out))
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory):
+    path = tmp_path_factory.mktemp("index-venv") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
+    return str(path)
+
+
+def pip_install(venv, *args):
+    """pip install with only the pages under test: --isolated drops this machine's pip configuration, and a
+    find-links run gets --no-index (an --index-url run names its only index itself)."""
+    python = os.path.join(venv, "bin", "python")
+    only = [] if "--index-url" in args else ["--no-index"]
+    return subprocess.run([python, "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--no-deps",
+                           "--force-reinstall", *only, *args], capture_output=True, text=True)
+
+
+def installed_version(venv):
+    python = os.path.join(venv, "bin", "python")
+    return subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('prerast'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_one_page_per_torch_build_named_from_the_wheels_metadata(site):
+    pages = sorted(p for p in os.listdir(site) if p.startswith("torch-"))
+    assert pages == ["torch-2.12.1+cu130.html", "torch-2.13.0+cpu.html", "torch-2.14.1+cu130.html"]
+    text = (site / "torch-2.14.1+cu130.html").read_text()
+    assert text.count("<a href=") == 3 and "pt213cpu" not in text
+    assert 'data-requires-python="&gt;=3.13"' in text
+    assert all(p in (site / "index.html").read_text() for p in pages)
+
+
+def test_find_links_page_gives_the_newest_wheel_this_python_can_run(site, venv):
+    out = pip_install(venv, "-f", (site / "torch-2.14.1+cu130.html").as_uri(), "prerast")
+    assert out.returncode == 0, out.stderr
+    if sys.version_info < (3, 13):
+        assert installed_version(venv) == "0.2.0+pt214cu130"
+    else:
+        assert installed_version(venv) == "0.3.0+pt214cu130"
+    out = pip_install(venv, "-f", (site / "torch-2.13.0+cpu.html").as_uri(), "prerast")
+    assert out.returncode == 0, out.stderr
+    assert installed_version(venv) == "0.2.0+pt213cpu"
+
+
+def test_pep503_index_serves_every_build(site, venv):
+    out = pip_install(venv, "--index-url", (site / "simple").as_uri(), "prerast==0.2.0+pt212cu130")
+    assert out.returncode == 0, out.stderr
+    assert installed_version(venv) == "0.2.0+pt212cu130"
+    out = pip_install(venv, "--index-url", (site / "simple").as_uri(), "prerast==0.1.0+pt214cu130")
+    assert out.returncode == 0, out.stderr
+    assert installed_version(venv) == "0.1.0+pt214cu130"
+
+
+def test_a_wheel_changed_after_indexing_is_refused(wheels, tmp_path, venv):
+    folder = tmp_path / "w"
+    folder.mkdir()
+    path = make_wheel(str(folder), "0.4.0+pt214cu130", "2.14.1+cu130", "13.0")
+    index.write(index.collect([str(folder)]), str(tmp_path / "site"))
+    with open(path, "ab") as f:
+        f.write(b"\0")  # a different file under the same name: the page's sha256 no longer fits
+    out = pip_install(venv, "-f", (tmp_path / "site" / "torch-2.14.1+cu130.html").as_uri(), "prerast")
+    assert out.returncode != 0 and "hash" in (out.stderr + out.stdout).lower()
+
+
+def test_release_urls_and_merging_with_the_published_manifest(wheels, tmp_path):
+    first = tmp_path / "first"
+    index.write(index.collect([wheels["old"]], base_url="https://example.invalid/v0.1.0/"), str(first))
+    second = tmp_path / "second"
+    entries = index.collect([wheels["new"], wheels["cpu"]], base_url="https://example.invalid/v0.2.0",
+                            manifest=str(first / "manifest.json"))
+    index.write(entries, str(second))
+    page = (second / "torch-2.14.1+cu130.html").read_text()
+    old_sha = hashlib.sha256(open(wheels["old"], "rb").read()).hexdigest()
+    assert f'href="https://example.invalid/v0.1.0/{os.path.basename(wheels["old"])}#sha256={old_sha}"' in page
+    assert f'https://example.invalid/v0.2.0/{os.path.basename(wheels["new"])}#sha256=' in page
+    assert "pt213cpu" in (second / "torch-2.13.0+cpu.html").read_text()
+    simple = (second / "simple" / "prerast" / "index.html").read_text()
+    assert simple.count("<a href=") == 3
+
+
+def test_a_wheel_without_build_metadata_is_not_indexed(tmp_path):
+    path = tmp_path / "prerast-0.1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("prerast/__init__.py", "")
+    with pytest.raises(ValueError, match="_build_info.json"):
+        index.collect([str(path)])
+
+
+def test_page_name_matches_the_loader(tmp_path):
+    import prerast._loader as loader
+
+    for torch_version, cuda in (("2.14.1+cu130", "13.0"), ("2.13.0+cpu", None), ("2.4.1+cu124", "12.4")):
+        command = loader.fix_command({"python": "3.11.0", "torch_version": torch_version, "cuda_version": cuda,
+                                      "cxx11_abi": True})
+        assert command.endswith("/" + index.page_name(torch_version, cuda))

@@ -1,0 +1,184 @@
+"""ci/matrix.toml expanded into cells, checked against the parts of the project that name wheels independently:
+setup.py's local tag (ci/build_env.py), the loader's fix-it command, nvcc's arch list, and the built wheel."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from ci import cibw, matrix  # noqa: E402
+
+
+def load_by_path(name, rel):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, rel))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+build_env = load_by_path("prerast_build_env_for_tests", "ci/build_env.py")
+CELLS = matrix.load()
+RAW = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
+
+
+def test_every_declared_build_is_one_cell():
+    declared = {(t["version"], p) for t in RAW["torch"] for p in t["platforms"]}
+    assert {(c.torch, c.platform) for c in CELLS} == declared
+    assert len({c.id for c in CELLS}) == len(CELLS)
+
+
+def test_covers_torch_2_4_to_2_15_and_python_3_10_to_3_13():
+    minors = {tuple(int(x) for x in c.torch.split(".")[:2]) for c in CELLS}
+    assert {(2, m) for m in range(4, 16)} <= minors
+    pythons = {p for c in CELLS for p in c.pythons}
+    assert pythons == {"3.10", "3.11", "3.12", "3.13"}
+    assert all(c.cuda is None or c.archs for c in CELLS)
+    for release in RAW["torch"]:
+        cells = [c for c in CELLS if c.torch == release["version"]]
+        assert "cpu" in {c.platform for c in cells}, f"torch {release['version']} has no CPU cell"
+        assert sum(c.on_pypi for c in cells) == 1
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
+def test_local_tag_is_the_one_setup_py_stamps(cell):
+    torch_version = f"{cell.torch}+{cell.platform}"
+    assert cell.local_tag == build_env.local_tag(torch_version, cell.cuda)
+
+
+def test_page_is_the_one_the_loader_tells_users_to_install_from():
+    # prerast's loader builds its fix-it command from the running torch; every cell's page must be that page.
+    import prerast._loader as loader
+
+    for cell in CELLS:
+        running = {"python": "3.11.0", "torch_version": f"{cell.torch}+{cell.platform}", "cuda_version": cell.cuda,
+                   "cxx11_abi": True}
+        command = loader.fix_command(running)
+        assert command.endswith("/" + cell.page), command
+        assert f"+{cell.local_tag}" in command
+
+
+def test_wheel_name_follows_the_wheel_spec():
+    name = matrix.find("2.14.1+cu130").wheel_name("0.1.0")
+    assert name == "prerast-0.1.0+pt214cu130-cp310-abi3-manylinux_2_28_x86_64.whl"
+    for cell in CELLS:
+        parts = cell.wheel_name("1.2.3")[:-len(".whl")].split("-")
+        assert parts == ["prerast", f"1.2.3+{cell.local_tag}", "cp310", "abi3", "manylinux_2_28_x86_64"]
+
+
+def test_wheel_name_matches_the_wheel_the_tests_run_on():
+    path = os.environ.get("PRERAST_TEST_WHEEL")
+    if not path:
+        pytest.skip("no PRERAST_TEST_WHEEL (ci/test.sh sets it)")
+    import torch
+
+    from ci import wheel
+
+    platform = "cu" + torch.version.cuda.replace(".", "") if torch.version.cuda else "cpu"
+    cell = matrix.find(f"{torch.__version__.split('+')[0]}+{platform}")
+    version = wheel.inspect(path)["build_info"]["prerast_version"].split("+")[0]
+    plat = ".".join(wheel.wheel_tags(path)[2])
+    assert os.path.basename(path) == cell.wheel_name(version, plat)
+
+
+def test_arch_lists_parse_and_end_with_ptx():
+    for cell in CELLS:
+        if cell.cuda:
+            assert build_env.parse_arch_list(cell.arch_list()) == list(cell.archs)
+            assert cell.archs[-1].endswith("+PTX") and not any(a.endswith("+PTX") for a in cell.archs[:-1])
+            assert min(tuple(map(int, a.replace("+PTX", "").split("."))) for a in cell.archs) >= build_env.MIN_ARCH
+
+
+def test_archs_of_the_local_cuda_version_are_ones_nvcc_compiles():
+    home = build_env.find_cuda_home()
+    version = build_env.nvcc_version(home)
+    if not version:
+        pytest.skip("no nvcc here")
+    supported = build_env.nvcc_archs(home)
+    cv = ".".join(version.split(".")[:2])
+    cells = [c for c in CELLS if c.cuda == cv]
+    if not cells:
+        pytest.skip(f"no cell uses CUDA {cv}")
+    for a in cells[0].archs:
+        major, minor = a.replace("+PTX", "").split(".")
+        assert (int(major), int(minor)) in supported, f"nvcc {version} cannot compile arch {a}"
+
+
+def test_find_resolves_full_and_minor_release_names():
+    assert matrix.find("2.12+cu130").id == "2.12.1+cu130"
+    assert matrix.find("2.13.0+cpu").id == "2.13.0+cpu"
+    with pytest.raises(matrix.MatrixError, match="no cell '2.14.1\\+cu999'.*2.14.1\\+cu130"):
+        matrix.find("2.14.1+cu999")
+    with pytest.raises(matrix.MatrixError, match="bad cell name"):
+        matrix.find("torch-2.14")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: t["torch"][0].update(pypi="cu999"), "pypi platform 'cu999' is not among"),
+    (lambda t: t["torch"][0].update(publish=["cu777"]), "publish names \\['cu777'\\]"),
+    (lambda t: t["torch"][0].update(pythons=["3.9", "3.10"]), "below the abi3 floor"),
+    (lambda t: t["torch"][0]["platforms"].append("cu999"), 'needs a \\[cuda."99.9"\\] table'),
+    (lambda t: t["torch"].append(dict(t["torch"][0])), "listed twice"),
+])
+def test_inconsistent_matrix_is_refused(tmp_path, change, message):
+    data = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
+    change(data)
+    path = tmp_path / "matrix.toml"
+    path.write_text(to_toml(data))
+    with pytest.raises(matrix.MatrixError, match=message):
+        matrix.load(str(path))
+
+
+def to_toml(data):
+    """Just enough TOML writing for the matrix's shapes (tables of scalars/lists, arrays of tables)."""
+    def value(v):
+        if isinstance(v, str):
+            return '"' + v + '"'
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return str(v)
+
+    lines = []
+    for key, table in data.items():
+        if key == "torch":
+            for rel in table:
+                lines.append("[[torch]]")
+                lines += [f"{k} = {value(v)}" for k, v in rel.items()]
+        elif key == "cuda":
+            for cv, t in table.items():
+                lines.append(f'[cuda."{cv}"]')
+                lines += [f"{k} = {value(v)}" for k, v in t.items()]
+        else:
+            lines.append(f"[{key}]")
+            lines += [f"{k} = {value(v)}" for k, v in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_cibuildwheel_environment_of_a_cell():
+    for cell in (matrix.find("2.14.1+cu130"), matrix.find("2.4.1+cu124"), matrix.find("2.15.0+cpu")):
+        env = cibw.environment(cell, workspace="/w")
+        assert env["CIBW_BUILD"].split() == [f"cp{p.replace('.', '')}-manylinux_x86_64" for p in cell.pythons]
+        inner = dict(re.findall(r'(\w+)="([^"]*)"', env["CIBW_ENVIRONMENT"]))
+        requirement, extra = cell.torch_requirement()
+        assert inner["PRERAST_TORCH_REQUIREMENT"] == requirement
+        assert inner.get("PIP_EXTRA_INDEX_URL") == (extra[1] if extra else None)
+        assert (inner.get("PRERAST_CUDA_ARCH_LIST") or None) == (cell.arch_list() or None)
+        if cell.cuda:
+            assert inner["CUDA_HOME"].endswith(cell.cuda) and f"gcc-toolset-{cell.host_gcc}" in inner["CXX"]
+            assert f"cuda-nvcc-{cell.cuda.replace('.', '-')}" in inner["PRERAST_TOOLKIT_PACKAGES"].split()
+
+
+def test_github_matrix_lists_the_selected_cells():
+    out = subprocess.run([sys.executable, "-m", "ci", "gh-matrix", "--pr"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    import json
+
+    jobs = json.loads(out)["include"]
+    assert [j["cell"] for j in jobs] == [c.id for c in CELLS if c.pr]
+    assert all(set(j) == {"cell", "torch", "platform", "pythons"} for j in jobs)

@@ -1,0 +1,95 @@
+"""The CI workflow and the cibuildwheel configuration agree with ci/matrix.toml: actionlint accepts the workflow,
+the workflow takes its job list from the matrix file (it names no cell itself), and cibuildwheel, given each cell's
+environment, prints exactly that cell's build identifiers."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from ci import cibw, matrix  # noqa: E402
+
+WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
+CELLS = matrix.load()
+PYPROJECT = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))
+
+
+def tool(name):
+    """A tool of ci/requirements-ci.txt: next to this interpreter (the CI venv) or on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    found = here if os.path.exists(here) else shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} is not installed (pip install -r ci/requirements-ci.txt)")
+    return found
+
+
+def test_workflow_passes_actionlint():
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    out = subprocess.run([tool("actionlint"), "-no-color", WORKFLOW], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_actionlint_would_catch_a_broken_workflow(tmp_path):
+    # The check above can fail: the same workflow with a typo in an expression is refused.
+    broken = tmp_path / ".github" / "workflows"
+    broken.mkdir(parents=True)
+    text = open(WORKFLOW).read().replace("needs.matrix.outputs.cells", "needs.matrix.outputs.cellz")
+    (broken / "wheels.yml").write_text(text)
+    out = subprocess.run([tool("actionlint"), "-no-color", str(broken / "wheels.yml")], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode != 0 and "cellz" in out.stdout
+
+
+def test_workflow_matrix_comes_from_the_matrix_file():
+    text = open(WORKFLOW).read()
+    assert "python -m ci gh-matrix" in text and "fromJSON(needs.matrix.outputs.cells)" in text
+    assert "python -m ci cibw-env" in text
+    for cell in CELLS:  # no cell, torch release or CUDA platform is spelled out in the workflow
+        assert cell.id not in text and f"torch=={cell.torch}" not in text
+    assert not re.search(r"\bcu1\d\d\b", text)
+
+
+def identifiers(env_overrides):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    env.update(env_overrides)
+    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"], cwd=ROOT, env=env,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_cibuildwheel_static_config_covers_every_python_of_the_matrix():
+    union = sorted({i for c in CELLS for i in c.build_identifiers()})
+    assert sorted(identifiers({})) == union
+
+
+def test_cibuildwheel_builds_exactly_each_cells_pythons():
+    seen = set()
+    for cell in CELLS:
+        if cell.pythons in seen:  # cells with the same Pythons get the same answer
+            continue
+        seen.add(cell.pythons)
+        env = cibw.environment(cell)
+        assert identifiers({"CIBW_BUILD": env["CIBW_BUILD"]}) == cell.build_identifiers()
+    assert len(seen) >= 2  # the matrix has releases with different Pythons (2.4: up to 3.12, 2.15: from 3.11)
+
+
+def test_cibuildwheel_config_follows_the_matrix_policy():
+    cfg = PYPROJECT["tool"]["cibuildwheel"]
+    policy = tomllib.load(open(matrix.MATRIX_FILE, "rb"))["policy"]
+    assert cfg["manylinux-x86_64-image"] == policy["image"]
+    assert cfg["archs"] == [policy["machine"]]
+    assert "--no-build-isolation" in cfg["build-frontend"]["args"]
+    assert "python -m ci repair" in cfg["repair-wheel-command"]
+    assert "python -m ci smoke" in cfg["test-command"]
+    script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
+    assert os.path.exists(script)
+    shellcheck = shutil.which("shellcheck") or os.path.join(os.path.dirname(sys.executable), "shellcheck")
+    if os.path.exists(shellcheck):
+        out = subprocess.run([shellcheck, script], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
