@@ -116,6 +116,7 @@ def smoke(venv, wheel, png, device="auto"):
     """Install `wheel` into `venv` (which already has torch; wheel=None: it is installed already) and render a
     scene there, as a compiler-free runtime image would. Returns the JSON report; raises if anything was compiled
     or written. device: cpu, cuda (must run on a GPU), or auto (GPU too where there is one)."""
+    venv = os.path.abspath(venv)  # the render runs with another working directory
     if wheel:
         install(venv, wheel)
     python = os.path.join(venv, "bin", "python")
