@@ -3,7 +3,6 @@ grafted in (those libraries stay external, resolved from torch at run time), the
 from its symbol versions, the name of its cell, and build metadata for the torch it is tested with. The smoke test
 of the same wheel is in test_runtime_wheel.py."""
 import fnmatch
-import glob
 import os
 import re
 import sys
@@ -15,19 +14,14 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix, wheel  # noqa: E402
+from wheel_under_test import find_test_wheel  # noqa: E402
 
 pytestmark = pytest.mark.wheel
 
 
 @pytest.fixture(scope="module")
 def built():
-    path = os.environ.get("PRERAST_TEST_WHEEL")
-    if not path:
-        found = sorted(glob.glob(os.path.join(ROOT, "dist", "prerast-*manylinux*.whl")), key=os.path.getmtime)
-        path = found[-1] if found else None
-    if not path:
-        pytest.skip("no repaired wheel: run ci/test.sh (it builds one)")
-    return path
+    return find_test_wheel()
 
 
 def needed_libraries(wheel_path, tmp_path):

@@ -1,6 +1,5 @@
 """The repaired wheel in a fresh runtime virtualenv with no compiler: it imports, renders, compiles nothing and
 writes nothing. Slow (creates a virtualenv with torch): marked `wheel`."""
-import glob
 import os
 import subprocess
 import sys
@@ -12,25 +11,16 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import wheel as wheel_tools  # noqa: E402
+from wheel_under_test import find_test_wheel  # noqa: E402
 
 pytestmark = pytest.mark.wheel
-
-
-def the_wheel():
-    path = os.environ.get("PRERAST_TEST_WHEEL")
-    if not path:
-        found = sorted(glob.glob(os.path.join(ROOT, "dist", "prerast-*manylinux*.whl")), key=os.path.getmtime)
-        path = found[-1] if found else None
-    if not path:
-        pytest.skip("no repaired wheel: run ci/test.sh (it builds one) or ci/quickstart.sh")
-    return path
 
 
 @pytest.fixture(scope="module")
 def runtime_venv(tmp_path_factory):
     """A fresh venv with this torch and the wheel under test installed (skips before the costly venv when there
     is no wheel)."""
-    wheel = the_wheel()
+    wheel = find_test_wheel()
     venv = str(tmp_path_factory.mktemp("runtime") / "venv")
     wheel_tools.make_venv(venv, [f"torch=={torch.__version__.split('+')[0]}", "numpy"])
     from ci import smoke
@@ -51,7 +41,7 @@ def png_pixels(path):
 
 def test_wheel_renders_without_compiler(runtime_venv, tmp_path):
     png = tmp_path / "scene.png"
-    report = wheel_tools.smoke(runtime_venv, the_wheel(), str(png))
+    report = wheel_tools.smoke(runtime_venv, find_test_wheel(), str(png))
     assert not report["cpp_extension_imported"]
     assert report["tools_on_path"] == []
     assert report["files_written"] == [] and report["venv_files_changed"] == []
@@ -72,7 +62,7 @@ def test_smoke_test_catches_compiling_and_writing(runtime_venv, tmp_path, monkey
 
     monkeypatch.setattr(smoke, "SMOKE_SCRIPT", offence + "\n" + smoke.SMOKE_SCRIPT)
     with pytest.raises(RuntimeError, match=evidence):
-        smoke.smoke(runtime_venv, the_wheel(), str(tmp_path / "scene.png"))
+        smoke.smoke(runtime_venv, find_test_wheel(), str(tmp_path / "scene.png"))
 
 
 def test_wheel_refuses_wrong_torch_version(runtime_venv, tmp_path):
