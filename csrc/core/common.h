@@ -33,12 +33,8 @@ struct Workspace {
 };
 
 // Runs fn(begin, end) over [0, n) in parallel on the host. The binding passes one backed by torch's
-// intra-op thread pool; the default runs serially.
+// intra-op thread pool.
 using ParallelFor = std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn)>;
-
-inline void serial_for(int64_t n, int64_t, const std::function<void(int64_t, int64_t)>& fn) {
-  if (n > 0) fn(0, n);
-}
 
 struct V3 {
   float x, y, z;

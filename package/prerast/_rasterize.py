@@ -61,7 +61,7 @@ class DepthPeeler:
     """
 
     def __init__(self, glctx, pos, tri, resolution, ranges=None, grad_db=True):
-        self._args = (glctx, pos, tri, resolution, ranges)
+        self._inputs = (pos, tri, ranges)
         self._grad_db = bool(grad_db)
         self._size = _prepare("DepthPeeler", glctx, pos, tri, resolution, ranges)
         self._glctx = glctx
@@ -84,7 +84,7 @@ class DepthPeeler:
     def rasterize_next_layer(self):
         if not self._active:
             raise RuntimeError("DepthPeeler.rasterize_next_layer: use the peeler inside a 'with' block")
-        _, pos, tri, _, ranges = self._args
+        pos, tri, ranges = self._inputs
         height, width = self._size
         rast, rast_db = _Rasterize.apply(pos, tri, height, width, ranges, self._grad_db, self._prev)
         self._prev = rast.detach()
