@@ -8,60 +8,63 @@ namespace {
 constexpr const char* kOp = "antialias";
 
 // Checks every input and describes them in an AntialiasArgs (pointers filled in here too).
-AntialiasArgs check_inputs(const at::Tensor& color, const at::Tensor& rast, const at::Tensor& pos,
-                           const at::Tensor& tri, const at::Tensor& half_edges, const at::Tensor& group_of,
-                           const at::Tensor& group_start) {
-  check_tensor(kOp, "color", color, at::kFloat, {4});
-  check_tensor(kOp, "pos", pos, at::kFloat, {2, 3});
+// [N, H, W] of an image-shaped tensor.
+std::vector<int64_t> first3(const Tensor& t) { return {t.size(0), t.size(1), t.size(2)}; }
+
+AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor& pos,
+                           const Tensor& tri, const Tensor& half_edges, const Tensor& group_of,
+                           const Tensor& group_start) {
+  check_tensor(kOp, "color", color, Dtype::Float, {4});
+  check_tensor(kOp, "pos", pos, Dtype::Float, {2, 3});
   check_dim(kOp, "pos", pos, pos.dim() - 1, 4);
-  check_tensor(kOp, "tri", tri, at::kInt, {2});
+  check_tensor(kOp, "tri", tri, Dtype::Int, {2});
   check_dim(kOp, "tri", tri, 1, 3);
-  for (auto [name, t] : {std::pair<const char*, const at::Tensor*>{"rast", &rast}, {"pos", &pos}, {"tri", &tri}})
+  for (auto [name, t] : {std::pair<const char*, const Tensor*>{"rast", &rast}, {"pos", &pos}, {"tri", &tri}})
     check_same_device(kOp, name, *t, color, "color");
   const int64_t T = tri.size(0);
   check_rast(kOp, rast, T);
-  TORCH_CHECK_VALUE(rast.sizes().slice(0, 3) == color.sizes().slice(0, 3), kOp, ": color has shape ",
+  PR_CHECK_VALUE(first3(rast) == first3(color), kOp, ": color has shape ",
                     shape_str(color), " but rast has shape ", shape_str(rast),
                     "; their first three dimensions [N, H, W] must match");
   AntialiasArgs a;
   a.instanced = pos.dim() == 3;
   a.num_images = rast.size(0), a.height = (int)rast.size(1), a.width = (int)rast.size(2);
   a.channels = color.size(3), a.num_vertices = pos.size(pos.dim() - 2), a.num_triangles = T;
-  TORCH_CHECK_VALUE(!a.instanced || pos.size(0) == a.num_images, kOp, ": pos of shape ", shape_str(pos), " has ",
+  PR_CHECK_VALUE(!a.instanced || pos.size(0) == a.num_images, kOp, ": pos of shape ", shape_str(pos), " has ",
                     pos.size(0), " images but rast has ", a.num_images,
                     "; instanced pos needs one image per rast image (or pass pos [V, 4] for range mode)");
   check_indices(kOp, tri, a.num_vertices);
   // The topology table is opaque to users; its shape is what keeps the kernels' reads in bounds.
   const char* what = "topology_hash";
-  for (const at::Tensor* t : {&half_edges, &group_of, &group_start}) {
-    TORCH_CHECK_TYPE(t->scalar_type() == at::kInt && t->dim() == 1 && t->is_contiguous(), kOp, ": ", what,
+  for (const Tensor* t : {&half_edges, &group_of, &group_start}) {
+    PR_CHECK_TYPE(facade::has_dtype(*t, Dtype::Int) && t->dim() == 1 && t->is_contiguous(), kOp, ": ", what,
                      " is corrupt; build it with antialias_construct_topology_hash(tri)");
     check_same_device(kOp, what, *t, color, "color");
   }
-  TORCH_CHECK_VALUE(half_edges.size(0) == 3 * T && group_of.size(0) == 3 * T && group_start.size(0) >= 1 &&
+  PR_CHECK_VALUE(half_edges.size(0) == 3 * T && group_of.size(0) == 3 * T && group_start.size(0) >= 1 &&
                         group_start.size(0) <= 3 * T + 1,
                     kOp, ": ", what, " was built for ", half_edges.size(0) / 3, " triangles but tri has ", T,
                     "; build it with antialias_construct_topology_hash(tri) for this tri");
-  a.color = color.data_ptr<float>();
-  a.rast = rast.data_ptr<float>();
-  a.pos = pos.data_ptr<float>();
-  a.tri = tri.data_ptr<int32_t>();
-  a.half_edges = half_edges.data_ptr<int32_t>();
-  a.group_of = group_of.data_ptr<int32_t>();
-  a.group_start = group_start.data_ptr<int32_t>();
+  a.color = data<float>(color);
+  a.rast = data<float>(rast);
+  a.pos = data<float>(pos);
+  a.tri = data<int32_t>(tri);
+  a.half_edges = data<int32_t>(half_edges);
+  a.group_of = data<int32_t>(group_of);
+  a.group_start = data<int32_t>(group_start);
   return a;
 }
 
 // Returns (out, crossing): crossing [N, H, W, 2] is kept by autograd for the backward pass.
-std::tuple<at::Tensor, at::Tensor> antialias_fwd(const at::Tensor& color, const at::Tensor& rast,
-                                                 const at::Tensor& pos, const at::Tensor& tri,
-                                                 const at::Tensor& half_edges, const at::Tensor& group_of,
-                                                 const at::Tensor& group_start) {
+std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast,
+                                                 const Tensor& pos, const Tensor& tri,
+                                                 const Tensor& half_edges, const Tensor& group_of,
+                                                 const Tensor& group_start) {
   AntialiasArgs a = check_inputs(color, rast, pos, tri, half_edges, group_of, group_start);
-  auto out = at::empty_like(color);
-  auto crossing = at::empty({a.num_images, a.height, a.width, 2}, color.options());
-  a.out = out.data_ptr<float>();
-  a.crossing = crossing.data_ptr<float>();
+  auto out = empty_like_float(color);
+  auto crossing = facade::new_empty(color, {a.num_images, a.height, a.width, 2}, Dtype::Float);
+  a.out = data<float>(out);
+  a.crossing = data<float>(crossing);
   if (crossing.numel() == 0) return {out, crossing};
   run_on_device(
       kOp, color, [&] { antialias_forward_cpu(a, torch_parallel_for()); },
@@ -70,31 +73,31 @@ std::tuple<at::Tensor, at::Tensor> antialias_fwd(const at::Tensor& color, const 
 }
 
 // Returns (grad_color, grad_pos); grad_pos is empty when with_pos is false.
-std::tuple<at::Tensor, at::Tensor> antialias_bwd(const at::Tensor& color, const at::Tensor& rast,
-                                                 const at::Tensor& pos, const at::Tensor& tri,
-                                                 const at::Tensor& half_edges, const at::Tensor& group_of,
-                                                 const at::Tensor& group_start, const at::Tensor& crossing,
-                                                 const at::Tensor& grad_out, double pos_gradient_boost,
+std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast,
+                                                 const Tensor& pos, const Tensor& tri,
+                                                 const Tensor& half_edges, const Tensor& group_of,
+                                                 const Tensor& group_start, const Tensor& crossing,
+                                                 const Tensor& grad_out, double pos_gradient_boost,
                                                  bool with_pos) {
   AntialiasArgs a = check_inputs(color, rast, pos, tri, half_edges, group_of, group_start);
-  check_tensor(kOp, "crossing", crossing, at::kFloat, {4});
-  check_tensor(kOp, "grad of out", grad_out, at::kFloat, {4});
+  check_tensor(kOp, "crossing", crossing, Dtype::Float, {4});
+  check_tensor(kOp, "grad of out", grad_out, Dtype::Float, {4});
   check_same_device(kOp, "crossing", crossing, color, "color");
   check_same_device(kOp, "grad of out", grad_out, color, "color");
-  TORCH_CHECK_VALUE(crossing.sizes() == at::IntArrayRef({a.num_images, a.height, a.width, 2}), kOp,
+  PR_CHECK_VALUE(has_shape(crossing, {a.num_images, a.height, a.width, 2}), kOp,
                     ": crossing has shape ", shape_str(crossing), ", expected [N, H, W, 2] of rast");
-  TORCH_CHECK_VALUE(grad_out.sizes() == color.sizes(), kOp, ": grad of out has shape ", shape_str(grad_out),
+  PR_CHECK_VALUE(sizes(grad_out) == sizes(color), kOp, ": grad of out has shape ", shape_str(grad_out),
                     ", expected color's ", shape_str(color));
-  auto grad_color = at::empty_like(color);
-  auto grad_pos = with_pos ? at::zeros_like(pos) : at::empty({0}, pos.options());
-  a.crossing = crossing.data_ptr<float>();
-  a.grad_out = grad_out.data_ptr<float>();
-  a.grad_color = grad_color.data_ptr<float>();
-  a.grad_pos = with_pos ? grad_pos.data_ptr<float>() : nullptr;
+  auto grad_color = empty_like_float(color);
+  auto grad_pos = with_pos ? zeros_like_float(pos) : facade::new_empty(pos, {0}, Dtype::Float);
+  a.crossing = data<float>(crossing);
+  a.grad_out = data<float>(grad_out);
+  a.grad_color = data<float>(grad_color);
+  a.grad_pos = with_pos ? data<float>(grad_pos) : nullptr;
   a.pos_grad_scale = (float)pos_gradient_boost;
   if (crossing.numel() == 0) return {grad_color, grad_pos};
   run_on_device(
-      kOp, color, [&] { antialias_backward_cpu(a, torch_parallel_for(), at::get_num_threads()); },
+      kOp, color, [&] { antialias_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
       [&](StreamHandle s) { return antialias_backward_cuda(a, s); });
   return {grad_color, grad_pos};
 }
@@ -102,22 +105,17 @@ std::tuple<at::Tensor, at::Tensor> antialias_bwd(const at::Tensor& color, const 
 }  // namespace
 }  // namespace prerast
 
-TORCH_LIBRARY_FRAGMENT(prerast, m) {
+#ifndef PRERAST_CUDA_LIBRARY
+PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("antialias_fwd(Tensor color, Tensor rast, Tensor pos, Tensor tri, Tensor half_edges, Tensor group_of,"
         " Tensor group_start) -> (Tensor, Tensor)");
   m.def("antialias_bwd(Tensor color, Tensor rast, Tensor pos, Tensor tri, Tensor half_edges, Tensor group_of,"
         " Tensor group_start, Tensor crossing, Tensor grad_out, float pos_gradient_boost, bool with_pos)"
         " -> (Tensor, Tensor)");
 }
-
-TORCH_LIBRARY_IMPL(prerast, CPU, m) {
-  m.impl("antialias_fwd", &prerast::antialias_fwd);
-  m.impl("antialias_bwd", &prerast::antialias_bwd);
-}
-
-#ifdef PRERAST_WITH_CUDA
-TORCH_LIBRARY_IMPL(prerast, CUDA, m) {
-  m.impl("antialias_fwd", &prerast::antialias_fwd);
-  m.impl("antialias_bwd", &prerast::antialias_bwd);
-}
 #endif
+
+PRERAST_KERNELS(m) {
+  m.impl("antialias_fwd", PRERAST_KERNEL(prerast::antialias_fwd));
+  m.impl("antialias_bwd", PRERAST_KERNEL(prerast::antialias_bwd));
+}

@@ -1,100 +1,172 @@
-// Helpers shared by the op bindings: argument checks that name the op, the argument, what was expected and
-// what arrived; the host thread pool and the CUDA workspace handed to the torch-free core.
+// Helpers shared by the op bindings, written once over the tensor facade: argument checks that name the op, the
+// argument, what was expected and what arrived; the host thread pool, the CUDA workspace and the dispatch to
+// the torch-free core.
+//
+// The facade is chosen at compile time: torch's stable C ABI (PRERAST_STABLE_ABI: one binary for every torch
+// from the target release on) or classic ATen (one binary per torch release). Each op's binding is written once
+// against it. A library is built either with the CPU kernels and the op schemas, or (PRERAST_CUDA_LIBRARY) with
+// the CUDA kernels only, so that the CUDA kernels load only into a CUDA build of torch.
 #pragma once
 
-#include <ATen/ATen.h>
-#include <ATen/Parallel.h>
-#include <torch/library.h>
+#ifdef PRERAST_STABLE_ABI
+#include "facade_stable.h"
+#else
+#include "facade_classic.h"
+#endif
 
+#include <cmath>
+#include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "../core/common.h"
 
-#ifdef PRERAST_WITH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
+namespace prerast {
+
+using facade::data;
+using facade::same_device;
+using facade::sizes;
+
+template <class... Parts>
+std::string str(const Parts&... parts) {
+  std::ostringstream out;
+  (out << ... << parts);
+  return out.str();
+}
+
+inline std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+inline std::string shape_str(const Tensor& t) { return shape_str(sizes(t)); }
+inline bool has_shape(const Tensor& t, const std::vector<int64_t>& shape) { return sizes(t) == shape; }
+
+}  // namespace prerast
+
+// Checks that raise the Python exception type their name says (TypeError, ValueError, IndexError) or
+// RuntimeError, with the message built from the remaining arguments.
+#define PR_CHECK_TYPE(cond, ...) \
+  do {                           \
+    if (!(cond)) ::prerast::facade::raise_type(::prerast::str(__VA_ARGS__)); \
+  } while (0)
+#define PR_CHECK_VALUE(cond, ...) \
+  do {                            \
+    if (!(cond)) ::prerast::facade::raise_value(::prerast::str(__VA_ARGS__)); \
+  } while (0)
+#define PR_CHECK_INDEX(cond, ...) \
+  do {                            \
+    if (!(cond)) ::prerast::facade::raise_index(::prerast::str(__VA_ARGS__)); \
+  } while (0)
+#define PR_CHECK(cond, ...) \
+  do {                      \
+    if (!(cond)) ::prerast::facade::raise_runtime(::prerast::str(__VA_ARGS__)); \
+  } while (0)
 
 namespace prerast {
 
-inline std::string shape_str(const at::Tensor& t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
 // dtype, contiguity and rank of a tensor argument.
-inline void check_tensor(const char* op, const char* name, const at::Tensor& t, at::ScalarType dtype,
+inline void check_tensor(const char* op, const char* name, const Tensor& t, Dtype dtype,
                          std::initializer_list<int64_t> ranks) {
-  TORCH_CHECK_TYPE(t.scalar_type() == dtype, op, ": ", name, " must be ", c10::toString(dtype), ", got ",
-                   c10::toString(t.scalar_type()));
+  PR_CHECK_TYPE(facade::has_dtype(t, dtype), op, ": ", name, " must be ", facade::dtype_name(dtype), ", got ",
+                facade::dtype_name(t));
   bool rank_ok = false;
   std::string want;
   for (int64_t r : ranks) rank_ok |= t.dim() == r, want += (want.empty() ? "" : " or ") + std::to_string(r);
-  TORCH_CHECK_VALUE(rank_ok, op, ": ", name, " must have ", want, " dimensions, got shape ", shape_str(t));
-  TORCH_CHECK_VALUE(t.is_contiguous(), op, ": ", name, " must be contiguous (call .contiguous() on it)");
+  PR_CHECK_VALUE(rank_ok, op, ": ", name, " must have ", want, " dimensions, got shape ", shape_str(t));
+  PR_CHECK_VALUE(t.is_contiguous(), op, ": ", name, " must be contiguous (call .contiguous() on it)");
 }
 
-inline void check_same_device(const char* op, const char* name, const at::Tensor& t, const at::Tensor& ref,
+inline void check_same_device(const char* op, const char* name, const Tensor& t, const Tensor& ref,
                               const char* ref_name) {
-  TORCH_CHECK_VALUE(t.device() == ref.device(), op, ": ", name, " is on ", t.device(), " but ", ref_name, " is on ",
-                    ref.device(), "; move them to one device");
+  PR_CHECK_VALUE(same_device(t, ref), op, ": ", name, " is on ", facade::device_name(t), " but ", ref_name,
+                 " is on ", facade::device_name(ref), "; move them to one device");
 }
 
-inline void check_dim(const char* op, const char* name, const at::Tensor& t, int64_t d, int64_t want) {
-  TORCH_CHECK_VALUE(t.size(d) == want, op, ": ", name, " must have size ", want, " in dimension ", d, ", got shape ",
-                    shape_str(t));
+inline void check_dim(const char* op, const char* name, const Tensor& t, int64_t d, int64_t want) {
+  PR_CHECK_VALUE(t.size(d) == want, op, ": ", name, " must have size ", want, " in dimension ", d, ", got shape ",
+                 shape_str(t));
+}
+
+// Smallest and largest of every stride-th value of a contiguous tensor (read on the host: a CUDA tensor is
+// copied there first). NaN makes `nan` true.
+template <class T>
+struct Range {
+  T lo, hi;
+  bool nan = false;
+};
+template <class T>
+Range<T> value_range(const Tensor& t, int64_t stride = 1, int64_t offset = 0) {
+  const Tensor host = facade::host_contiguous(t);
+  const T* p = data<T>(host);
+  Range<T> r{std::numeric_limits<T>::max(), std::numeric_limits<T>::lowest()};
+  for (int64_t i = offset; i < t.numel(); i += stride) {
+    const T v = p[i];
+    r.nan |= v != v;
+    r.lo = v < r.lo ? v : r.lo;
+    r.hi = v > r.hi ? v : r.hi;
+  }
+  return r;
 }
 
 // Triangle indices must lie in [0, num_vertices): checked before any kernel reads through them. `source` names
 // the tensor whose vertices they index.
-inline void check_indices(const char* op, const at::Tensor& tri, int64_t num_vertices, const char* source = "pos") {
+inline void check_indices(const char* op, const Tensor& tri, int64_t num_vertices, const char* source = "pos") {
   if (tri.numel() == 0) return;
-  auto mm = at::aminmax(tri);
-  int64_t lo = std::get<0>(mm).item<int64_t>(), hi = std::get<1>(mm).item<int64_t>();
-  TORCH_CHECK_INDEX(lo >= 0 && hi < num_vertices, op, ": tri holds vertex indices in [", lo, ", ", hi,
-                    "] but ", source, " has ", num_vertices, " vertices");
+  const Range<int32_t> r = value_range<int32_t>(tri);
+  PR_CHECK_INDEX(r.lo >= 0 && r.hi < num_vertices, op, ": tri holds vertex indices in [", r.lo, ", ", r.hi,
+                 "] but ", source, " has ", num_vertices, " vertices");
 }
+
+inline Tensor empty_like_float(const Tensor& t) { return facade::new_empty(t, sizes(t), Dtype::Float); }
+inline Tensor zeros_like_float(const Tensor& t) { return facade::new_zeros(t, sizes(t), Dtype::Float); }
 
 inline ParallelFor torch_parallel_for() {
   return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    at::parallel_for(0, n, grain, fn);
+    facade::parallel_for(n, grain, fn);
   };
 }
 
-// CUDA scratch memory from torch's caching allocator, released when the op returns.
+// CUDA scratch memory from torch's caching allocator (byte tensors on the op's device, so that the memory is
+// tied to the launch stream), released when the op returns.
 struct TensorWorkspace {
-  at::TensorOptions opts;
-  std::vector<at::Tensor> held;
+  Tensor like;
+  std::vector<Tensor> held;
   Workspace handle() {
     Workspace w;
     w.self = this;
     w.alloc = [](void* self, size_t bytes) -> void* {
       auto* me = static_cast<TensorWorkspace*>(self);
-      me->held.push_back(at::empty({(int64_t)bytes + 16}, me->opts.dtype(at::kByte)));
-      return me->held.back().data_ptr();
+      me->held.push_back(facade::new_empty(me->like, {(int64_t)bytes + 16}, Dtype::Byte));
+      return data<uint8_t>(me->held.back());
     };
     return w;
   }
 };
 
-// Runs cpu() on the CPU, or cuda(stream) under a guard for ref's device on its current stream; cuda returns
-// nullptr or a CUDA error message.
+// Runs the op's kernel for ref's device: cpu() in the CPU library; cuda(stream) in the CUDA library, under a
+// guard for ref's device and on its current stream (cuda returns nullptr or a CUDA error message). The kernel
+// of the other kind is never called here, so its code is not part of this library.
 template <class Cpu, class Cuda>
-void run_on_device(const char* op, const at::Tensor& ref, Cpu cpu, Cuda cuda) {
-  if (ref.is_cpu()) {
-    cpu();
-    return;
-  }
-#ifdef PRERAST_WITH_CUDA
-  const c10::cuda::CUDAGuard guard(ref.device());
-  const char* err = cuda((StreamHandle)c10::cuda::getCurrentCUDAStream().stream());
-  TORCH_CHECK(err == nullptr, op, ": CUDA error: ", err);
+void run_on_device(const char* op, const Tensor& ref, Cpu cpu, Cuda cuda) {
+#ifdef PRERAST_CUDA_LIBRARY
+  (void)cpu;
+  const char* err = facade::on_cuda_stream(ref, [&](void* stream) { return cuda((StreamHandle)stream); });
+  PR_CHECK(err == nullptr, op, ": CUDA error: ", err);
 #else
   (void)cuda;
-  TORCH_CHECK(false, op, ": this prerast binary was built without CUDA");
+  PR_CHECK(ref.is_cpu(), op, ": got a tensor on ", facade::device_name(ref),
+           ", but prerast's CUDA kernels are not loaded (python -m prerast doctor says why)");
+  cpu();
 #endif
 }
 
 }  // namespace prerast
+
+// Each op file registers its kernels under the dispatch key of the library being built.
+#ifdef PRERAST_CUDA_LIBRARY
+#define PRERAST_KERNELS(m) PRERAST_LIBRARY_IMPL(CUDA, m)
+#else
+#define PRERAST_KERNELS(m) PRERAST_LIBRARY_IMPL(CPU, m)
+#endif

@@ -13,13 +13,20 @@ constexpr int64_t kMaxChunkBytes = 256ll << 20;
 // int32 tensor on the op's device, where the kernels read them.
 struct Inputs {
   InterpArgs a;
-  at::Tensor diff_idx;
+  Tensor diff_idx;
 };
 
-Inputs check_inputs(const at::Tensor& attr, const at::Tensor& rast, const at::Tensor& tri,
-                    const c10::optional<at::Tensor>& rast_db, at::IntArrayRef diff) {
-  check_tensor(kOp, "attr", attr, at::kFloat, {2, 3});
-  check_tensor(kOp, "tri", tri, at::kInt, {2});
+// The listed attribute indices as an int32 tensor on attr's device.
+Tensor upload_indices(const Tensor& attr, const IntListArg& diff) {
+  const int64_t n = (int64_t)diff.size();
+  std::vector<int32_t> host(diff.begin(), diff.end());
+  return facade::from_host(host.data(), n, attr);
+}
+
+Inputs check_inputs(const Tensor& attr, const Tensor& rast, const Tensor& tri,
+                    const OptTensor& rast_db, const IntListArg& diff) {
+  check_tensor(kOp, "attr", attr, Dtype::Float, {2, 3});
+  check_tensor(kOp, "tri", tri, Dtype::Int, {2});
   check_dim(kOp, "tri", tri, 1, 3);
   check_same_device(kOp, "rast", rast, attr, "attr");
   check_same_device(kOp, "tri", tri, attr, "attr");
@@ -32,42 +39,40 @@ Inputs check_inputs(const at::Tensor& attr, const at::Tensor& rast, const at::Te
   a.num_attrs = attr.size(attr.dim() - 1);
   a.num_triangles = tri.size(0);
   if (attr.dim() == 3) {
-    TORCH_CHECK_VALUE(attr.size(0) == N || attr.size(0) == 1, kOp, ": attr of shape ", shape_str(attr),
+    PR_CHECK_VALUE(attr.size(0) == N || attr.size(0) == 1, kOp, ": attr of shape ", shape_str(attr),
                       " has ", attr.size(0), " images but rast has ", N,
                       "; instanced attr needs one image per rast image, or 1 to share it");
     a.attr_per_image = attr.size(0) == N && N > 1;
   }
   check_indices(kOp, tri, a.num_vertices, "attr");
   if (rast_db.has_value()) {
-    check_tensor(kOp, "rast_db", *rast_db, at::kFloat, {4});
+    check_tensor(kOp, "rast_db", *rast_db, Dtype::Float, {4});
     check_same_device(kOp, "rast_db", *rast_db, attr, "attr");
-    TORCH_CHECK_VALUE(rast_db->sizes() == rast.sizes(), kOp, ": rast_db has shape ", shape_str(*rast_db),
+    PR_CHECK_VALUE(sizes(*rast_db) == sizes(rast), kOp, ": rast_db has shape ", shape_str(*rast_db),
                       " but rast has shape ", shape_str(rast), "; they must match");
     a.num_diff = (int64_t)diff.size();
   }
   for (size_t k = 0; k < diff.size(); ++k)
-    TORCH_CHECK_INDEX(diff[k] >= 0 && diff[k] < a.num_attrs, kOp, ": diff_attrs[", k, "] = ", diff[k],
+    PR_CHECK_INDEX(diff[k] >= 0 && diff[k] < a.num_attrs, kOp, ": diff_attrs[", k, "] = ", diff[k],
                       " is not an attribute index: attr has ", a.num_attrs, " attributes (0..", a.num_attrs - 1, ")");
-  auto host = at::empty({(int64_t)diff.size()}, at::TensorOptions().dtype(at::kInt));
-  for (size_t k = 0; k < diff.size(); ++k) host.data_ptr<int32_t>()[k] = (int32_t)diff[k];
-  Inputs in{a, host.to(attr.device())};
-  in.a.attr = attr.data_ptr<float>();
-  in.a.rast = rast.data_ptr<float>();
-  in.a.rast_db = a.num_diff ? rast_db->data_ptr<float>() : nullptr;
-  in.a.tri = tri.data_ptr<int32_t>();
-  in.a.diff = in.diff_idx.data_ptr<int32_t>();
+  Inputs in{a, upload_indices(attr, diff)};
+  in.a.attr = data<float>(attr);
+  in.a.rast = data<float>(rast);
+  in.a.rast_db = a.num_diff ? data<float>(*rast_db) : nullptr;
+  in.a.tri = data<int32_t>(tri);
+  in.a.diff = data<int32_t>(in.diff_idx);
   return in;
 }
 
-std::tuple<at::Tensor, at::Tensor> interpolate_fwd(const at::Tensor& attr, const at::Tensor& rast,
-                                                   const at::Tensor& tri, const c10::optional<at::Tensor>& rast_db,
-                                                   at::IntArrayRef diff) {
+std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& rast,
+                                                   const Tensor& tri, const OptTensor& rast_db,
+                                                   const IntListArg& diff) {
   Inputs in = check_inputs(attr, rast, tri, rast_db, diff);
   InterpArgs& a = in.a;
-  auto out = at::empty({rast.size(0), rast.size(1), rast.size(2), a.num_attrs}, attr.options());
-  auto out_da = at::empty({rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}, attr.options());
-  a.out = out.data_ptr<float>();
-  a.out_da = a.num_diff ? out_da.data_ptr<float>() : nullptr;
+  auto out = facade::new_empty(attr, {rast.size(0), rast.size(1), rast.size(2), a.num_attrs}, Dtype::Float);
+  auto out_da = facade::new_empty(attr, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}, Dtype::Float);
+  a.out = data<float>(out);
+  a.out_da = a.num_diff ? data<float>(out_da) : nullptr;
   if (a.num_pixels == 0) return {out, out_da};
   run_on_device(
       kOp, attr, [&] { interpolate_forward_cpu(a, torch_parallel_for()); },
@@ -76,36 +81,36 @@ std::tuple<at::Tensor, at::Tensor> interpolate_fwd(const at::Tensor& attr, const
 }
 
 // Returns (grad_attr, grad_rast, grad_rast_db); grad_rast_db is empty when no derivatives were output.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> interpolate_bwd(const at::Tensor& attr, const at::Tensor& rast,
-                                                               const at::Tensor& tri,
-                                                               const c10::optional<at::Tensor>& rast_db,
-                                                               at::IntArrayRef diff, const at::Tensor& grad_out,
-                                                               const c10::optional<at::Tensor>& grad_da) {
+std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Tensor& rast,
+                                                               const Tensor& tri,
+                                                               const OptTensor& rast_db,
+                                                               const IntListArg& diff, const Tensor& grad_out,
+                                                               const OptTensor& grad_da) {
   Inputs in = check_inputs(attr, rast, tri, rast_db, diff);
   InterpArgs& a = in.a;
   const std::vector<int64_t> out_shape = {rast.size(0), rast.size(1), rast.size(2), a.num_attrs};
-  check_tensor(kOp, "grad of out", grad_out, at::kFloat, {4});
+  check_tensor(kOp, "grad of out", grad_out, Dtype::Float, {4});
   check_same_device(kOp, "grad of out", grad_out, attr, "attr");
-  TORCH_CHECK_VALUE(grad_out.sizes() == at::IntArrayRef(out_shape), kOp, ": grad of out has shape ",
+  PR_CHECK_VALUE(sizes(grad_out) == out_shape, kOp, ": grad of out has shape ",
                     shape_str(grad_out), ", expected the output's shape");
   const bool with_da = a.num_diff > 0 && grad_da.has_value();
   if (with_da) {
-    check_tensor(kOp, "grad of out_da", *grad_da, at::kFloat, {4});
+    check_tensor(kOp, "grad of out_da", *grad_da, Dtype::Float, {4});
     check_same_device(kOp, "grad of out_da", *grad_da, attr, "attr");
-    TORCH_CHECK_VALUE(grad_da->sizes() == at::IntArrayRef({rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}),
+    PR_CHECK_VALUE(has_shape(*grad_da, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}),
                       kOp, ": grad of out_da has shape ", shape_str(*grad_da), ", expected the output's shape");
   }
-  auto grad_attr = at::zeros_like(attr);
-  auto grad_rast = at::empty_like(rast);
-  auto grad_db = a.num_diff ? at::empty_like(*rast_db) : at::empty({0}, attr.options());
-  a.grad_out = grad_out.data_ptr<float>();
-  a.grad_da = with_da ? grad_da->data_ptr<float>() : nullptr;
-  a.grad_attr = grad_attr.data_ptr<float>();
-  a.grad_rast = grad_rast.data_ptr<float>();
-  a.grad_db = a.num_diff ? grad_db.data_ptr<float>() : nullptr;
+  auto grad_attr = facade::new_zeros(attr, sizes(attr), Dtype::Float);
+  auto grad_rast = facade::new_empty(rast, sizes(rast), Dtype::Float);
+  auto grad_db = facade::new_empty(attr, a.num_diff ? sizes(*rast_db) : std::vector<int64_t>{0}, Dtype::Float);
+  a.grad_out = data<float>(grad_out);
+  a.grad_da = with_da ? data<float>(*grad_da) : nullptr;
+  a.grad_attr = data<float>(grad_attr);
+  a.grad_rast = data<float>(grad_rast);
+  a.grad_db = a.num_diff ? data<float>(grad_db) : nullptr;
   if (a.num_pixels > 0) {
     run_on_device(
-        kOp, attr, [&] { interpolate_backward_cpu(a, torch_parallel_for(), at::get_num_threads(), kMaxChunkBytes); },
+        kOp, attr, [&] { interpolate_backward_cpu(a, torch_parallel_for(), facade::num_threads(), kMaxChunkBytes); },
         [&](StreamHandle s) { return interpolate_backward_cuda(a, s); });
   }
   return {grad_attr, grad_rast, grad_db};
@@ -114,20 +119,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> interpolate_bwd(const at::Tensor&
 }  // namespace
 }  // namespace prerast
 
-TORCH_LIBRARY_FRAGMENT(prerast, m) {
+#ifndef PRERAST_CUDA_LIBRARY
+PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("interpolate_fwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[] diff) -> (Tensor, Tensor)");
   m.def("interpolate_bwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[] diff, Tensor grad_out,"
         " Tensor? grad_da) -> (Tensor, Tensor, Tensor)");
 }
-
-TORCH_LIBRARY_IMPL(prerast, CPU, m) {
-  m.impl("interpolate_fwd", &prerast::interpolate_fwd);
-  m.impl("interpolate_bwd", &prerast::interpolate_bwd);
-}
-
-#ifdef PRERAST_WITH_CUDA
-TORCH_LIBRARY_IMPL(prerast, CUDA, m) {
-  m.impl("interpolate_fwd", &prerast::interpolate_fwd);
-  m.impl("interpolate_bwd", &prerast::interpolate_bwd);
-}
 #endif
+
+PRERAST_KERNELS(m) {
+  m.impl("interpolate_fwd", PRERAST_KERNEL(prerast::interpolate_fwd));
+  m.impl("interpolate_bwd", PRERAST_KERNEL(prerast::interpolate_bwd));
+}

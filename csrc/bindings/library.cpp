@@ -1,8 +1,6 @@
 // The prerast operator library. Each op's schema is declared next to its implementation with
-// TORCH_LIBRARY_FRAGMENT; this file declares the library itself and an op describing the binary.
-#include <torch/library.h>
-
-#include <string>
+// PRERAST_LIBRARY_FRAGMENT; this file declares the library itself and an op describing the binary.
+#include "common.h"
 
 #ifndef PRERAST_VERSION
 #define PRERAST_VERSION "unknown"
@@ -10,16 +8,16 @@
 
 namespace {
 
-std::string binary_info() {
-#ifdef PRERAST_WITH_CUDA
-  return std::string("version=") + PRERAST_VERSION + ";cuda=1";
-#else
-  return std::string("version=") + PRERAST_VERSION + ";cuda=0";
-#endif
-}
+// "version=0.1.0;abi=stable;cuda=0": what the loaded binary is, for the loader and doctor. The CPU library
+// holds the schemas and CPU kernels; the CUDA kernels live in a library of their own.
+std::string binary_info() { return std::string("version=") + PRERAST_VERSION + ";abi=" + prerast::kAbi + ";cuda=0"; }
 
 }  // namespace
 
-TORCH_LIBRARY(prerast, m) {
-  m.def("binary_info() -> str", &binary_info);
+PRERAST_LIBRARY(m) {
+  m.def("binary_info() -> str");
+}
+
+PRERAST_LIBRARY_IMPL(CompositeImplicitAutograd, m) {
+  m.impl("binary_info", PRERAST_KERNEL(binary_info));
 }

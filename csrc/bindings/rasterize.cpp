@@ -13,9 +13,9 @@ struct Geometry {
   bool instanced;
 };
 
-Geometry check_geometry(const at::Tensor& pos, const at::Tensor& tri, const c10::optional<at::Tensor>& ranges) {
-  check_tensor(kOp, "pos", pos, at::kFloat, {2, 3});
-  check_tensor(kOp, "tri", tri, at::kInt, {2});
+Geometry check_geometry(const Tensor& pos, const Tensor& tri, const OptTensor& ranges) {
+  check_tensor(kOp, "pos", pos, Dtype::Float, {2, 3});
+  check_tensor(kOp, "tri", tri, Dtype::Int, {2});
   check_dim(kOp, "pos", pos, pos.dim() - 1, 4);
   check_dim(kOp, "tri", tri, 1, 3);
   check_same_device(kOp, "tri", tri, pos, "pos");
@@ -23,24 +23,24 @@ Geometry check_geometry(const at::Tensor& pos, const at::Tensor& tri, const c10:
   g.instanced = pos.dim() == 3;
   g.num_vertices = pos.size(pos.dim() - 2);
   g.num_triangles = tri.size(0);
-  TORCH_CHECK_VALUE(g.num_triangles < kMaxTriangles, kOp, ": ", g.num_triangles,
+  PR_CHECK_VALUE(g.num_triangles < kMaxTriangles, kOp, ": ", g.num_triangles,
                     " triangles is more than the ", kMaxTriangles - 1,
                     " whose IDs a float32 output holds exactly; split the mesh over several calls");
   if (g.instanced) {
-    TORCH_CHECK_VALUE(!ranges.has_value(), kOp, ": ranges is only for range mode (pos of shape [V, 4]); got pos ",
+    PR_CHECK_VALUE(!ranges.has_value(), kOp, ": ranges is only for range mode (pos of shape [V, 4]); got pos ",
                       shape_str(pos));
     g.num_images = pos.size(0);
   } else {
-    TORCH_CHECK_VALUE(ranges.has_value(), kOp, ": pos of shape ", shape_str(pos),
+    PR_CHECK_VALUE(ranges.has_value(), kOp, ": pos of shape ", shape_str(pos),
                       " selects range mode, which needs ranges (int32 [N, 2] on the CPU)");
-    const at::Tensor& r = *ranges;
-    check_tensor(kOp, "ranges", r, at::kInt, {2});
+    const Tensor& r = *ranges;
+    check_tensor(kOp, "ranges", r, Dtype::Int, {2});
     check_dim(kOp, "ranges", r, 1, 2);
-    TORCH_CHECK_VALUE(r.device().is_cpu(), kOp, ": ranges must be a CPU tensor, got one on ", r.device());
+    PR_CHECK_VALUE(r.is_cpu(), kOp, ": ranges must be a CPU tensor, got one on ", facade::device_name(r));
     g.num_images = r.size(0);
-    const int32_t* p = r.data_ptr<int32_t>();
+    const int32_t* p = data<int32_t>(r);
     for (int64_t n = 0; n < g.num_images; ++n) {
-      TORCH_CHECK_INDEX(p[2 * n] >= 0 && p[2 * n + 1] >= 0 && (int64_t)p[2 * n] + p[2 * n + 1] <= g.num_triangles,
+      PR_CHECK_INDEX(p[2 * n] >= 0 && p[2 * n + 1] >= 0 && (int64_t)p[2 * n] + p[2 * n + 1] <= g.num_triangles,
                         kOp, ": ranges[", n, "] = (", p[2 * n], ", ", p[2 * n + 1], ") is outside the ",
                         g.num_triangles, " triangles of tri");
     }
@@ -50,76 +50,76 @@ Geometry check_geometry(const at::Tensor& pos, const at::Tensor& tri, const c10:
 }
 
 void check_resolution(int64_t height, int64_t width) {
-  TORCH_CHECK_VALUE(height > 0 && width > 0, kOp, ": resolution must be positive, got (", height, ", ", width, ")");
-  TORCH_CHECK_VALUE(height <= kMaxResolution && width <= kMaxResolution, kOp, ": resolution (", height, ", ", width,
+  PR_CHECK_VALUE(height > 0 && width > 0, kOp, ": resolution must be positive, got (", height, ", ", width, ")");
+  PR_CHECK_VALUE(height <= kMaxResolution && width <= kMaxResolution, kOp, ": resolution (", height, ", ", width,
                     ") exceeds the maximum of ", kMaxResolution, " per side");
 }
 
-std::tuple<at::Tensor, at::Tensor> rasterize_fwd(const at::Tensor& pos, const at::Tensor& tri, int64_t height,
-                                                 int64_t width, const c10::optional<at::Tensor>& ranges,
-                                                 const c10::optional<at::Tensor>& peel_prev) {
+std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, int64_t height,
+                                                 int64_t width, const OptTensor& ranges,
+                                                 const OptTensor& peel_prev) {
   check_resolution(height, width);
   Geometry g = check_geometry(pos, tri, ranges);
   const int64_t tiles = g.num_images * ((height + kTile - 1) / kTile) * ((width + kTile - 1) / kTile);
-  TORCH_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
+  PR_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
                     " are too many pixels for one call; split the batch");
-  auto rast = at::empty({g.num_images, height, width, 4}, pos.options());
-  auto rast_db = at::empty({g.num_images, height, width, 4}, pos.options());
+  auto rast = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
+  auto rast_db = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
   if (peel_prev.has_value()) {
-    check_tensor(kOp, "previous layer", *peel_prev, at::kFloat, {4});
+    check_tensor(kOp, "previous layer", *peel_prev, Dtype::Float, {4});
     check_same_device(kOp, "previous layer", *peel_prev, pos, "pos");
-    TORCH_CHECK_VALUE(peel_prev->sizes() == rast.sizes(), kOp, ": previous layer has shape ",
+    PR_CHECK_VALUE(sizes(*peel_prev) == sizes(rast), kOp, ": previous layer has shape ",
                       shape_str(*peel_prev), ", expected ", shape_str(rast));
   }
   RasterArgs a;
-  a.pos = pos.data_ptr<float>();
-  a.tri = tri.data_ptr<int32_t>();
-  a.ranges = g.instanced ? nullptr : ranges->data_ptr<int32_t>();
+  a.pos = data<float>(pos);
+  a.tri = data<int32_t>(tri);
+  a.ranges = g.instanced ? nullptr : data<int32_t>(*ranges);
   a.num_images = g.num_images, a.num_vertices = g.num_vertices, a.num_triangles = g.num_triangles;
   a.height = (int)height, a.width = (int)width;
-  a.peel_prev = peel_prev.has_value() ? peel_prev->data_ptr<float>() : nullptr;
-  a.rast = rast.data_ptr<float>();
-  a.rast_db = rast_db.data_ptr<float>();
+  a.peel_prev = peel_prev.has_value() ? data<float>(*peel_prev) : nullptr;
+  a.rast = data<float>(rast);
+  a.rast_db = data<float>(rast_db);
   if (rast.numel() == 0) return {rast, rast_db};
   run_on_device(
       kOp, pos, [&] { rasterize_forward_cpu(a, torch_parallel_for()); },
       [&](StreamHandle stream) {
-        TensorWorkspace ws{pos.options()};
+        TensorWorkspace ws{pos, {}};
         return rasterize_forward_cuda(a, stream, ws.handle());
       });
   return {rast, rast_db};
 }
 
-at::Tensor rasterize_bwd(const at::Tensor& pos, const at::Tensor& tri, const at::Tensor& rast,
-                         const at::Tensor& grad_rast, const c10::optional<at::Tensor>& grad_db) {
-  check_tensor(kOp, "pos", pos, at::kFloat, {2, 3});
-  check_tensor(kOp, "tri", tri, at::kInt, {2});
-  check_tensor(kOp, "rast", rast, at::kFloat, {4});
-  check_tensor(kOp, "grad of rast", grad_rast, at::kFloat, {4});
-  TORCH_CHECK_VALUE(grad_rast.sizes() == rast.sizes(), kOp, ": grad of rast has shape ", shape_str(grad_rast),
+Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
+                         const Tensor& grad_rast, const OptTensor& grad_db) {
+  check_tensor(kOp, "pos", pos, Dtype::Float, {2, 3});
+  check_tensor(kOp, "tri", tri, Dtype::Int, {2});
+  check_tensor(kOp, "rast", rast, Dtype::Float, {4});
+  check_tensor(kOp, "grad of rast", grad_rast, Dtype::Float, {4});
+  PR_CHECK_VALUE(sizes(grad_rast) == sizes(rast), kOp, ": grad of rast has shape ", shape_str(grad_rast),
                     ", expected ", shape_str(rast));
-  for (const at::Tensor* t : {&tri, &rast, &grad_rast}) check_same_device(kOp, "gradient input", *t, pos, "pos");
+  for (const Tensor* t : {&tri, &rast, &grad_rast}) check_same_device(kOp, "gradient input", *t, pos, "pos");
   if (grad_db.has_value()) {
-    check_tensor(kOp, "grad of rast_db", *grad_db, at::kFloat, {4});
+    check_tensor(kOp, "grad of rast_db", *grad_db, Dtype::Float, {4});
     check_same_device(kOp, "grad of rast_db", *grad_db, pos, "pos");
-    TORCH_CHECK_VALUE(grad_db->sizes() == rast.sizes(), kOp, ": grad of rast_db has shape ", shape_str(*grad_db),
+    PR_CHECK_VALUE(sizes(*grad_db) == sizes(rast), kOp, ": grad of rast_db has shape ", shape_str(*grad_db),
                       ", expected ", shape_str(rast));
   }
   RasterGradArgs a;
   a.instanced = pos.dim() == 3;
   a.num_images = rast.size(0), a.height = (int)rast.size(1), a.width = (int)rast.size(2);
   a.num_vertices = pos.size(pos.dim() - 2), a.num_triangles = tri.size(0);
-  TORCH_CHECK_VALUE(!a.instanced || pos.size(0) == a.num_images, kOp, ": pos has ", pos.size(0),
+  PR_CHECK_VALUE(!a.instanced || pos.size(0) == a.num_images, kOp, ": pos has ", pos.size(0),
                     " images but rast has ", a.num_images);
-  auto grad_pos = at::zeros_like(pos);
-  a.pos = pos.data_ptr<float>();
-  a.tri = tri.data_ptr<int32_t>();
-  a.rast = rast.data_ptr<float>();
-  a.grad_rast = grad_rast.data_ptr<float>();
-  a.grad_db = grad_db.has_value() ? grad_db->data_ptr<float>() : nullptr;
-  a.grad_pos = grad_pos.data_ptr<float>();
+  auto grad_pos = facade::new_zeros(pos, sizes(pos), Dtype::Float);
+  a.pos = data<float>(pos);
+  a.tri = data<int32_t>(tri);
+  a.rast = data<float>(rast);
+  a.grad_rast = data<float>(grad_rast);
+  a.grad_db = grad_db.has_value() ? data<float>(*grad_db) : nullptr;
+  a.grad_pos = data<float>(grad_pos);
   run_on_device(
-      kOp, pos, [&] { rasterize_backward_cpu(a, torch_parallel_for(), at::get_num_threads()); },
+      kOp, pos, [&] { rasterize_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
       [&](StreamHandle stream) { return rasterize_backward_cuda(a, stream); });
   return grad_pos;
 }
@@ -127,20 +127,15 @@ at::Tensor rasterize_bwd(const at::Tensor& pos, const at::Tensor& tri, const at:
 }  // namespace
 }  // namespace prerast
 
-TORCH_LIBRARY_FRAGMENT(prerast, m) {
+#ifndef PRERAST_CUDA_LIBRARY
+PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("rasterize_fwd(Tensor pos, Tensor tri, int height, int width, Tensor? ranges, Tensor? peel_prev)"
         " -> (Tensor, Tensor)");
   m.def("rasterize_bwd(Tensor pos, Tensor tri, Tensor rast, Tensor grad_rast, Tensor? grad_db) -> Tensor");
 }
-
-TORCH_LIBRARY_IMPL(prerast, CPU, m) {
-  m.impl("rasterize_fwd", &prerast::rasterize_fwd);
-  m.impl("rasterize_bwd", &prerast::rasterize_bwd);
-}
-
-#ifdef PRERAST_WITH_CUDA
-TORCH_LIBRARY_IMPL(prerast, CUDA, m) {
-  m.impl("rasterize_fwd", &prerast::rasterize_fwd);
-  m.impl("rasterize_bwd", &prerast::rasterize_bwd);
-}
 #endif
+
+PRERAST_KERNELS(m) {
+  m.impl("rasterize_fwd", PRERAST_KERNEL(prerast::rasterize_fwd));
+  m.impl("rasterize_bwd", PRERAST_KERNEL(prerast::rasterize_bwd));
+}

@@ -15,51 +15,51 @@ int full_chain_levels(int64_t h, int64_t w) {
   return levels;
 }
 
-void check_texture(const at::Tensor& tex, bool cube) {
-  check_tensor(kOp, "tex", tex, at::kFloat, {4, 5});
+void check_texture(const Tensor& tex, bool cube) {
+  check_tensor(kOp, "tex", tex, Dtype::Float, {4, 5});
   if (cube) {
-    TORCH_CHECK_VALUE(tex.dim() == 5 && tex.size(1) == 6 && tex.size(2) == tex.size(3), kOp,
+    PR_CHECK_VALUE(tex.dim() == 5 && tex.size(1) == 6 && tex.size(2) == tex.size(3), kOp,
                       ": boundary_mode='cube' needs a cube map tex of shape [N, 6, S, S, C], got ", shape_str(tex));
   } else {
-    TORCH_CHECK_VALUE(tex.dim() == 4, kOp, ": a 2D texture has shape [N, H, W, C]; got tex of shape ",
+    PR_CHECK_VALUE(tex.dim() == 4, kOp, ": a 2D texture has shape [N, H, W, C]; got tex of shape ",
                       shape_str(tex), " (a cube map needs boundary_mode='cube')");
   }
   const int64_t h = tex.size(tex.dim() - 3), w = tex.size(tex.dim() - 2), c = tex.size(tex.dim() - 1);
-  TORCH_CHECK_VALUE(tex.size(0) > 0 && h > 0 && w > 0 && c > 0, kOp,
+  PR_CHECK_VALUE(tex.size(0) > 0 && h > 0 && w > 0 && c > 0, kOp,
                     ": tex must have at least one texture, texel and channel, got shape ", shape_str(tex));
-  TORCH_CHECK_VALUE(h <= kMaxTextureSide && w <= kMaxTextureSide, kOp, ": tex of shape ", shape_str(tex),
+  PR_CHECK_VALUE(h <= kMaxTextureSide && w <= kMaxTextureSide, kOp, ": tex of shape ", shape_str(tex),
                     " exceeds the limit of ", kMaxTextureSide, " texels per side");
-  TORCH_CHECK_VALUE(tex.numel() <= kMaxTextureElements, kOp, ": tex of shape ", shape_str(tex), " has ",
+  PR_CHECK_VALUE(tex.numel() <= kMaxTextureElements, kOp, ": tex of shape ", shape_str(tex), " has ",
                     tex.numel(), " elements, more than the limit of ", kMaxTextureElements, " (2^31 - 1)");
 }
 
 // Checks every input and fills the core's arguments (out left null).
-TextureArgs make_args(const at::Tensor& tex, const at::Tensor& uv, const c10::optional<at::Tensor>& uv_da,
-                      const c10::optional<at::Tensor>& bias, at::TensorList mip, int64_t filter,
+TextureArgs make_args(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
+                      const OptTensor& bias, const TensorListArg& mip, int64_t filter,
                       int64_t boundary) {
-  TORCH_CHECK_VALUE(filter >= kFilterNearest && filter <= kFilterMipLinear, kOp, ": unknown filter mode ", filter);
-  TORCH_CHECK_VALUE(boundary >= kBoundaryWrap && boundary <= kBoundaryCube, kOp, ": unknown boundary mode ",
+  PR_CHECK_VALUE(filter >= kFilterNearest && filter <= kFilterMipLinear, kOp, ": unknown filter mode ", filter);
+  PR_CHECK_VALUE(boundary >= kBoundaryWrap && boundary <= kBoundaryCube, kOp, ": unknown boundary mode ",
                     boundary);
   const bool cube = boundary == kBoundaryCube;
   check_texture(tex, cube);
   const int uvd = cube ? 3 : 2;
-  check_tensor(kOp, "uv", uv, at::kFloat, {4});
+  check_tensor(kOp, "uv", uv, Dtype::Float, {4});
   check_dim(kOp, "uv", uv, 3, uvd);
   check_same_device(kOp, "uv", uv, tex, "tex");
   const int64_t N = uv.size(0), H = uv.size(1), W = uv.size(2);
-  TORCH_CHECK_VALUE(tex.size(0) == 1 || tex.size(0) == N, kOp, ": tex holds ", tex.size(0),
+  PR_CHECK_VALUE(tex.size(0) == 1 || tex.size(0) == N, kOp, ": tex holds ", tex.size(0),
                     " textures but uv has ", N, " images; give one texture per image or a single one for all");
   if (uv_da.has_value()) {
-    check_tensor(kOp, "uv_da", *uv_da, at::kFloat, {4});
+    check_tensor(kOp, "uv_da", *uv_da, Dtype::Float, {4});
     check_same_device(kOp, "uv_da", *uv_da, tex, "tex");
-    TORCH_CHECK_VALUE(uv_da->size(0) == N && uv_da->size(1) == H && uv_da->size(2) == W && uv_da->size(3) == 2 * uvd,
+    PR_CHECK_VALUE(uv_da->size(0) == N && uv_da->size(1) == H && uv_da->size(2) == W && uv_da->size(3) == 2 * uvd,
                       kOp, ": uv_da must have shape [", N, ", ", H, ", ", W, ", ", 2 * uvd, "], got ",
                       shape_str(*uv_da));
   }
   if (bias.has_value()) {
-    check_tensor(kOp, "mip_level_bias", *bias, at::kFloat, {3});
+    check_tensor(kOp, "mip_level_bias", *bias, Dtype::Float, {3});
     check_same_device(kOp, "mip_level_bias", *bias, tex, "tex");
-    TORCH_CHECK_VALUE(bias->size(0) == N && bias->size(1) == H && bias->size(2) == W, kOp,
+    PR_CHECK_VALUE(bias->size(0) == N && bias->size(1) == H && bias->size(2) == W, kOp,
                       ": mip_level_bias must have shape [", N, ", ", H, ", ", W, "], got ", shape_str(*bias));
   }
   TextureArgs a;
@@ -69,37 +69,37 @@ TextureArgs make_args(const at::Tensor& tex, const at::Tensor& uv, const c10::op
   a.channels = (int)tex.size(-1);
   a.num_pixels = N * H * W;
   a.pixels_per_image = H * W;
-  a.uv = uv.data_ptr<float>();
-  a.uv_da = uv_da.has_value() ? uv_da->data_ptr<float>() : nullptr;
-  a.bias = bias.has_value() ? bias->data_ptr<float>() : nullptr;
+  a.uv = data<float>(uv);
+  a.uv_da = uv_da.has_value() ? data<float>(*uv_da) : nullptr;
+  a.bias = bias.has_value() ? data<float>(*bias) : nullptr;
 
   int h = (int)tex.size(-3), w = (int)tex.size(-2);
   const int most = full_chain_levels(h, w) - 1;
-  TORCH_CHECK_VALUE((int64_t)mip.size() <= most, kOp, ": mip has ", mip.size(), " levels but a texture of ", h,
+  PR_CHECK_VALUE((int64_t)mip.size() <= most, kOp, ": mip has ", mip.size(), " levels but a texture of ", h,
                     " x ", w, " texels has only ", most, " below level 0");
   a.num_levels = 1 + (int)mip.size();
-  a.levels[0] = {tex.data_ptr<float>(), h, w};
+  a.levels[0] = {data<float>(tex), h, w};
   for (size_t k = 0; k < mip.size(); ++k) {
     h = mip_size(h), w = mip_size(w);
-    const at::Tensor& m = mip[k];
+    const Tensor& m = mip[k];
     const std::string name = "mip[" + std::to_string(k) + "]";
-    check_tensor(kOp, name.c_str(), m, at::kFloat, {tex.dim()});
+    check_tensor(kOp, name.c_str(), m, Dtype::Float, {tex.dim()});
     check_same_device(kOp, name.c_str(), m, tex, "tex");
-    auto want = tex.sizes().vec();
+    auto want = sizes(tex);
     want[want.size() - 3] = h, want[want.size() - 2] = w;
-    TORCH_CHECK_VALUE(m.sizes().vec() == want, kOp, ": ", name, " (mip level ", k + 1, ") must have shape ",
-                      c10::IntArrayRef(want), ", got ", shape_str(m));
-    a.levels[k + 1] = {m.data_ptr<float>(), h, w};
+    PR_CHECK_VALUE(sizes(m) == want, kOp, ": ", name, " (mip level ", k + 1, ") must have shape ",
+                      shape_str(want), ", got ", shape_str(m));
+    a.levels[k + 1] = {data<float>(m), h, w};
   }
   return a;
 }
 
-at::Tensor texture_fwd(const at::Tensor& tex, const at::Tensor& uv, const c10::optional<at::Tensor>& uv_da,
-                       const c10::optional<at::Tensor>& bias, at::TensorList mip, int64_t filter,
+Tensor texture_fwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
+                       const OptTensor& bias, const TensorListArg& mip, int64_t filter,
                        int64_t boundary) {
   TextureArgs a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
-  auto out = at::empty({uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}, tex.options());
-  a.out = out.data_ptr<float>();
+  auto out = facade::new_empty(tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}, Dtype::Float);
+  a.out = data<float>(out);
   run_on_device(
       kOp, tex, [&] { texture_forward_cpu(a, torch_parallel_for()); },
       [&](StreamHandle s) { return texture_forward_cuda(a, s); });
@@ -108,68 +108,68 @@ at::Tensor texture_fwd(const at::Tensor& tex, const at::Tensor& uv, const c10::o
 
 // Returns [grad_tex, grad_uv, grad_uv_da, grad_mip_level_bias, grad_mip[0], ...]; a gradient the filter mode
 // does not produce is an empty tensor. grad_tex holds level 0 only: folding the levels back is the caller's.
-std::vector<at::Tensor> texture_bwd(const at::Tensor& tex, const at::Tensor& uv, const c10::optional<at::Tensor>& uv_da,
-                                    const c10::optional<at::Tensor>& bias, at::TensorList mip,
-                                    int64_t filter, int64_t boundary, const at::Tensor& grad_out) {
+std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
+                                    const OptTensor& bias, const TensorListArg& mip,
+                                    int64_t filter, int64_t boundary, const Tensor& grad_out) {
   TextureGradArgs g;
   g.a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
-  check_tensor(kOp, "grad of the output", grad_out, at::kFloat, {4});
+  check_tensor(kOp, "grad of the output", grad_out, Dtype::Float, {4});
   check_same_device(kOp, "grad of the output", grad_out, tex, "tex");
   const std::vector<int64_t> out_shape = {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)};
-  TORCH_CHECK_VALUE(grad_out.sizes().vec() == out_shape, kOp, ": grad of the output has shape ",
-                    shape_str(grad_out), ", expected ", c10::IntArrayRef(out_shape));
-  g.grad_out = grad_out.data_ptr<float>();
-  const auto none = at::empty({0}, tex.options());
+  PR_CHECK_VALUE(sizes(grad_out) == out_shape, kOp, ": grad of the output has shape ",
+                    shape_str(grad_out), ", expected ", shape_str(out_shape));
+  g.grad_out = data<float>(grad_out);
+  const auto none = facade::new_empty(tex, {0}, Dtype::Float);
   // The level gradients are views of one zeroed buffer, back to back (as the CPU path needs). Without levels
   // the texture's gradient is a tensor of its own: autograd would copy a view of a larger buffer.
   int64_t total = tex.numel();
-  for (const at::Tensor& m : mip) total += m.numel();
-  const at::Tensor flat = mip.empty() ? at::zeros_like(tex) : at::zeros({total}, tex.options());
-  std::vector<at::Tensor> result = {mip.empty() ? flat : flat.narrow(0, 0, tex.numel()).view(tex.sizes()), none,
-                                    none, none};
-  g.grad_levels[0] = result[0].data_ptr<float>();
+  for (const Tensor& m : mip) total += m.numel();
+  const Tensor flat = mip.empty() ? zeros_like_float(tex) : facade::new_zeros(tex, {total}, Dtype::Float);
+  const Tensor level0 = mip.empty() ? flat : facade::view(facade::narrow(flat, 0, 0, tex.numel()), sizes(tex));
+  std::vector<Tensor> result = {level0, none, none, none};
+  g.grad_levels[0] = data<float>(result[0]);
   int64_t offset = tex.numel();
   for (size_t k = 0; k < mip.size(); ++k) {
-    result.push_back(flat.narrow(0, offset, mip[k].numel()).view(mip[k].sizes()));
-    g.grad_levels[k + 1] = result.back().data_ptr<float>();
+    result.push_back(facade::view(facade::narrow(flat, 0, offset, mip[k].numel()), sizes(mip[k])));
+    g.grad_levels[k + 1] = data<float>(result.back());
     offset += mip[k].numel();
   }
   if (filter != kFilterNearest) {
-    result[1] = at::zeros_like(uv);
-    g.grad_uv = result[1].data_ptr<float>();
+    result[1] = zeros_like_float(uv);
+    g.grad_uv = data<float>(result[1]);
   }
   if (filter == kFilterMipLinear && !mip.empty()) {
     if (uv_da.has_value()) {
-      result[2] = at::zeros_like(*uv_da);
-      g.grad_uv_da = result[2].data_ptr<float>();
+      result[2] = zeros_like_float(*uv_da);
+      g.grad_uv_da = data<float>(result[2]);
     }
     if (bias.has_value()) {
-      result[3] = at::zeros_like(*bias);
-      g.grad_bias = result[3].data_ptr<float>();
+      result[3] = zeros_like_float(*bias);
+      g.grad_bias = data<float>(result[3]);
     }
   }
   run_on_device(
-      kOp, tex, [&] { texture_backward_cpu(g, torch_parallel_for(), at::get_num_threads()); },
+      kOp, tex, [&] { texture_backward_cpu(g, torch_parallel_for(), facade::num_threads()); },
       [&](StreamHandle s) { return texture_backward_cuda(g, s); });
   return result;
 }
 
-void check_level(const char* name, const at::Tensor& t) {
-  check_tensor(kMipOp, name, t, at::kFloat, {4});
-  TORCH_CHECK_VALUE(t.size(1) <= kMaxTextureSide && t.size(2) <= kMaxTextureSide &&
+void check_level(const char* name, const Tensor& t) {
+  check_tensor(kMipOp, name, t, Dtype::Float, {4});
+  PR_CHECK_VALUE(t.size(1) <= kMaxTextureSide && t.size(2) <= kMaxTextureSide &&
                         t.numel() <= kMaxTextureElements,
                     kMipOp, ": ", name, " of shape ", shape_str(t), " exceeds the limit of ",
                     kMaxTextureSide, " texels per side or ", kMaxTextureElements, " elements");
 }
 
 // [B, h, w, C] -> the next mip level [B, mip_size(h), mip_size(w), C].
-at::Tensor texture_mip_down(const at::Tensor& level) {
+Tensor texture_mip_down(const Tensor& level) {
   check_level("level", level);
   const int h = (int)level.size(1), w = (int)level.size(2), C = (int)level.size(3);
-  auto out = at::empty({level.size(0), mip_size(h), mip_size(w), C}, level.options());
+  auto out = facade::new_empty(level, {level.size(0), mip_size(h), mip_size(w), C}, Dtype::Float);
   if (out.numel() == 0) return out;
-  const float* src = level.data_ptr<float>();
-  float* dst = out.data_ptr<float>();
+  const float* src = data<float>(level);
+  float* dst = data<float>(out);
   run_on_device(
       kMipOp, level, [&] { mip_down_cpu(src, level.size(0), h, w, C, dst, torch_parallel_for()); },
       [&](StreamHandle s) { return mip_down_cuda(src, level.size(0), h, w, C, dst, s); });
@@ -178,17 +178,17 @@ at::Tensor texture_mip_down(const at::Tensor& level) {
 
 // grad += the adjoint of texture_mip_down applied to grad_next: folds the gradient of a level into that of the
 // level it was built from, in place.
-at::Tensor& texture_mip_down_adjoint_(const at::Tensor& grad_next, at::Tensor& grad) {
+Tensor texture_mip_down_adjoint_(const Tensor& grad_next, const Tensor& grad) {
   check_level("gradient", grad);
   check_level("gradient of the next level", grad_next);
   check_same_device(kMipOp, "gradient of the next level", grad_next, grad, "gradient");
   const int h = (int)grad.size(1), w = (int)grad.size(2), C = (int)grad.size(3);
   const std::vector<int64_t> want = {grad.size(0), mip_size(h), mip_size(w), C};
-  TORCH_CHECK_VALUE(grad_next.sizes().vec() == want, kMipOp, ": gradient of the next level has shape ",
-                    shape_str(grad_next), ", expected ", c10::IntArrayRef(want));
+  PR_CHECK_VALUE(sizes(grad_next) == want, kMipOp, ": gradient of the next level has shape ",
+                    shape_str(grad_next), ", expected ", shape_str(want));
   if (grad.numel() == 0) return grad;
-  const float* next = grad_next.data_ptr<float>();
-  float* dst = grad.data_ptr<float>();
+  const float* next = data<float>(grad_next);
+  float* dst = data<float>(grad);
   run_on_device(
       kMipOp, grad, [&] { mip_down_adjoint_cpu(next, grad.size(0), h, w, C, dst, torch_parallel_for()); },
       [&](StreamHandle s) { return mip_down_adjoint_cuda(next, grad.size(0), h, w, C, dst, s); });
@@ -198,7 +198,8 @@ at::Tensor& texture_mip_down_adjoint_(const at::Tensor& grad_next, at::Tensor& g
 }  // namespace
 }  // namespace prerast
 
-TORCH_LIBRARY_FRAGMENT(prerast, m) {
+#ifndef PRERAST_CUDA_LIBRARY
+PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("texture_fwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
         " int boundary_mode) -> Tensor");
   m.def("texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
@@ -206,19 +207,11 @@ TORCH_LIBRARY_FRAGMENT(prerast, m) {
   m.def("texture_mip_down(Tensor level) -> Tensor");
   m.def("texture_mip_down_adjoint_(Tensor grad_next, Tensor(a!) grad) -> Tensor(a!)");
 }
-
-TORCH_LIBRARY_IMPL(prerast, CPU, m) {
-  m.impl("texture_fwd", &prerast::texture_fwd);
-  m.impl("texture_bwd", &prerast::texture_bwd);
-  m.impl("texture_mip_down", &prerast::texture_mip_down);
-  m.impl("texture_mip_down_adjoint_", &prerast::texture_mip_down_adjoint_);
-}
-
-#ifdef PRERAST_WITH_CUDA
-TORCH_LIBRARY_IMPL(prerast, CUDA, m) {
-  m.impl("texture_fwd", &prerast::texture_fwd);
-  m.impl("texture_bwd", &prerast::texture_bwd);
-  m.impl("texture_mip_down", &prerast::texture_mip_down);
-  m.impl("texture_mip_down_adjoint_", &prerast::texture_mip_down_adjoint_);
-}
 #endif
+
+PRERAST_KERNELS(m) {
+  m.impl("texture_fwd", PRERAST_KERNEL(prerast::texture_fwd));
+  m.impl("texture_bwd", PRERAST_KERNEL(prerast::texture_bwd));
+  m.impl("texture_mip_down", PRERAST_KERNEL(prerast::texture_mip_down));
+  m.impl("texture_mip_down_adjoint_", PRERAST_KERNEL(prerast::texture_mip_down_adjoint_));
+}

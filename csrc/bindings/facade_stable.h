@@ -1,0 +1,113 @@
+// The tensor facade over torch's stable C ABI (STABLE_TORCH_LIBRARY, torch/csrc/stable): one binary for every
+// torch from TORCH_TARGET_VERSION on. Nothing here imports an at:: or c10:: symbol; same names as
+// facade_classic.h.
+#pragma once
+
+#include <torch/csrc/stable/accelerator.h>
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+#include <torch/headeronly/core/ScalarType.h>
+
+#ifdef PRERAST_CUDA_LIBRARY
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>  // aoti_torch_get_current_cuda_stream (declared with USE_CUDA)
+#endif
+
+#include <functional>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#define PRERAST_LIBRARY(m) STABLE_TORCH_LIBRARY(prerast, m)
+#define PRERAST_LIBRARY_FRAGMENT(m) STABLE_TORCH_LIBRARY_FRAGMENT(prerast, m)
+#define PRERAST_LIBRARY_IMPL(key, m) STABLE_TORCH_LIBRARY_IMPL(prerast, key, m)
+#define PRERAST_KERNEL(fn) TORCH_BOX(&fn)
+
+namespace prerast {
+
+using Tensor = torch::stable::Tensor;
+using OptTensor = std::optional<torch::stable::Tensor>;
+using TensorListArg = std::vector<torch::stable::Tensor>;
+using IntListArg = std::vector<int64_t>;
+constexpr const char* kAbi = "stable";
+
+enum class Dtype { Float, Int, Byte };
+
+namespace facade {
+
+using torch::headeronly::ScalarType;
+
+inline ScalarType native(Dtype d) {
+  return d == Dtype::Float ? ScalarType::Float : d == Dtype::Int ? ScalarType::Int : ScalarType::Byte;
+}
+
+// Through the stable ABI, std::invalid_argument reaches Python as ValueError and std::out_of_range as
+// IndexError. No standard exception becomes TypeError: the Python API checks dtypes itself, so that its
+// callers still get TypeError; a raw op reports a wrong dtype as ValueError.
+[[noreturn]] inline void raise_type(const std::string& m) { throw std::invalid_argument(m); }
+[[noreturn]] inline void raise_value(const std::string& m) { throw std::invalid_argument(m); }
+[[noreturn]] inline void raise_index(const std::string& m) { throw std::out_of_range(m); }
+[[noreturn]] inline void raise_runtime(const std::string& m) { throw std::runtime_error(m); }
+
+inline bool has_dtype(const Tensor& t, Dtype d) { return t.scalar_type() == native(d); }
+inline std::string dtype_name(const Tensor& t) { return torch::headeronly::toString(t.scalar_type()); }
+inline std::string dtype_name(Dtype d) { return torch::headeronly::toString(native(d)); }
+inline std::string device_name(const Tensor& t) {
+  return t.is_cpu() ? "cpu" : (t.is_cuda() ? "cuda:" : "device:") + std::to_string(t.get_device_index());
+}
+inline bool same_device(const Tensor& a, const Tensor& b) {
+  return a.is_cpu() == b.is_cpu() && a.is_cuda() == b.is_cuda() && a.get_device_index() == b.get_device_index();
+}
+inline std::vector<int64_t> sizes(const Tensor& t) {
+  auto s = t.sizes();
+  return std::vector<int64_t>(s.begin(), s.end());
+}
+
+template <class T>
+T* data(const Tensor& t) {
+  return t.mutable_data_ptr<T>();
+}
+
+inline Tensor new_empty(const Tensor& like, const std::vector<int64_t>& shape, Dtype d) {
+  return torch::stable::new_empty(like, shape, native(d));
+}
+inline Tensor new_zeros(const Tensor& like, const std::vector<int64_t>& shape, Dtype d) {
+  return torch::stable::new_zeros(like, shape, native(d));
+}
+inline Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
+  Tensor self = t;  // torch::stable::narrow takes a non-const reference; the result is a view either way
+  return torch::stable::narrow(self, dim, start, length);
+}
+inline Tensor view(const Tensor& t, const std::vector<int64_t>& shape) { return torch::stable::view(t, shape); }
+inline Tensor select(const Tensor& t, int64_t dim, int64_t index) { return torch::stable::select(t, dim, index); }
+inline Tensor host_contiguous(const Tensor& t) {
+  const Tensor host = t.is_cpu() ? t : torch::stable::to(t, torch::stable::Device(torch::headeronly::DeviceType::CPU));
+  return torch::stable::contiguous(host);
+}
+// n int32 values copied into a tensor on like's device.
+inline Tensor from_host(const int32_t* values, int64_t n, const Tensor& like) {
+  const torch::stable::Device cpu(torch::headeronly::DeviceType::CPU);
+  Tensor host = torch::stable::empty({n}, ScalarType::Int, std::nullopt, cpu);
+  std::copy(values, values + n, host.mutable_data_ptr<int32_t>());
+  return like.is_cpu() ? host : torch::stable::to(host, like.device());
+}
+
+inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+  torch::stable::parallel_for(0, n, grain, fn);
+}
+inline int num_threads() { return (int)torch::stable::get_num_threads(); }
+
+#ifdef PRERAST_CUDA_LIBRARY
+template <class Fn>
+auto on_cuda_stream(const Tensor& t, Fn fn) {
+  const torch::stable::accelerator::DeviceGuard guard(t.get_device_index());
+  void* stream = nullptr;
+  if (aoti_torch_get_current_cuda_stream(t.get_device_index(), &stream) != AOTI_TORCH_SUCCESS)
+    raise_runtime("could not get the current CUDA stream");
+  return fn(stream);
+}
+#endif
+
+}  // namespace facade
+}  // namespace prerast
