@@ -7,8 +7,11 @@ Environment:
     PRERAST_CUDA_ARCH_LIST     GPU archs, e.g. "8.0;9.0+PTX" (falls back to TORCH_CUDA_ARCH_LIST, then to
                                every arch from 7.5 up that the installed torch was built for, plus PTX
                                of the newest)
+    PRERAST_ABI                stable: one binary for every torch >= 2.10 (torch's stable C ABI; the default
+                               with torch >= 2.10); classic: one binary per torch minor release (ATen; the
+                               default, and the only choice, below 2.10)
     PRERAST_FORCE_CPU=1        build the CPU-only plugin even when CUDA is available
-    PRERAST_NO_LOCAL_VERSION=1 leave the +pt<torch><cuda> local tag off the version
+    PRERAST_NO_LOCAL_VERSION=1 leave the local tag (+pt<torch><cuda> classic, +cu<major>/+cpu stable) off
 """
 import json
 import os
@@ -50,6 +53,7 @@ except ImportError:
     sys.exit("prerast: building needs torch in the build environment. Install the torch you will run with, "
              "then: pip wheel --no-build-isolation .")
 
+# The CPU library: op schemas, bindings and CPU kernels. Loads into any torch build.
 SOURCES = [
     "csrc/bindings/library.cpp",
     "csrc/bindings/rasterize.cpp",
@@ -61,7 +65,13 @@ SOURCES = [
     "csrc/core/antialias_cpu.cpp",
     "csrc/core/texture_cpu.cpp",
 ]
+# The CUDA library: the same bindings registering the CUDA kernels. Loaded only into a CUDA build of torch
+# (of the same CUDA major), so that a CUDA wheel also serves CPU-only torch.
 CUDA_SOURCES = [
+    "csrc/bindings/cuda/rasterize.cpp",
+    "csrc/bindings/cuda/interpolate.cpp",
+    "csrc/bindings/cuda/antialias.cpp",
+    "csrc/bindings/cuda/texture.cpp",
     "csrc/core/rasterize_cuda.cu",
     "csrc/core/interpolate_cuda.cu",
     "csrc/core/antialias_cuda.cu",
@@ -80,33 +90,46 @@ def use_cuda():
     return torch.version.cuda is not None and CUDA_HOME is not None
 
 
+try:
+    ABI = build_env.abi_kind(torch.__version__)
+except ValueError as e:
+    sys.exit(f"prerast: {e}")
 WITH_CUDA = use_cuda()
 VERSION = base_version()
-LOCAL_TAG = build_env.local_tag(torch.__version__, torch.version.cuda if WITH_CUDA else None)
-FULL_VERSION = VERSION if os.environ.get("PRERAST_NO_LOCAL_VERSION") == "1" else f"{VERSION}+{LOCAL_TAG}"
+LOCAL_TAG = build_env.local_tag(torch.__version__, torch.version.cuda if WITH_CUDA else None, ABI)
+FULL_VERSION = VERSION if os.environ.get("PRERAST_NO_LOCAL_VERSION") == "1" or not LOCAL_TAG \
+    else f"{VERSION}+{LOCAL_TAG}"
 ARCHS = build_env.arch_list(torch, CUDA_HOME) if WITH_CUDA else []
+if ABI == "stable":
+    # Only torch's stable C shims are imported (libtorch_cpu and, for the CUDA library, libtorch_cuda).
+    ABI_FLAGS = ["-DPRERAST_STABLE_ABI", f"-DTORCH_TARGET_VERSION={build_env.STABLE_TARGET_VERSION}"]
+    CPU_LIBS, CUDA_LIBS = ["torch_cpu"], ["torch_cpu", "torch_cuda", "cudart"]
+else:
+    ABI_FLAGS = []
+    CPU_LIBS = CUDA_LIBS = None  # torch's defaults
 
 
-def extension():
+def extensions():
     define = [f'-DPRERAST_VERSION="{FULL_VERSION}"']
     # No -std flag: torch's BuildExtension adds the standard its headers need (C++17, or C++20 from 2.14).
-    cxx = ["-O3", "-fvisibility=hidden"] + define
-    if not WITH_CUDA:
-        ext = CppExtension("prerast._C", SOURCES, extra_compile_args={"cxx": cxx}, py_limited_api=True)
-    else:
-        cxx += ["-DPRERAST_WITH_CUDA"]
+    cxx = ["-O3", "-fvisibility=hidden"] + define + ABI_FLAGS
+    cpu = CppExtension("prerast._C", SOURCES, extra_compile_args={"cxx": cxx}, py_limited_api=True)
+    exts = [cpu]
+    if WITH_CUDA:
+        cuda_cxx = cxx + ["-DPRERAST_CUDA_LIBRARY", "-DUSE_CUDA"]
         # Headers that torch's CUDA headers include but a partial toolkit may lack (cusparse.h, cublas_v2.h)
         # come from the nvidia-* wheels next to torch; searched after the toolkit's own.
         for inc in build_env.nvidia_pip_include_dirs():
-            cxx += ["-idirafter", inc]
-        nvcc = ["-O3", "--fmad=false", "-DPRERAST_WITH_CUDA", "-Xcompiler", "-fvisibility=hidden"]
+            cuda_cxx += ["-idirafter", inc]
+        nvcc = ["-O3", "--fmad=false", "-Xcompiler", "-fvisibility=hidden"]
         nvcc += define + build_env.gencode_flags(ARCHS)
-        ext = CUDAExtension("prerast._C", SOURCES + CUDA_SOURCES, extra_compile_args={"cxx": cxx, "nvcc": nvcc},
-                            py_limited_api=True)
+        exts.append(CUDAExtension("prerast._C_cuda", CUDA_SOURCES,
+                                  extra_compile_args={"cxx": cuda_cxx, "nvcc": nvcc}, py_limited_api=True))
     # The plugin registers ops through the dispatcher and never touches Python's C API, so it needs neither
     # libtorch_python nor a per-Python build: one abi3 binary serves every CPython.
-    ext.libraries = [lib for lib in ext.libraries if lib != "torch_python"]
-    return ext
+    for ext, libs in zip(exts, (CPU_LIBS, CUDA_LIBS)):
+        ext.libraries = libs if libs is not None else [lib for lib in ext.libraries if lib != "torch_python"]
+    return exts
 
 
 class BuildWithInfo(BuildExtension):
@@ -115,8 +138,9 @@ class BuildWithInfo(BuildExtension):
     def run(self):
         super().run()
         out_dir = os.path.dirname(self.get_ext_fullpath("prerast._C"))
-        info = build_env.build_info(torch, FULL_VERSION, WITH_CUDA, CUDA_HOME, ARCHS, ROOT)
+        info = build_env.build_info(torch, FULL_VERSION, WITH_CUDA, CUDA_HOME, ARCHS, ROOT, ABI)
         info["library"] = os.path.basename(self.get_ext_fullpath("prerast._C"))
+        info["cuda_library"] = os.path.basename(self.get_ext_fullpath("prerast._C_cuda")) if WITH_CUDA else None
         info["source_hash"] = sources.digest(ROOT)
         # A build from a copy of the sources (python -m prerast build-wheel) names the commit they came from.
         info["git_commit"] = info["git_commit"] or os.environ.get("PRERAST_SOURCE_COMMIT")
@@ -141,7 +165,7 @@ setup(
     version=FULL_VERSION,
     package_dir={"": "package"},
     packages=["prerast"],
-    ext_modules=[extension()],
+    ext_modules=extensions(),
     cmdclass={"build_ext": BuildWithInfo.with_options(use_ninja=shutil.which("ninja") is not None),
               "build_py": BuildPyWithSources},
     options={"bdist_wheel": {"py_limited_api": "cp310"}},
