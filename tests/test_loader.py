@@ -28,22 +28,49 @@ def run_python(code, path):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(path))
 
 
-def test_other_torch_version_is_refused(tmp_path):
-    path = copy_package(tmp_path, torch_version="2.12.0+cu130")
+def test_stable_binary_serves_other_torch_releases(tmp_path):
+    # A stable-ABI binary loads into any torch from its floor on, whatever release it was built with.
+    path = copy_package(tmp_path, abi="stable", torch_version="2.99.0+cu130", cxx11_abi=False)
+    out = run_python("import prerast; print(prerast._loader._state['info']['abi'])", path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "stable"
+
+
+def test_stable_binary_refuses_torch_below_its_floor(tmp_path):
+    path = copy_package(tmp_path, abi="stable", torch_floor="2.99")
     out = run_python("import prerast", path)
     assert out.returncode == 1, out.stderr
     assert "prerast.errors.BinaryMismatchError" in out.stderr
-    assert "2.12.0+cu130" in out.stderr and torch.__version__ in out.stderr
+    assert "older than 2.99" in out.stderr and torch.__version__ in out.stderr
+    assert "pip install --force-reinstall" in out.stderr
+
+
+def test_classic_binary_serves_every_patch_release_of_its_minor(tmp_path):
+    major, minor = torch.__version__.split(".")[:2]
+    path = copy_package(tmp_path, abi="classic", torch_version=f"{major}.{minor}.99")
+    out = run_python("import prerast", path)
+    assert out.returncode == 0, out.stderr
+
+
+def test_classic_binary_refuses_another_minor(tmp_path):
+    path = copy_package(tmp_path, abi="classic", torch_version="2.4.0+cu121")
+    out = run_python("import prerast", path)
+    assert out.returncode == 1, out.stderr
+    assert "prerast.errors.BinaryMismatchError" in out.stderr
+    assert "2.4.0+cu121" in out.stderr and torch.__version__ in out.stderr and "serves torch 2.4.x" in out.stderr
     assert "pip install --force-reinstall" in out.stderr
     assert "Segmentation" not in out.stderr and "undefined symbol" not in out.stderr
 
 
 def test_error_is_an_import_error(tmp_path):
-    path = copy_package(tmp_path, cuda_version="11.8", cxx11_abi=False)
-    out = run_python("try:\n import prerast\nexcept ImportError as e:\n print(type(e).__name__); print(e)", path)
+    path = copy_package(tmp_path, abi="classic", cuda_version="11.8", cxx11_abi=not torch._C._GLIBCXX_USE_CXX11_ABI)
+    code = "try:\n import prerast\nexcept ImportError as e:\n print(type(e).__name__); print(e)"
+    out = run_python(code, path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("BinaryMismatchError")
-    assert "CUDA 11.8 (built)" in out.stdout and "C++11 ABI" in out.stdout
+    if torch.version.cuda:
+        assert "CUDA 11.8 (built)" in out.stdout
+    assert "C++11 ABI" in out.stdout
 
 
 def test_missing_plugin_is_explained(tmp_path):
@@ -67,17 +94,41 @@ def test_corrupt_plugin_keeps_os_error_as_cause(tmp_path):
 def test_problems_lists_every_mismatch():
     info = dict(_loader.require())
     assert _loader.problems(info) == []
-    info.update(torch_version="1.0.0", cuda_version="9.9", cxx11_abi=not info["cxx11_abi"], prerast_version="0.0.1")
-    assert len(_loader.problems(info)) == 4
+    info.update(abi="classic", torch_version="1.0.0", cuda_version="9.9", cxx11_abi=not info["cxx11_abi"],
+                prerast_version="0.0.1")
+    run = dict(_loader.running(), cuda_version="12.1")
+    assert len(_loader.problems(info, run)) == 4
 
 
-def test_fix_command_names_the_right_wheel():
-    run = {"python": "3.11.7", "torch_version": "2.14.1+cu130", "cuda_version": "13.0", "cxx11_abi": True}
+def test_cpu_only_classic_binary_fits_a_cuda_torch():
+    info = {"abi": "classic", "torch_version": "2.4.0", "cuda_version": None, "cxx11_abi": False,
+            "prerast_version": prerast.__version__, "cuda_path": None}
+    run = {"python": "3.11.7", "torch_version": "2.4.1+cu121", "cuda_version": "12.1", "cxx11_abi": False}
+    assert _loader.problems(info, run) == []
+    assert "CPU-only" in _loader.cuda_skip_reason(info, run)
+
+
+def test_cuda_kernels_load_only_into_a_cuda_torch_of_their_major():
+    info = {"abi": "stable", "torch_version": "2.14.1+cu130", "cuda_version": "13.0", "cuda_path": "/x/_C_cuda.so",
+            "prerast_version": prerast.__version__}
+    run = {"python": "3.11.7", "torch_version": "2.11.0+cu130", "cuda_version": "13.0", "cxx11_abi": True}
+    assert _loader.problems(info, run) == [] and _loader.cuda_skip_reason(info, run) is None
+    assert _loader.cuda_skip_reason(info, dict(run, cuda_version="13.2")) is None
+    assert "CUDA 13.x" in _loader.cuda_skip_reason(info, dict(run, cuda_version="12.6"))
+    assert "CPU-only build" in _loader.cuda_skip_reason(info, dict(run, torch_version="2.13.0+cpu", cuda_version=None))
+
+
+@pytest.mark.parametrize("torch_version,cuda,tag", [
+    ("2.14.1+cu130", "13.0", ""), ("2.11.0", "13.0", ""), ("2.13.0+cpu", None, ""), ("2.10.0+cu132", "13.2", ""),
+    ("2.12.1+cu126", "12.6", "+cu12"), ("2.10.0+cu128", "12.8", "+cu12"),
+    ("2.4.1+cu121", "12.1", "+pt24cu121"), ("2.9.0+cpu", None, "+pt29cpu"),
+])
+def test_fix_command_names_the_right_wheel(torch_version, cuda, tag):
+    run = {"python": "3.11.7", "torch_version": torch_version, "cuda_version": cuda, "cxx11_abi": True}
     cmd = _loader.fix_command(run)
-    assert f"prerast=={prerast.__version__.split('+')[0]}+pt214cu130" in cmd
-    assert cmd.endswith("/torch-2.14.1+cu130.html")
-    run.update(torch_version="2.13.0+cpu", cuda_version=None)
-    assert "+pt213cpu" in _loader.fix_command(run) and _loader.fix_command(run).endswith("torch-2.13.0+cpu.html")
+    assert f'"prerast=={prerast.__version__.split("+")[0]}{tag}"' in cmd
+    platform = "cpu" if cuda is None else "cu" + cuda.replace(".", "")
+    assert cmd.endswith(f"/torch-{torch_version.split('+')[0]}+{platform}.html")
 
 
 @pytest.mark.parametrize("arch,cap,ok", [

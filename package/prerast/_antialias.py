@@ -89,8 +89,8 @@ def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0)
     color and, through where the edges cross, to pos (scaled by pos_gradient_boost).
     """
     _loader.require()
-    for name, value in (("color", color), ("rast", rast), ("pos", pos), ("tri", tri)):
-        _checks.tensor(_OP, name, value)
+    for name, value, dtype in (("color", color, torch.float32), ("rast", rast, torch.float32), ("pos", pos, torch.float32), ("tri", tri, torch.int32)):
+        _checks.tensor(_OP, name, value, dtype)
     device = _checks.same_device(_OP, color=color, rast=rast, pos=pos, tri=tri)
     if isinstance(pos_gradient_boost, bool) or not isinstance(pos_gradient_boost, numbers.Real):
         raise TypeError(f"{_OP}: pos_gradient_boost must be a number, got {type(pos_gradient_boost).__name__}")

@@ -1,13 +1,26 @@
-"""Argument checks done in Python before an op is dispatched: types and devices, with messages for users.
-Shapes, dtypes and index ranges are checked again by the compiled ops themselves."""
+"""Argument checks done in Python before an op is dispatched: types, dtypes and devices, with messages for
+users. Shapes and index ranges are checked by the compiled ops themselves (dtypes too, but a stable-ABI op can
+only raise ValueError for them: these checks keep TypeError for the public functions)."""
 import torch
 
 from . import _loader
 
+# ATen's names of dtypes, as the compiled ops spell them in their messages.
+_DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+                torch.int32: "Int", torch.int64: "Long", torch.int16: "Short", torch.int8: "Char",
+                torch.uint8: "Byte", torch.bool: "Bool"}
 
-def tensor(op, name, value):
+
+def dtype_name(dtype):
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def tensor(op, name, value, dtype=None):
+    """value must be a tensor (of `dtype` when given)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(value).__name__}")
+    if dtype is not None and value.dtype != dtype:
+        raise TypeError(f"{op}: {name} must be {dtype_name(dtype)}, got {dtype_name(value.dtype)}")
     return value
 
 

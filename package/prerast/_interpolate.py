@@ -59,10 +59,10 @@ def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     and, when derivatives are output, to rast_db.
     """
     _loader.require()
-    for name, value in (("attr", attr), ("rast", rast), ("tri", tri)):
-        _checks.tensor(_OP, name, value)
+    for name, value, dtype in (("attr", attr, torch.float32), ("rast", rast, torch.float32), ("tri", tri, torch.int32)):
+        _checks.tensor(_OP, name, value, dtype)
     if rast_db is not None:
-        _checks.tensor(_OP, "rast_db", rast_db)
+        _checks.tensor(_OP, "rast_db", rast_db, torch.float32)
     _checks.same_device(_OP, attr=attr, rast=rast, tri=tri, rast_db=rast_db)
     diff = _diff_list(diff_attrs, attr.shape[-1] if attr.dim() in (2, 3) else 0)
     if rast_db is not None:

@@ -1,11 +1,19 @@
 """Finds the compiled plugin that ships with prerast, checks that it fits what is running, and loads it.
 
+A plugin is one of two kinds (`abi` in its _build_info.json):
+- stable: built on torch's stable C ABI, it serves every torch from its floor (2.10) on, whatever the patch
+  release, vendor suffix or C++ ABI. Its CUDA kernels are in a library of their own, loaded only into a CUDA
+  torch of the same CUDA major; in a CPU-only torch the CPU ops work and a CUDA tensor gets a clear error.
+- classic: built against one torch release with ATen, it serves every patch release of that torch minor with
+  the same CUDA version and C++ ABI. A CPU-only classic plugin loads into a CUDA torch too (CPU ops).
+
 Loading goes through torch.ops.load_library on a prebuilt file: no compiler is started, nothing is written to
 disk, and torch.utils.cpp_extension is never imported. Any mismatch becomes a BinaryMismatchError that says what
 the binary was built for, what is running, and how to get a binary that fits. When the bundled plugin does not
 fit, a fitting one from the build cache is loaded instead, the same way (see _source_build.py and _cache.py).
 """
 import glob
+import itertools
 import json
 import os
 import sys
@@ -21,7 +29,8 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # source: where the loaded plugin came from: "bundled" (the package's own), "cache" (a build found in the build
 # cache) or "built" (built into the cache by this process).
-_state = {"info": None, "path": None, "source": None, "error": None, "devices": set()}
+# cuda: why the CUDA kernels were not loaded (None when they were).
+_state = {"info": None, "path": None, "source": None, "error": None, "devices": set(), "cuda": None}
 
 
 def index_url():
@@ -42,26 +51,69 @@ def running():
     }
 
 
+# The oldest torch the stable-ABI plugin serves (ci/build_env.STABLE_FLOOR), and the CUDA major of the stable
+# wheel that carries no local version tag (the one on PyPI).
+STABLE_FLOOR = (2, 10)
+PYPI_CUDA_MAJOR = "13"
+
+
+def release(torch_version):
+    """'2.14.1+cu130' -> (2, 14, 1); '2.5.0a0+nv24.10' -> (2, 5, 0)."""
+    parts = []
+    for x in base_version(torch_version).split(".")[:3]:
+        digits = "".join(itertools.takewhile(str.isdigit, x))
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def minor(torch_version):
+    return ".".join(str(x) for x in release(torch_version)[:2])
+
+
+def cuda_major(cuda_version):
+    return cuda_version.split(".")[0] if cuda_version else None
+
+
 def platform_tag(torch_version, cuda_version):
-    """'2.14.1+cu130', '13.0' -> 'pt214cu130' (the wheel's local version tag)."""
-    major, minor = base_version(torch_version).split(".")[:2]
-    return f"pt{major}{minor}" + ("cpu" if not cuda_version else "cu" + cuda_version.replace(".", ""))
+    """The local version tag of the wheel that serves this torch: 'cu12' or '' (stable wheels: torch >= 2.10,
+    by CUDA major; a CPU torch takes the PyPI wheel), else the classic 'pt24cu121' / 'pt29cpu'."""
+    if release(torch_version)[:2] >= STABLE_FLOOR:
+        major = cuda_major(cuda_version)
+        return "" if major in (None, PYPI_CUDA_MAJOR) else f"cu{major}"
+    major, minor_ = release(torch_version)[:2]
+    return f"pt{major}{minor_}" + ("cpu" if not cuda_version else "cu" + cuda_version.replace(".", ""))
 
 
 def fix_command(run=None):
-    """The pip command that installs the prerast wheel built for the running torch."""
+    """The pip command that installs the prerast wheel for the running torch, from the index page of that torch
+    release (every release a wheel serves has a page listing it)."""
     run = run or running()
     tag = platform_tag(run["torch_version"], run["cuda_version"])
     page = "torch-%s%s.html" % (base_version(run["torch_version"]),
                                 "+cpu" if not run["cuda_version"] else "+cu" + run["cuda_version"].replace(".", ""))
-    return (f'pip install --force-reinstall --no-deps "prerast=={base_version(__version__)}+{tag}" '
-            f"-f {index_url()}/{page}")
+    version = base_version(__version__) + (f"+{tag}" if tag else "")
+    return f'pip install --force-reinstall --no-deps "prerast=={version}" -f {index_url()}/{page}'
+
+
+def is_stable(info):
+    return info.get("abi") == "stable"
+
+
+def serves(info):
+    """Which torch releases a binary serves, in words: 'torch >= 2.10 (stable ABI)' or 'torch 2.4.x'."""
+    if is_stable(info):
+        return f"torch >= {info.get('torch_floor') or '%d.%d' % STABLE_FLOOR} (stable ABI)"
+    return f"torch {minor(info.get('torch_version', '0.0'))}.x"
 
 
 def describe(info):
-    cuda = "CUDA " + info["cuda_version"] if info.get("cuda_version") else "CPU only"
+    if is_stable(info):
+        cuda = f"CUDA {cuda_major(info['cuda_version'])}.x" if info.get("cuda_version") else "CPU only"
+    else:
+        cuda = "CUDA " + info["cuda_version"] if info.get("cuda_version") else "CPU only"
     archs = ", GPU archs " + " ".join(info["cuda_archs"]) if info.get("cuda_archs") else ""
-    return f"prerast {info.get('prerast_version')} for torch {info.get('torch_version')} ({cuda}{archs})"
+    return (f"prerast {info.get('prerast_version')} for {serves(info)}, built with torch "
+            f"{info.get('torch_version')} ({cuda}{archs})")
 
 
 def describe_running(run):
@@ -73,13 +125,20 @@ def problems(info, run=None):
     """Why a binary with build metadata `info` cannot run here; empty if it fits."""
     run = run or running()
     found = []
-    if base_version(info.get("torch_version", "?")) != base_version(run["torch_version"]):
-        found.append(f"torch {info.get('torch_version')} (built) != torch {run['torch_version']} (running)")
-    if (info.get("cuda_version") or None) != (run["cuda_version"] or None):
-        found.append(f"CUDA {info.get('cuda_version') or 'none'} (built) != CUDA {run['cuda_version'] or 'none'} "
-                     "(running torch)")
-    if bool(info.get("cxx11_abi")) != run["cxx11_abi"]:
-        found.append(f"C++11 ABI {int(bool(info.get('cxx11_abi')))} (built) != {int(run['cxx11_abi'])} (running torch)")
+    if is_stable(info):
+        floor = info.get("torch_floor") or "%d.%d" % STABLE_FLOOR
+        if release(run["torch_version"])[:2] < release(floor)[:2]:
+            found.append(f"torch {run['torch_version']} (running) is older than {floor}, the oldest torch this "
+                         "stable-ABI binary serves")
+    else:
+        if minor(info.get("torch_version", "0.0")) != minor(run["torch_version"]):
+            found.append(f"torch {info.get('torch_version')} (built; serves torch {minor(info['torch_version'])}.x)"
+                         f" != torch {run['torch_version']} (running)")
+        if info.get("cuda_version") and run["cuda_version"] and info["cuda_version"] != run["cuda_version"]:
+            found.append(f"CUDA {info['cuda_version']} (built) != CUDA {run['cuda_version']} (running torch)")
+        if bool(info.get("cxx11_abi")) != run["cxx11_abi"]:
+            found.append(f"C++11 ABI {int(bool(info.get('cxx11_abi')))} (built) != {int(run['cxx11_abi'])} "
+                         "(running torch)")
     if base_version(info.get("prerast_version", "?")) != base_version(__version__):
         found.append(f"prerast {info.get('prerast_version')} (binary) != prerast {__version__} (Python package)")
     return found
@@ -111,7 +170,23 @@ def read_info(directory):
             return None, f"{INFO_FILE} names {info.get('library')!r} but no plugin file is in {directory}"
         lib = libs[0]
     info["path"] = lib
+    cuda_lib = info.get("cuda_library")
+    info["cuda_path"] = os.path.join(directory, cuda_lib) if cuda_lib else None
     return info, None
+
+
+def cuda_skip_reason(info, run=None):
+    """Why the binary's CUDA kernels are not for this torch (None when they are): the binary has none, torch is
+    a CPU build, or (stable) the CUDA majors differ."""
+    run = run or running()
+    if not info.get("cuda_path"):
+        return f"this prerast binary is CPU-only ({describe(info)})"
+    if not run["cuda_version"]:
+        return f"the running torch {run['torch_version']} is a CPU-only build"
+    if cuda_major(info.get("cuda_version")) != cuda_major(run["cuda_version"]):
+        return (f"its CUDA kernels are built for CUDA {cuda_major(info.get('cuda_version'))}.x but torch "
+                f"{run['torch_version']} runs CUDA {run['cuda_version']}")
+    return None
 
 
 def _ways_out(why_not):
@@ -130,9 +205,18 @@ def _ways_out(why_not):
             f"        export {_source_build.ENV_OPT_IN}=1")
 
 
+def _load_plugin(info):
+    """Load the CPU library and, where they fit, the CUDA kernels; OSError when a library does not load."""
+    torch.ops.load_library(info["path"])
+    skip = cuda_skip_reason(info)
+    if skip is None:
+        torch.ops.load_library(info["cuda_path"])
+    _state["cuda"] = skip
+
+
 def _load_library(info, refusal):
     try:
-        torch.ops.load_library(info["path"])
+        _load_plugin(info)
     except OSError as e:
         raise BinaryMismatchError(mismatch_message(info, [f"the plugin failed to load: {e}"]) + refusal) from e
 
@@ -154,7 +238,7 @@ def load(directory=PACKAGE_DIR, build=True):
         message = mismatch_message(info, reasons)
         if not reasons:
             try:
-                torch.ops.load_library(info["path"])
+                _load_plugin(info)
                 return _loaded(info, "bundled")
             except OSError as e:
                 cause = e
@@ -212,9 +296,10 @@ def check_device(device):
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index in _state["devices"]:
         return
-    if not info.get("cuda_version"):
+    if _state["cuda"] is not None:
         raise BinaryMismatchError(
-            mismatch_message(info, ["this binary is CPU-only, but a CUDA tensor was passed"]))
+            mismatch_message(info, [f"a CUDA tensor was passed, but prerast's CUDA kernels are not loaded: "
+                                    f"{_state['cuda']}"]))
     cap = torch.cuda.get_device_capability(index)
     if not any(arch_serves(a, cap) for a in info.get("cuda_archs", [])):
         name = torch.cuda.get_device_name(index)

@@ -28,10 +28,10 @@ def _prepare(op, glctx, pos, tri, resolution, ranges):
     if not isinstance(glctx, _Context):
         raise TypeError(f"{op}: glctx must be a RasterizeCudaContext or RasterizeCpuContext, got "
                         f"{type(glctx).__name__}")
-    _checks.tensor(op, "pos", pos)
-    _checks.tensor(op, "tri", tri)
+    _checks.tensor(op, "pos", pos, torch.float32)
+    _checks.tensor(op, "tri", tri, torch.int32)
     if ranges is not None:
-        _checks.tensor(op, "ranges", ranges)
+        _checks.tensor(op, "ranges", ranges, torch.int32)
         if ranges.device.type != "cpu":
             raise ValueError(f"{op}: ranges must be a CPU tensor, got one on {ranges.device}")
     height, width = _checks.resolution(op, resolution)

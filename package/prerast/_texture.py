@@ -139,7 +139,7 @@ def _levels_for(op, tex, mip, cube, max_mip_level):
         built = True
     elif isinstance(mip, (list, tuple)):
         for i, t in enumerate(mip):
-            _checks.tensor(op, f"mip[{i}]", t)
+            _checks.tensor(op, f"mip[{i}]", t, torch.float32)
         levels = [t.contiguous() for t in mip]
         built = False
     else:
@@ -169,10 +169,10 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     bound = _mode(op, "boundary_mode", boundary_mode, BOUNDARY_MODES)
     cube = bound == BOUNDARY_MODES["cube"]
     _check_tex(op, tex, cube)
-    _checks.tensor(op, "uv", uv)
+    _checks.tensor(op, "uv", uv, torch.float32)
     for name, t in (("uv_da", uv_da), ("mip_level_bias", mip_level_bias)):
         if t is not None:
-            _checks.tensor(op, name, t)
+            _checks.tensor(op, name, t, torch.float32)
     max_mip_level = _check_max_mip_level(op, max_mip_level)
     _checks.same_device(op, tex=tex, uv=uv, uv_da=uv_da, mip_level_bias=mip_level_bias)
 
