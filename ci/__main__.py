@@ -8,6 +8,8 @@
     gh-matrix   the CI workflow's job matrix, as JSON
     repair      repair one wheel with the package's policy and check it (cibuildwheel's repair command)
     smoke       smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)
+    symbols     audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)
+    abi-proof   install one wheel next to other torch releases and run the op tests there
     wheel       build/venv/smoke helpers of the quick start
 """
 import argparse
@@ -181,7 +183,8 @@ def main(argv=None):
     r.add_argument("dest_dir")
     r.set_defaults(func=cmd_repair)
 
-    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel"}  # commands with parsers of their own
+    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "symbols": "ci.symbols",
+                 "abi-proof": "ci.abi_proof"}  # commands with parsers of their own
     for name in delegated:
         sub.add_parser(name, help=f"see python -m ci {name} --help")
     argv = sys.argv[1:] if argv is None else argv

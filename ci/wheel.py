@@ -21,6 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":  # run as `python ci/wheel.py`: make the ci package importable
     sys.path.insert(0, ROOT)
 
+from ci.progress import echo_compiler, run_logged  # noqa: E402
 from ci.smoke import BUILD_TOOLS, runtime_env, smoke  # noqa: E402,F401  (re-exported: tests use them from here)
 
 
@@ -60,7 +61,13 @@ def build_wheel(out_dir, python=sys.executable, source=ROOT, plat=None):
         env["CUDA_HOME"] = "/usr/local/cuda"
     raw = tempfile.mkdtemp(prefix="prerast-raw-")
     t0 = time.time()
-    run([python, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", raw, source], env=env)
+    # pip -v shows the compiler's [n/m] lines, echoed as they come; a heartbeat covers the quiet minutes.
+    build_log = os.path.join(out_dir, "build.log")
+    log(f"compiling prerast (progress below; full log: {build_log})")
+    os.makedirs(out_dir, exist_ok=True)
+    open(build_log, "w").close()
+    run_logged([python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", raw, source],
+               build_log, "pip wheel", env=env, show=echo_compiler, prefix="prerast")
     log(f"built in {time.time() - t0:.0f} s")
     (wheel,) = glob.glob(os.path.join(raw, "prerast-*.whl"))
     repaired = repair(wheel, out_dir, python, plat)

@@ -13,7 +13,7 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import matrix, wheel  # noqa: E402
+from ci import matrix, symbols, wheel  # noqa: E402
 from wheel_under_test import find_test_wheel  # noqa: E402
 
 pytestmark = pytest.mark.wheel
@@ -24,12 +24,12 @@ def built():
     return find_test_wheel()
 
 
-def needed_libraries(wheel_path, tmp_path):
-    """DT_NEEDED of the plugin inside the wheel, read with pyelftools (auditwheel's own dependency)."""
+def needed_libraries(wheel_path, tmp_path, library="_C"):
+    """DT_NEEDED of one plugin library inside the wheel, read with pyelftools (auditwheel's own dependency)."""
     elffile = pytest.importorskip("elftools.elf.elffile")
     with zipfile.ZipFile(wheel_path) as z:
-        (name,) = [n for n in z.namelist() if re.search(r"prerast/_C.*\.so$", n)]
-        target = tmp_path / "plugin.so"
+        (name,) = [n for n in z.namelist() if re.search(rf"prerast/{library}\.[^/]*so$", n)]
+        target = tmp_path / f"{library}.so"
         target.write_bytes(z.read(name))
     with open(target, "rb") as f:
         dynamic = elffile.ELFFile(f).get_section_by_name(".dynamic")
@@ -38,14 +38,32 @@ def needed_libraries(wheel_path, tmp_path):
 
 def test_no_torch_or_cuda_library_inside(built, tmp_path):
     found = wheel.inspect(built)
+    info = found["build_info"]
     assert found["grafted"] == [], f"auditwheel grafted libraries into the wheel: {found['grafted']}"
     assert found["forbidden"] == []
-    assert [os.path.basename(n) for n in found["libraries"]] == ["_C.abi3.so"]
+    expected = ["_C.abi3.so"] + (["_C_cuda.abi3.so"] if info.get("cuda_version") else [])
+    assert sorted(os.path.basename(n) for n in found["libraries"]) == expected
+    assert info["library"] == "_C.abi3.so" and info["cuda_library"] == (expected[1:] or [None])[0]
+    # The plugin links torch's libraries: they must be left for torch to provide, not copied. The CPU library
+    # never needs CUDA, so that it loads into a CPU-only torch.
     needed = needed_libraries(built, tmp_path)
-    # The plugin does link torch's libraries: they must be left for torch to provide, not copied.
-    assert "libc10.so" in needed and any(n.startswith("libtorch") for n in needed)
-    if torch.version.cuda and found["build_info"].get("cuda_version"):
-        assert any(fnmatch.fnmatch(n, "libcudart.so.*") or n == "libc10_cuda.so" for n in needed)
+    assert any(n.startswith("libtorch") for n in needed)
+    assert not any("cuda" in n for n in needed), needed
+    if info.get("cuda_version"):
+        cuda_needed = needed_libraries(built, tmp_path, "_C_cuda")
+        assert any(fnmatch.fnmatch(n, "libcudart.so.*") for n in cuda_needed)
+
+
+def test_stable_plugin_imports_only_torchs_c_shims(built):
+    """The stable-ABI wheel's libraries import nothing of torch but its C shims: no at::/c10::/torch:: symbol
+    that would tie it to one torch release."""
+    if wheel.inspect(built)["build_info"].get("abi") != "stable":
+        pytest.skip("a classic (per-release) wheel links torch's C++ API by design")
+    report = symbols.audit_wheel(built)
+    assert set(report) == {os.path.basename(n) for n in wheel.inspect(built)["libraries"]}
+    for lib, kinds in report.items():
+        assert kinds.get("other", []) == [], f"{lib} imports symbols outside torch's stable C shims"
+        assert kinds["torch-shim"], lib
 
 
 def test_manylinux_tag_is_the_one_its_symbols_allow(built):

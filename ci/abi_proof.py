@@ -1,0 +1,140 @@
+"""Which torch releases one wheel really serves: install it into fresh virtualenvs with other torch releases and
+run the op tests there. Prints a Markdown table (and writes it as JSON with --json).
+
+    python -m ci abi-proof dist/prerast-0.1.0-cp310-abi3-*.whl                    # the stable wheel, default set
+    python -m ci abi-proof WHEEL --torch 2.11.0 --torch 2.14.1@3.12 --torch 2.13.0+cpu
+    python -m ci abi-proof CLASSIC_WHEEL --torch 2.4.1 --refused 2.5.0             # a classic wheel's minor
+
+Each target is TORCH[@PYTHON] (Python 3.11 by default): a venv in .venv/proof/<target> with that torch, numpy
+and pytest, the wheel installed with --no-deps, then `pytest tests/ops` on the CPU there, and the time from a
+fresh process's `import prerast` to its first rendered frame. A --refused target must fail at import with
+BinaryMismatchError. The wheel's own audits run once: `python -m ci symbols` and `abi3audit --strict`.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":
+    sys.path.insert(0, ROOT)
+
+from ci import symbols  # noqa: E402
+from ci.progress import clock, log  # noqa: E402
+
+STABLE_TARGETS = ["2.11.0", "2.12.0", "2.12.1", "2.14.0", "2.14.1", "2.14.1@3.12", "2.14.1@3.13", "2.13.0+cpu"]
+
+FIRST_FRAME = """
+import time; t0 = time.time()
+import torch, prerast
+pos = torch.tensor([[[-0.8, -0.8, 0.0, 1.0], [0.8, -0.8, 0.0, 1.0], [0.0, 0.8, 0.0, 1.0]]])
+tri = torch.tensor([[0, 1, 2]], dtype=torch.int32)
+rast, _ = prerast.rasterize(prerast.RasterizeCpuContext(), pos, tri, resolution=(256, 256))
+assert int((rast[..., 3] > 0).sum()) > 0
+print(prerast._loader._state["info"]["abi"], round(time.time() - t0, 2))
+"""
+
+
+def parse_target(text):
+    torch_spec, _, python = text.partition("@")
+    return torch_spec, python or "3.11"
+
+
+def make_venv(path, torch_spec, python):
+    """A venv with exactly torch_spec, numpy and pytest (reused when it already has that torch)."""
+    py = os.path.join(path, "bin", "python")
+    if os.path.exists(py):
+        have = subprocess.run([py, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True)
+        if have.returncode == 0 and have.stdout.strip().startswith(torch_spec):
+            return py
+        shutil.rmtree(path)
+    interpreter = shutil.which(f"python{python}")
+    if not interpreter:
+        raise RuntimeError(f"no python{python} on PATH")
+    subprocess.run([interpreter, "-m", "venv", path], check=True)
+    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"torch=={torch_spec}",
+                    "numpy", "pytest"], check=True)
+    return py
+
+
+def run_target(wheel, target, work, refused=False):
+    torch_spec, python = parse_target(target)
+    venv = os.path.join(work, re.sub(r"[^\w.]+", "_", target))
+    t0 = time.time()
+    log(f"{target}: virtualenv with torch {torch_spec} on Python {python}")
+    py = make_venv(venv, torch_spec, python)
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
+                    "--disable-pip-version-check", wheel], check=True)
+    row = {"target": target, "torch": subprocess.run([py, "-c", "import torch; print(torch.__version__)"],
+                                                     capture_output=True, text=True).stdout.strip()}
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES", ""))
+    frame = subprocess.run([py, "-c", FIRST_FRAME], capture_output=True, text=True, cwd=work, env=env)
+    if refused:
+        row["ok"] = frame.returncode != 0 and "BinaryMismatchError" in frame.stderr
+        row["result"] = "refused: " + next((ln.strip() for ln in frame.stderr.splitlines() if "mismatch:" in ln),
+                                           frame.stderr.strip().splitlines()[-1] if frame.stderr.strip() else "?")
+        return row
+    if frame.returncode != 0:
+        row.update(ok=False, result="import failed: " + frame.stderr.strip().splitlines()[-1])
+        return row
+    abi, seconds = frame.stdout.split()
+    row.update(abi=abi, first_frame_s=float(seconds))
+    tests = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(ROOT, "tests", "ops")],
+                           capture_output=True, text=True, cwd=work, env=env)
+    summary = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else tests.stderr[-300:]
+    row.update(ok=tests.returncode == 0, result=summary, minutes=clock(time.time() - t0))
+    log(f"{target}: {summary}")
+    return row
+
+
+def audits(wheel, python=sys.executable):
+    report = symbols.audit_wheel(wheel)
+    others = sorted(n for kinds in report.values() for n in kinds.get("other", []))
+    sym = "ok: only " + ", ".join(sorted({k for kinds in report.values() for k in kinds})) if not others \
+        else f"{len(others)} not allowed: {', '.join(others[:5])}"
+    abi3 = shutil.which("abi3audit", path=os.path.dirname(python)) or shutil.which("abi3audit")
+    if abi3:
+        out = subprocess.run([abi3, "--strict", "--report", wheel], capture_output=True, text=True)
+        a3 = "ok" if out.returncode == 0 else "failed: " + (out.stdout + out.stderr).strip()[-300:]
+    else:
+        a3 = "not run (pip install abi3audit)"
+    return {"symbols": sym, "abi3audit": a3, "symbols_ok": not others, "abi3audit_ok": a3 == "ok"}
+
+
+def table(wheel, rows, audit):
+    lines = [f"wheel: {os.path.basename(wheel)} ({os.path.getsize(wheel) / 1e6:.1f} MB)",
+             f"undefined-symbol audit: {audit['symbols']}; abi3audit --strict: {audit['abi3audit']}", "",
+             "| target | torch | result | import → first frame |", "|---|---|---|---|"]
+    for r in rows:
+        frame = f"{r['first_frame_s']:.2f} s" if "first_frame_s" in r else "-"
+        lines.append(f"| {r['target']} | {r['torch']} | {'✅' if r['ok'] else '❌'} {r['result']} | {frame} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m ci abi-proof", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("wheel")
+    p.add_argument("--torch", action="append", help="TORCH[@PYTHON] to serve (default: the stable set)")
+    p.add_argument("--refused", action="append", default=[], help="TORCH[@PYTHON] that must refuse the wheel")
+    p.add_argument("--work", default=os.path.join(ROOT, ".venv", "proof"))
+    p.add_argument("--json")
+    a = p.parse_args(argv)
+    wheel = os.path.abspath(a.wheel)
+    os.makedirs(a.work, exist_ok=True)
+    rows = [run_target(wheel, t, a.work) for t in (a.torch or STABLE_TARGETS)]
+    rows += [run_target(wheel, t, a.work, refused=True) for t in a.refused]
+    audit = audits(wheel)
+    print(table(wheel, rows, audit))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"wheel": wheel, "rows": rows, "audit": audit}, f, indent=2)
+    return 0 if all(r["ok"] for r in rows) and audit["symbols_ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

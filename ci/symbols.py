@@ -1,0 +1,87 @@
+"""Undefined-symbol audit of a wheel's plugin libraries: what each one expects the process to provide.
+
+A stable-ABI plugin may import only torch's stable C shims (aoti_torch_*, torch_*), the C and C++ runtimes
+(symbols versioned GLIBC_*, GLIBCXX_*, CXXABI_*, GCC_*) and, for the CUDA library, libcudart. A C++ symbol of
+torch (at::, c10::, torch::) would tie it to one torch release, which is what the stable ABI avoids.
+
+    python -m ci symbols dist/prerast-*.whl      # prints the imports by kind; exit 1 if any is not allowed
+"""
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+RUNTIME_VERSIONS = re.compile(r"(GLIBC|GLIBCXX|CXXABI|GCC)_[\d.]+")
+SHIMS = re.compile(r"(aoti_torch_|torch_)\w+")
+# Weak references every shared object carries (transactional memory, profiling): resolved or not, harmless.
+WEAK_BOILERPLATE = {"_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable", "__gmon_start__",
+                    "__cxa_finalize"}
+
+
+def undefined_symbols(library):
+    """[(name, version or None)] of the symbols library imports (nm -D --undefined-only)."""
+    if not shutil.which("nm"):
+        raise RuntimeError("the symbol audit needs nm (binutils): apt-get install binutils")
+    out = subprocess.run(["nm", "-D", "--undefined-only", "--with-symbol-versions", library], capture_output=True,
+                         text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        name = line.split()[-1]
+        name, _, version = name.partition("@")
+        found.append((name, version.lstrip("@") or None))
+    return found
+
+
+def kind_of(name, version):
+    """'runtime', 'cudart', 'torch-shim', 'weak' or 'other' (not allowed in a stable-ABI plugin)."""
+    if version and RUNTIME_VERSIONS.fullmatch(version):
+        return "runtime"
+    if version and version.startswith("libcudart.so"):
+        return "cudart"
+    if name in WEAK_BOILERPLATE:
+        return "weak"
+    if version is None and SHIMS.fullmatch(name):
+        return "torch-shim"
+    return "other"
+
+
+def audit_library(library):
+    """{kind: sorted names} of one library's imports."""
+    kinds = {}
+    for name, version in undefined_symbols(library):
+        kinds.setdefault(kind_of(name, version), set()).add(name if not version else f"{name}@{version}")
+    return {k: sorted(v) for k, v in kinds.items()}
+
+
+def audit_wheel(wheel):
+    """{library name in the wheel: audit} for every shared library of prerast in the wheel."""
+    report = {}
+    with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as z:
+        for name in z.namelist():
+            if re.search(r"^prerast/[^/]+\.so$", name):
+                path = z.extract(name, tmp)
+                report[os.path.basename(name)] = audit_library(path)
+    return report
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m ci symbols", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("wheel")
+    a = p.parse_args(argv)
+    report = audit_wheel(a.wheel)
+    bad = False
+    for lib, kinds in report.items():
+        print(f"{lib}: " + ", ".join(f"{len(v)} {k}" for k, v in sorted(kinds.items())))
+        for name in kinds.get("other", []):
+            print(f"    not allowed: {name}")
+            bad = True
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
