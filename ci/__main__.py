@@ -6,6 +6,7 @@
     index       find-links pages and a PEP 503 index from a folder of wheels
     cibw-env    the cibuildwheel environment of one cell (the CI workflow appends it to $GITHUB_ENV)
     gh-matrix   the CI workflow's job matrix, as JSON
+    preflight   ask each cell's index whether its exact torch build exists, for each of its Pythons
     repair      repair one wheel with the package's policy and check it (cibuildwheel's repair command)
     smoke       smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)
     wheel       build/venv/smoke helpers of the quick start
@@ -181,7 +182,8 @@ def main(argv=None):
     r.add_argument("dest_dir")
     r.set_defaults(func=cmd_repair)
 
-    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel"}  # commands with parsers of their own
+    # commands with parsers of their own
+    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "preflight": "ci.preflight"}
     for name in delegated:
         sub.add_parser(name, help=f"see python -m ci {name} --help")
     argv = sys.argv[1:] if argv is None else argv
