@@ -123,7 +123,7 @@ def cmd_gh_matrix(a):
 def cmd_repair(a):
     from ci import cibw
 
-    print(cibw.repair_and_check(a.wheel, a.dest_dir))
+    print(cibw.repair_and_check(a.wheel, a.dest_dir, a.plat))
     return 0
 
 
@@ -180,6 +180,7 @@ def main(argv=None):
     r = sub.add_parser("repair", help="repair a wheel with the package's policy and check the result")
     r.add_argument("wheel")
     r.add_argument("dest_dir")
+    r.add_argument("--plat", help="the exact platform tag (default: the matrix's policy, manylinux_2_28_x86_64)")
     r.set_defaults(func=cmd_repair)
 
     # commands with parsers of their own

@@ -67,15 +67,23 @@ def github_matrix(cells):
                         for c in cells]}
 
 
-def repair_and_check(raw_wheel, dest_dir):
-    """cibuildwheel's repair step: the package's auditwheel policy, to the image's manylinux tag, then the checks
-    that no torch or CUDA library was grafted in and that the tag is the one the matrix asks for."""
-    plat = os.environ.get("AUDITWHEEL_PLAT")
-    repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat)
+def policy_platform(path=matrix.MATRIX_FILE):
+    """The one platform tag every CI wheel carries: manylinux_2_28_x86_64 (the matrix's [policy])."""
+    policy = matrix.policy(path)
+    return f"{policy['manylinux']}_{policy['machine']}"
+
+
+def repair_and_check(raw_wheel, dest_dir, plat=None):
+    """cibuildwheel's repair step: the package's auditwheel policy, tagged exactly `plat` (the matrix's policy
+    unless given), then the checks that no torch or CUDA library was grafted in and that the tag is that one."""
+    plat = plat or policy_platform()
+    image = os.environ.get("AUDITWHEEL_PLAT")  # what the manylinux image itself is built for
+    if image and image != plat:
+        raise SystemExit(f"repair: the image is {image}, but the wheels must be tagged {plat}: change the image")
+    repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat, only_plat=True)
     found = wheel.inspect(repaired)
     if found["forbidden"]:
         raise SystemExit(f"repair: torch/CUDA libraries were grafted into {repaired}: {found['forbidden']}")
-    if plat and plat not in wheel.wheel_tags(repaired)[2]:
-        raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged {plat}, the image's policy")
+    if wheel.wheel_tags(repaired)[2] != [plat]:
+        raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged exactly {plat}")
     return repaired
-

@@ -132,6 +132,11 @@ def load(path=MATRIX_FILE):
     return sorted(cells, key=lambda c: (_vkey(c.torch), c.platform != "cpu", _vkey(c.cuda or "0")))
 
 
+def policy(path=MATRIX_FILE):
+    """The [policy] table: manylinux tag, image, machine, abi3 floor, torch's index."""
+    return _load_toml(path)["policy"]
+
+
 def toolkit(path=MATRIX_FILE):
     """The [toolkit] table: NVIDIA packages for the manylinux image."""
     return _load_toml(path)["toolkit"]

@@ -85,7 +85,8 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     assert cfg["manylinux-x86_64-image"] == policy["image"]
     assert cfg["archs"] == [policy["machine"]]
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
-    assert "python -m ci repair" in cfg["repair-wheel-command"]
+    assert f"python -m ci repair --plat {cibw.policy_platform()} " in cfg["repair-wheel-command"]
+    assert cibw.policy_platform() == "manylinux_2_28_x86_64"  # the tag the README and the wheel names promise
     assert "python -m ci smoke" in cfg["test-command"]
     script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
     assert os.path.exists(script)
@@ -93,3 +94,26 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     if os.path.exists(shellcheck):
         out = subprocess.run([shellcheck, script], capture_output=True, text=True)
         assert out.returncode == 0, out.stdout
+
+
+def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_repair(raw, dest, python, plat, only_plat=False):
+        calls.append((plat, only_plat))
+        return str(tmp_path / f"prerast-0.1.0+pt214cpu-cp310-abi3-{tag}.whl")
+
+    from ci import wheel
+
+    monkeypatch.setattr(wheel, "repair", fake_repair)
+    monkeypatch.setattr(wheel, "inspect", lambda path: {"forbidden": []})
+    monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
+    tag = "manylinux_2_28_x86_64"
+    assert cibw.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")
+    assert calls == [("manylinux_2_28_x86_64", True)]
+    tag = "manylinux_2_17_x86_64.manylinux2014_x86_64"  # what auditwheel does unless told --only-plat
+    with pytest.raises(SystemExit, match="not tagged exactly manylinux_2_28_x86_64"):
+        cibw.repair_and_check("raw.whl", str(tmp_path))
+    monkeypatch.setenv("AUDITWHEEL_PLAT", "manylinux_2_34_x86_64")
+    with pytest.raises(SystemExit, match="the image is manylinux_2_34_x86_64"):
+        cibw.repair_and_check("raw.whl", str(tmp_path))
