@@ -31,6 +31,8 @@ def environment(cell, workspace=None):
         # The container reaches the host's file system at /host: the compiler cache outlives the container there.
         "CCACHE_DIR": "/host" + os.path.join(workspace, ".ccache"),
         "PIP_CONSTRAINT": "/tmp/prerast-constraints.txt",  # written by ci/manylinux_setup.sh: pins the cell's torch
+        # The workflow saves this cache once per cell and source state: capped, so that no entry grows unbounded.
+        "CCACHE_MAXSIZE": "500M",
     }
     if extra:
         inner["PIP_EXTRA_INDEX_URL"] = extra[1]
@@ -61,10 +63,37 @@ def env_lines(cell, workspace=None):
     return "\n".join(f"{k}={v}" for k, v in environment(cell, workspace).items())
 
 
+# Minutes per part of a wheel job on a GitHub-hosted ubuntu-24.04 runner, from builds on 2 cores (README,
+# "Measured"): a cold one-arch CUDA build takes about 1 min, 7-8 archs + PTX about 3 min, a CPU build about 1.5;
+# a CUDA torch with its nvidia-* wheels is 3-4 GB to download and unpack, per Python.
+MINUTES = {
+    "setup": 5,              # runner, checkout, disk clean-up, manylinux image pull, build tools
+    "toolkit": 5,            # dnf: nvcc, cudart, cccl, nvrtc + gcc-toolset (CUDA cells)
+    "build_cpu": 2,
+    "build_per_arch": 0.5,   # plus 1 for the host code and linking
+    "torch_cpu": 1,          # download + install of the cell's torch, in the build env and each smoke venv
+    "torch_cuda": 3,
+}
+
+
+def expected_minutes(cell):
+    """What one cell's wheel job should take: build once, then a fresh torch + smoke test per Python."""
+    m = MINUTES
+    if not cell.cuda:
+        return m["setup"] + m["build_cpu"] + m["torch_cpu"] * (1 + len(cell.pythons))
+    build = 1 + m["build_per_arch"] * len(cell.archs)
+    return m["setup"] + m["toolkit"] + build + m["torch_cuda"] * (1 + len(cell.pythons))
+
+
+def timeout_minutes(cell):
+    """The job's timeout: twice the expected time (a slow mirror, a cold cache), in steps of 5 minutes."""
+    return int(-(-2 * expected_minutes(cell) // 5) * 5)
+
+
 def github_matrix(cells):
-    """strategy.matrix of the wheel job: one job per cell."""
-    return {"include": [{"cell": c.id, "torch": c.torch, "platform": c.platform, "pythons": " ".join(c.pythons)}
-                        for c in cells]}
+    """strategy.matrix of the wheel job: one job per cell, with its timeout."""
+    return {"include": [{"cell": c.id, "torch": c.torch, "platform": c.platform, "pythons": " ".join(c.pythons),
+                         "timeout": timeout_minutes(c)} for c in cells]}
 
 
 def policy_platform(path=matrix.MATRIX_FILE):

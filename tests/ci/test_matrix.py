@@ -208,4 +208,29 @@ def test_github_matrix_lists_the_selected_cells():
 
     jobs = json.loads(out)["include"]
     assert [j["cell"] for j in jobs] == [c.id for c in CELLS if c.pr]
-    assert all(set(j) == {"cell", "torch", "platform", "pythons"} for j in jobs)
+    assert all(set(j) == {"cell", "torch", "platform", "pythons", "timeout"} for j in jobs)
+
+
+def test_toolkit_installs_only_what_the_plugin_compiles_and_links():
+    packages = matrix.toolkit()["packages"]
+    assert {"cuda-nvcc", "cuda-cudart-devel", "cuda-cccl"} <= set(packages)
+    assert not [p for p in packages if p.startswith(("libcublas", "libcusparse", "libcusolver", "libcurand"))]
+
+
+def test_headers_of_the_nvidia_wheels_next_to_torch_are_found(tmp_path, monkeypatch):
+    # Where the toolkit lacks cuBLAS/cuSPARSE headers, setup.py adds these folders (CUDA 12 wheels: one folder per
+    # library; CUDA 13 wheels: one nvidia/cu13 folder).
+    for folder in ("nvidia/cublas/include", "nvidia/cusparse/include", "nvidia/cu13/include"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(tmp_path)])
+    found = [os.path.relpath(d, tmp_path) for d in build_env.nvidia_pip_include_dirs()]
+    assert found == ["nvidia/cu13/include", "nvidia/cublas/include", "nvidia/cusparse/include"]
+
+
+def test_timeouts_leave_room_for_every_cell():
+    for cell in CELLS:
+        minutes = cibw.timeout_minutes(cell)
+        assert 2 * cibw.expected_minutes(cell) <= minutes <= 360 and minutes % 5 == 0
+    biggest = max(CELLS, key=cibw.expected_minutes)
+    assert biggest.cuda and cibw.timeout_minutes(biggest) > 30  # the old fixed timeout did not fit a CUDA cell
