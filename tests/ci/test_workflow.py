@@ -190,3 +190,11 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     monkeypatch.setenv("AUDITWHEEL_PLAT", "manylinux_2_34_x86_64")
     with pytest.raises(SystemExit, match="the image is manylinux_2_34_x86_64"):
         cibw.repair_and_check("raw.whl", str(tmp_path))
+
+
+def test_readme_names_the_repository_settings_a_tag_release_needs():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    release = readme[readme.index("**Cutting a release.**"):readme.index("## Layout")]
+    assert "Source = **GitHub Actions**" in release
+    assert "`github-pages`" in release and "**tag** rule `v*`" in release
+    assert f"python -m ci repair --plat {cibw.policy_platform()}" in readme
