@@ -6,6 +6,7 @@
     index       find-links pages and a PEP 503 index from a folder of wheels
     cibw-env    the cibuildwheel environment of one cell (the CI workflow appends it to $GITHUB_ENV)
     gh-matrix   the CI workflow's job matrix, as JSON
+    preflight   ask each cell's index whether its exact torch build exists, for each of its Pythons
     repair      repair one wheel with the package's policy and check it (cibuildwheel's repair command)
     smoke       smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)
     symbols     audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)
@@ -124,7 +125,7 @@ def cmd_gh_matrix(a):
 def cmd_repair(a):
     from ci import cibw
 
-    print(cibw.repair_and_check(a.wheel, a.dest_dir))
+    print(cibw.repair_and_check(a.wheel, a.dest_dir, a.plat))
     return 0
 
 
@@ -181,10 +182,12 @@ def main(argv=None):
     r = sub.add_parser("repair", help="repair a wheel with the package's policy and check the result")
     r.add_argument("wheel")
     r.add_argument("dest_dir")
+    r.add_argument("--plat", help="the exact platform tag (default: the matrix's policy, manylinux_2_28_x86_64)")
     r.set_defaults(func=cmd_repair)
 
-    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "symbols": "ci.symbols",
-                 "abi-proof": "ci.abi_proof"}  # commands with parsers of their own
+    # commands with parsers of their own
+    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "preflight": "ci.preflight", "symbols": "ci.symbols",
+                 "abi-proof": "ci.abi_proof"}
     for name in delegated:
         sub.add_parser(name, help=f"see python -m ci {name} --help")
     argv = sys.argv[1:] if argv is None else argv

@@ -7,6 +7,7 @@ import os
 import re
 
 MATRIX_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.toml")
+PUBLISHED_FILE = os.path.join(os.path.dirname(MATRIX_FILE), "published_builds.toml")
 
 
 class MatrixError(ValueError):
@@ -131,9 +132,24 @@ def load(path=MATRIX_FILE):
     return sorted(cells, key=lambda c: (_vkey(c.torch), c.platform != "cpu", _vkey(c.cuda or "0")))
 
 
+def policy(path=MATRIX_FILE):
+    """The [policy] table: manylinux tag, image, machine, abi3 floor, torch's index."""
+    return _load_toml(path)["policy"]
+
+
 def toolkit(path=MATRIX_FILE):
     """The [toolkit] table: NVIDIA packages for the manylinux image."""
     return _load_toml(path)["toolkit"]
+
+
+def published_builds(path=PUBLISHED_FILE):
+    """The torch builds PyTorch publishes: {'2.14': {'cpu', 'cu126', ...}} (ci/published_builds.toml)."""
+    return {minor: set(platforms) for minor, platforms in _load_toml(path)["builds"].items()}
+
+
+def minor(version):
+    """'2.14.1' -> '2.14'."""
+    return ".".join(version.split(".")[:2])
 
 
 def find(name, cells=None):

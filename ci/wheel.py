@@ -75,12 +75,12 @@ def build_wheel(out_dir, python=sys.executable, source=ROOT, plat=None):
     return repaired
 
 
-def repair(wheel, out_dir, python=sys.executable, plat=None):
+def repair(wheel, out_dir, python=sys.executable, plat=None, only_plat=False):
     """auditwheel repair with the package's exclude policy (package/prerast/_repair.py)."""
     saved = os.environ.get("PATH", "")
     os.environ["PATH"] = tools_path(python)
     try:
-        repaired = _policy.repair(wheel, out_dir, python, plat, log=log)
+        repaired = _policy.repair(wheel, out_dir, python, plat, log=log, only_plat=only_plat)
     finally:
         os.environ["PATH"] = saved
     log(f"repaired: {os.path.basename(repaired)} ({os.path.getsize(repaired) / 1e6:.1f} MB)")

@@ -14,15 +14,16 @@ AUDITWHEEL_EXCLUDES = [
 ]
 
 
-def repair(wheel, out_dir, python=sys.executable, plat=None, log=print):
-    """auditwheel repair `wheel` into out_dir (replacing an older build of the same name); returns the path."""
+def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_plat=False):
+    """auditwheel repair `wheel` into out_dir (replacing an older build of the same name); returns the path.
+    only_plat: tag exactly `plat` (auditwheel otherwise retags to an older manylinux the symbols would allow)."""
     os.makedirs(out_dir, exist_ok=True)
     name = os.path.basename(wheel).split("-linux_")[0]
     for old in glob.glob(os.path.join(out_dir, name + "-*.whl")):
         os.remove(old)
     cmd = [python, "-m", "auditwheel", "repair", "-w", out_dir, wheel]
     if plat:
-        cmd += ["--plat", plat]
+        cmd += ["--plat", plat] + (["--only-plat"] if only_plat else [])
     for pattern in AUDITWHEEL_EXCLUDES:
         cmd += ["--exclude", pattern]
     log("$ " + " ".join(cmd))

@@ -12,8 +12,8 @@ from ci import local, matrix, progress, summary  # noqa: E402
 
 @pytest.fixture
 def machine(monkeypatch):
-    """A pretend machine: CUDA 12.8 nvcc, Python 3.11 only, pip sees torch 2.14.1 and 2.13.0+cpu, capped at 2.14.1."""
-    monkeypatch.setattr(local, "nvcc", lambda: ("/opt/cuda-12.8", "12.8"))
+    """A pretend machine: CUDA 12.6 nvcc, Python 3.11 only, pip sees torch 2.14.1 and 2.13.0+cpu, capped at 2.14.1."""
+    monkeypatch.setattr(local, "nvcc", lambda: ("/opt/cuda-12.6", "12.6"))
     monkeypatch.setattr(local, "python_executable", lambda v: "/usr/bin/python3.11" if v == "3.11" else None)
     monkeypatch.setattr(local, "torch_versions", lambda index_url=None: frozenset({"2.14.1", "2.13.0+cpu"}))
     monkeypatch.setattr(local, "torch_constraints", lambda: (("<=", "2.14.1"),))
@@ -21,11 +21,11 @@ def machine(monkeypatch):
 
 def test_verdicts_name_the_missing_piece(machine):
     cases = {
-        ("2.14.1+cu128", "3.11"): (False, "torch 2.14.1+cu128 comes from https://download.pytorch.org/whl/cu128"),
-        ("2.14.1+cu130", "3.11"): (False, "needs CUDA 13.0 nvcc; this machine has CUDA 12.8"),
+        ("2.14.1+cu126", "3.11"): (False, "torch 2.14.1+cu126 comes from https://download.pytorch.org/whl/cu126"),
+        ("2.14.1+cu130", "3.11"): (False, "needs CUDA 13.0 nvcc; this machine has CUDA 12.6"),
         ("2.13.0+cpu", "3.11"): (True, ""),
         ("2.13.0+cpu", "3.12"): (False, "no python3.12 here"),
-        ("2.4.1+cpu", "3.13"): (False, "torch 2.4.1 has no wheels for Python 3.13"),
+        ("2.4+cpu", "3.13"): (False, "torch 2.4.0 has no wheels for Python 3.13"),
         ("2.15.0+cpu", "3.11"): (False, "pip's constraints here cap torch (<=2.14.1)"),
     }
     for (name, py), (ok, why) in cases.items():
@@ -94,5 +94,5 @@ def test_summary_lists_built_failed_and_unbuildable_cells(machine):
     assert "| 2.14.1+cu130 | 3.11 | FAILED at smoke" in text
     assert "refused with BinaryMismatchError: `mismatch:  torch 2.14.1+cu130 (built) != torch 2.13.0+cpu (running)`" in text
     unbuilt = text.split("not built on this machine")[1]
-    assert "| 2.14.1+cu128 |" in unbuilt and "2.13.0+cpu |" not in unbuilt
-    assert "| 2.4.1+cu124 | 3.10 3.11 3.12 | 7.5 8.0 8.6 8.9 9.0+PTX | needs CUDA 12.4 nvcc; this machine has CUDA 12.8 |" in unbuilt
+    assert "| 2.14.1+cu126 |" in unbuilt and "2.13.0+cpu |" not in unbuilt
+    assert "| 2.4.0+cu124 | 3.10 3.11 3.12 | 7.5 8.0 8.6 8.9 9.0+PTX | needs CUDA 12.4 nvcc; this machine has CUDA 12.6 |" in unbuilt

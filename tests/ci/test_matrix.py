@@ -44,6 +44,33 @@ def test_covers_torch_2_4_to_2_15_and_python_3_10_to_3_13():
         assert sum(c.on_pypi for c in cells) == 1
 
 
+def test_every_cell_is_a_torch_build_pytorch_publishes():
+    published = matrix.published_builds()
+    for release in RAW["torch"]:
+        known = published.get(matrix.minor(release["version"]))
+        assert known, f"torch {release['version']}: add its builds to ci/published_builds.toml first"
+        missing = set(release["platforms"]) - known
+        assert not missing, f"torch {release['version']}: PyTorch publishes no {sorted(missing)} build"
+
+
+def test_every_pull_request_cell_is_a_published_build():
+    published = matrix.published_builds()
+    pr = [c for c in CELLS if c.pr]
+    assert pr and all(c.platform in published[matrix.minor(c.torch)] for c in pr)
+
+
+def test_cuda_tables_are_the_ones_the_cells_use():
+    used = {c.cuda for c in CELLS if c.cuda}
+    assert used == set(RAW["cuda"]), "a [cuda] table no cell uses, or the reverse"
+
+
+def test_releases_below_2_10_are_built_at_their_lowest_patch():
+    # A wheel built with the oldest headers of a minor is the one that can serve all its patch releases.
+    for release in RAW["torch"]:
+        if matrix._vkey(release["version"]) < (2, 10):
+            assert release["version"].endswith(".0"), release["version"]
+
+
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
 def test_local_tag_is_the_one_setup_py_stamps(cell):
     torch_version = f"{cell.torch}+{cell.platform}"
@@ -161,7 +188,7 @@ def to_toml(data):
 
 
 def test_cibuildwheel_environment_of_a_cell():
-    for cell in (matrix.find("2.14.1+cu130"), matrix.find("2.4.1+cu124"), matrix.find("2.15.0+cpu")):
+    for cell in (matrix.find("2.14.1+cu130"), matrix.find("2.4+cu124"), matrix.find("2.15.0+cpu")):
         env = cibw.environment(cell, workspace="/w")
         assert env["CIBW_BUILD"].split() == [f"cp{p.replace('.', '')}-manylinux_x86_64" for p in cell.pythons]
         inner = dict(re.findall(r'(\w+)="([^"]*)"', env["CIBW_ENVIRONMENT"]))
@@ -181,4 +208,29 @@ def test_github_matrix_lists_the_selected_cells():
 
     jobs = json.loads(out)["include"]
     assert [j["cell"] for j in jobs] == [c.id for c in CELLS if c.pr]
-    assert all(set(j) == {"cell", "torch", "platform", "pythons"} for j in jobs)
+    assert all(set(j) == {"cell", "torch", "platform", "pythons", "timeout"} for j in jobs)
+
+
+def test_toolkit_installs_only_what_the_plugin_compiles_and_links():
+    packages = matrix.toolkit()["packages"]
+    assert {"cuda-nvcc", "cuda-cudart-devel", "cuda-cccl"} <= set(packages)
+    assert not [p for p in packages if p.startswith(("libcublas", "libcusparse", "libcusolver", "libcurand"))]
+
+
+def test_headers_of_the_nvidia_wheels_next_to_torch_are_found(tmp_path, monkeypatch):
+    # Where the toolkit lacks cuBLAS/cuSPARSE headers, setup.py adds these folders (CUDA 12 wheels: one folder per
+    # library; CUDA 13 wheels: one nvidia/cu13 folder).
+    for folder in ("nvidia/cublas/include", "nvidia/cusparse/include", "nvidia/cu13/include"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "nvidia" / "cudnn" / "lib").mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(tmp_path)])
+    found = [os.path.relpath(d, tmp_path) for d in build_env.nvidia_pip_include_dirs()]
+    assert found == ["nvidia/cu13/include", "nvidia/cublas/include", "nvidia/cusparse/include"]
+
+
+def test_timeouts_leave_room_for_every_cell():
+    for cell in CELLS:
+        minutes = cibw.timeout_minutes(cell)
+        assert 2 * cibw.expected_minutes(cell) <= minutes <= 360 and minutes % 5 == 0
+    biggest = max(CELLS, key=cibw.expected_minutes)
+    assert biggest.cuda and cibw.timeout_minutes(biggest) > 30  # the old fixed timeout did not fit a CUDA cell

@@ -45,6 +45,79 @@ def test_actionlint_would_catch_a_broken_workflow(tmp_path):
     assert out.returncode != 0 and "cellz" in out.stdout
 
 
+def jobs():
+    yaml = pytest.importorskip("yaml")
+    return yaml.safe_load(open(WORKFLOW))["jobs"]
+
+
+def runs(job):
+    return "\n".join(step.get("run", "") for step in job.get("steps", []))
+
+
+def uses(job, action):
+    return [step for step in job.get("steps", []) if step.get("uses", "").startswith(action + "@")]
+
+
+def needs(job):
+    n = job.get("needs", [])
+    return {n} if isinstance(n, str) else set(n)
+
+
+def wheel_jobs():
+    return {name for name, job in jobs().items() if "cibuildwheel" in runs(job)}
+
+
+def test_release_upload_has_no_environment_and_pages_runs_after_every_wheel_job():
+    all_jobs = jobs()
+    (release,) = [n for n, j in all_jobs.items() if "gh release upload" in runs(j)]
+    (pages,) = [n for n, j in all_jobs.items() if uses(j, "actions/deploy-pages")]
+    assert release != pages
+    assert "environment" not in all_jobs[release]  # github-pages refuses tag refs by default
+    assert all_jobs[pages]["environment"]["name"] == "github-pages"
+    assert wheel_jobs() and wheel_jobs() | {release} <= needs(all_jobs[pages])
+    assert wheel_jobs() <= needs(all_jobs[release])
+    for name in (release, pages):
+        assert all_jobs[name]["if"] == "startsWith(github.ref, 'refs/tags/v')"
+    assert all_jobs[pages]["concurrency"]["cancel-in-progress"] is False  # deploys queue, each merging the last
+    assert "--manifest previous.json" in runs(all_jobs[pages])
+
+
+def test_preflight_runs_before_any_wheel_job():
+    all_jobs = jobs()
+    (preflight,) = [n for n, j in all_jobs.items() if "python -m ci preflight" in runs(j)]
+    assert "cibuildwheel" not in runs(all_jobs[preflight])
+    assert all(preflight in needs(all_jobs[w]) for w in wheel_jobs())
+
+
+def test_every_run_step_is_bash_with_pipefail():
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(open(WORKFLOW))
+    assert workflow["defaults"]["run"]["shell"] == "bash"  # GitHub runs it as bash -eo pipefail
+    for job in workflow["jobs"].values():
+        assert job.get("defaults", {}).get("run", {}).get("shell", "bash") == "bash"
+        assert all(step.get("shell", "bash") == "bash" for step in job["steps"])
+
+
+def test_wheel_job_artifacts_caches_disk_and_timeout():
+    for name in wheel_jobs():
+        job = jobs()[name]
+        assert job["timeout-minutes"] == "${{ matrix.timeout }}"
+        (upload,) = uses(job, "actions/upload-artifact")
+        assert upload["with"]["overwrite"] is True
+        assert "${{ matrix.torch }}" in upload["with"]["name"] and "${{ matrix.platform }}" in upload["with"]["name"]
+        (cache,) = uses(job, "actions/cache")
+        key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
+        assert "github.sha" not in key and "run_id" not in key and key.startswith(restore)
+        assert "${{ matrix.cell }}" in restore
+        clean_up = next(step["run"] for step in job["steps"] if "rm -rf" in step.get("run", ""))
+        assert clean_up.startswith("df -h") and clean_up.rstrip().endswith("df -h /")
+        for path in ("/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc", "/opt/hostedtoolcache/CodeQL",
+                     "/usr/local/share/boost"):
+            assert path in clean_up
+    env = cibw.environment(matrix.find("2.14.1+cu130"))["CIBW_ENVIRONMENT"]
+    assert 'CCACHE_MAXSIZE="' in env
+
+
 def test_workflow_matrix_comes_from_the_matrix_file():
     text = open(WORKFLOW).read()
     assert "python -m ci gh-matrix" in text and "fromJSON(needs.matrix.outputs.cells)" in text
@@ -85,7 +158,8 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     assert cfg["manylinux-x86_64-image"] == policy["image"]
     assert cfg["archs"] == [policy["machine"]]
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
-    assert "python -m ci repair" in cfg["repair-wheel-command"]
+    assert f"python -m ci repair --plat {cibw.policy_platform()} " in cfg["repair-wheel-command"]
+    assert cibw.policy_platform() == "manylinux_2_28_x86_64"  # the tag the README and the wheel names promise
     assert "python -m ci smoke" in cfg["test-command"]
     script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
     assert os.path.exists(script)
@@ -93,3 +167,34 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     if os.path.exists(shellcheck):
         out = subprocess.run([shellcheck, script], capture_output=True, text=True)
         assert out.returncode == 0, out.stdout
+
+
+def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_repair(raw, dest, python, plat, only_plat=False):
+        calls.append((plat, only_plat))
+        return str(tmp_path / f"prerast-0.1.0+pt214cpu-cp310-abi3-{tag}.whl")
+
+    from ci import wheel
+
+    monkeypatch.setattr(wheel, "repair", fake_repair)
+    monkeypatch.setattr(wheel, "inspect", lambda path: {"forbidden": []})
+    monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
+    tag = "manylinux_2_28_x86_64"
+    assert cibw.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")
+    assert calls == [("manylinux_2_28_x86_64", True)]
+    tag = "manylinux_2_17_x86_64.manylinux2014_x86_64"  # what auditwheel does unless told --only-plat
+    with pytest.raises(SystemExit, match="not tagged exactly manylinux_2_28_x86_64"):
+        cibw.repair_and_check("raw.whl", str(tmp_path))
+    monkeypatch.setenv("AUDITWHEEL_PLAT", "manylinux_2_34_x86_64")
+    with pytest.raises(SystemExit, match="the image is manylinux_2_34_x86_64"):
+        cibw.repair_and_check("raw.whl", str(tmp_path))
+
+
+def test_readme_names_the_repository_settings_a_tag_release_needs():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    release = readme[readme.index("**Cutting a release.**"):readme.index("## Layout")]
+    assert "Source = **GitHub Actions**" in release
+    assert "`github-pages`" in release and "**tag** rule `v*`" in release
+    assert f"python -m ci repair --plat {cibw.policy_platform()}" in readme

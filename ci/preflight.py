@@ -1,0 +1,124 @@
+"""Do the torch builds of the cells exist? Asked of each cell's own index before anything is installed.
+
+    python -m ci preflight --pr              # the cells of a pull request
+    python -m ci preflight --published       # the cells of a release
+    python -m ci preflight --cell 2.14.1+cu130 [--cell ...]
+
+A cell names one exact torch build (2.14.1 from PyPI, or 2.14.1+cu126 from download.pytorch.org/whl/cu126), and
+its wheel job installs that build under each of the cell's Pythons inside the manylinux image. This asks the index
+(`pip index versions`: the index page only, no multi-GB download) which versions it has for that Python and the
+image's platform, one question per (index, Python), and names every (cell, Python) whose build is missing. It reads
+no pip configuration: the answer must come from the cell's index alone, not from a local mirror or constraint.
+"""
+import argparse
+import concurrent.futures
+import os
+import re
+import subprocess
+import sys
+
+from ci import matrix
+
+PYPI_SIMPLE = "https://pypi.org/simple"
+
+
+def index_of(cell):
+    """Where the cell's wheel job gets its torch: PyPI for the build PyPI serves, torch's index for the others."""
+    return PYPI_SIMPLE if cell.on_pypi else cell.torch_index()
+
+
+def wanted_version(cell):
+    """The version string the index must list: '2.14.1' on PyPI, '2.14.1+cu126' on torch's index."""
+    return cell.torch if cell.on_pypi else cell.id
+
+
+def image_platforms(policy):
+    """Platform tags a wheel may carry to install in the manylinux image: manylinux_2_28 and every older tag,
+    legacy aliases included (pip expands only manylinux2014/2010 by itself; torch 2.4 is tagged manylinux1)."""
+    major, glibc = (int(x) for x in re.fullmatch(r"manylinux_(\d+)_(\d+)", policy["manylinux"]).groups())
+    machine = policy["machine"]
+    tags = [f"manylinux_{major}_{m}_{machine}" for m in range(glibc, 4, -1)]
+    return tags + [f"manylinux{alias}_{machine}" for alias in ("2014", "2010", "1")]
+
+
+def pip_env():
+    """The environment without pip's settings: no config file, no PIP_* variables."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env["PIP_CONFIG_FILE"] = os.devnull
+    return env
+
+
+def source_args(index):
+    """A URL is asked as an index; a local folder (the tests' fake index) as the only find-links source."""
+    return ["--no-index", "--find-links", index] if os.path.isdir(index) else ["--index-url", index]
+
+
+def available_versions(index, python, platforms, pip=(sys.executable, "-m", "pip")):
+    """Versions of torch `index` has for CPython `python` on one of `platforms`: (versions, None), or (None, the
+    error) when the index could not be asked."""
+    cmd = [*pip, "index", "versions", "torch", "--disable-pip-version-check", "--only-binary=:all:",
+           "--python-version", python, "--implementation", "cp", *source_args(index)]
+    for p in platforms:
+        cmd += ["--platform", p]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(), timeout=300)
+    return parse_answer(out.returncode, out.stdout, out.stderr)
+
+
+def parse_answer(returncode, stdout, stderr):
+    """(versions, None) from pip's answer, or (None, why) when the index was not reached: pip then also says
+    "No matching distribution", which must not pass for a verdict on the build."""
+    m = re.search(r"^Available versions: (.*)$", stdout, re.M)
+    if m:
+        return {v.strip() for v in m.group(1).split(",")}, None
+    trouble = re.search(r"^.*(Retrying \(|Could not fetch URL|connection broken|ProxyError|SSLError).*$", stderr, re.M)
+    if trouble:
+        cause = re.search(r"Name or service not known|Connection refused|timed out|\d{3} \w+ Error[^'\"]*|SSLError",
+                          trouble.group(0))
+        return None, "index not reached" + (f" ({cause.group(0)})" if cause else "")
+    if "No matching distribution" in stdout + stderr:
+        return set(), None
+    return None, (stderr.strip().splitlines() or [f"pip exited with {returncode}"])[-1]
+
+
+def check(cells, index_for=index_of, ask=None, jobs=8):
+    """[(cell id, python, why)] for every (cell, Python) whose torch build the index lacks or could not confirm."""
+    ask = ask or available_versions
+    questions = {}
+    for cell in cells:
+        for python in cell.pythons:
+            questions.setdefault((index_for(cell), python), []).append(cell)
+    platforms = image_platforms(cells[0].policy) if cells else []
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        answers = dict(zip(questions, pool.map(lambda q: ask(q[0], q[1], platforms), questions)))
+    problems = []
+    for (index, python), asked in questions.items():
+        versions, error = answers[(index, python)]
+        for cell in asked:
+            if error:
+                problems.append((cell.id, python, f"could not ask {index}: {error}"))
+            elif wanted_version(cell) not in versions:
+                problems.append((cell.id, python, f"{index} has no torch {wanted_version(cell)} for Python {python} "
+                                                  f"on {platforms[0]}"))
+    return sorted(problems, key=lambda p: (matrix._vkey(p[0]), p[0], matrix._vkey(p[1])))
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m ci preflight", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--published", action="store_true")
+    p.add_argument("--pr", action="store_true", help="only the cells built on pull requests")
+    p.add_argument("--cell", action="append", help="a cell name, e.g. 2.14.1+cu130 (repeatable)")
+    a = p.parse_args(argv)
+    cells = matrix.load()
+    cells = [matrix.find(n, cells) for n in a.cell] if a.cell else matrix.select(cells, a.published, a.pr)
+    problems = check(cells)
+    pairs = sum(len(c.pythons) for c in cells)
+    if not problems:
+        print(f"preflight: all {pairs} torch builds of {len(cells)} cells exist")
+        return 0
+    for cell_id, python, why in problems:
+        print(f"preflight: {cell_id} (Python {python}): {why}")
+    missing = sorted({c for c, _, _ in problems}, key=lambda c: (matrix._vkey(c), c))
+    print(f"preflight: {len(problems)} of {pairs} torch builds missing or unconfirmed, in cells: {', '.join(missing)}",
+          file=sys.stderr)
+    return 1
