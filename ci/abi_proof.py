@@ -3,9 +3,9 @@ run the op tests there. Prints a Markdown table (and writes it as JSON with --js
 
     python -m ci abi-proof dist/prerast-0.1.0-cp310-abi3-*.whl                    # the stable wheel, default set
     python -m ci abi-proof WHEEL --torch 2.11.0 --torch 2.14.1@3.12 --torch 2.13.0+cpu
-    python -m ci abi-proof CLASSIC_WHEEL --torch 2.4.1 --refused 2.5.0             # a classic wheel's minor
+    python -m ci abi-proof --build 2.4.0 --cpu --torch 2.4.1 --refused 2.9.1      # build a classic wheel first
 
-Each target is TORCH[@PYTHON] (Python 3.11 by default): a venv in .venv/proof/<target> with that torch, numpy
+Each target is TORCH[@PYTHON] (Python 3.11 by default): a fresh venv in .venv/proof/<target> (removed after) with that torch, numpy
 and pytest, the wheel installed with --no-deps, then `pytest tests/ops` on the CPU there, and the time from a
 fresh process's `import prerast` to its first rendered frame. A --refused target must fail at import with
 BinaryMismatchError. The wheel's own audits run once: `python -m ci symbols` and `abi3audit --strict`.
@@ -61,9 +61,19 @@ def make_venv(path, torch_spec, python):
     return py
 
 
-def run_target(wheel, target, work, refused=False):
-    torch_spec, python = parse_target(target)
+def run_target(wheel, target, work, refused=False, keep=False):
+    """Install and test wheel next to one torch; the venv (several GB with a CUDA torch) is removed afterwards
+    unless keep: pip's cache makes the next one quick."""
     venv = os.path.join(work, re.sub(r"[^\w.]+", "_", target))
+    try:
+        return _run_target(wheel, target, venv, work, refused)
+    finally:
+        if not keep:
+            shutil.rmtree(venv, ignore_errors=True)
+
+
+def _run_target(wheel, target, venv, work, refused):
+    torch_spec, python = parse_target(target)
     t0 = time.time()
     log(f"{target}: virtualenv with torch {torch_spec} on Python {python}")
     py = make_venv(venv, torch_spec, python)
@@ -89,6 +99,42 @@ def run_target(wheel, target, work, refused=False):
     row.update(ok=tests.returncode == 0, result=summary, minutes=clock(time.time() - t0))
     log(f"{target}: {summary}")
     return row
+
+
+def _sources():
+    """package/prerast/_sources.py, loaded by path (importing prerast would load its plugin)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("prerast_sources", os.path.join(ROOT, "package", "prerast",
+                                                                                 "_sources.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_wheel(torch_spec, work, cpu_only, abi=None):
+    """A wheel built (not repaired) in a fresh venv with torch_spec, as `pip wheel --no-build-isolation .` does."""
+    venv = os.path.join(work, "build-" + re.sub(r"[^\w.]+", "_", torch_spec))
+    py = make_venv(venv, torch_spec, "3.11")
+    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "setuptools>=64", "wheel",
+                    "ninja"], check=True)
+    out = os.path.join(work, "wheels-" + re.sub(r"[^\w.]+", "_", torch_spec))
+    shutil.rmtree(out, ignore_errors=True)
+    env = dict(os.environ, PATH=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
+    if cpu_only:
+        env["PRERAST_FORCE_CPU"] = "1"
+    if abi:
+        env["PRERAST_ABI"] = abi
+    t0 = time.time()
+    log(f"building a wheel against torch {torch_spec}" + (" (CPU only)" if cpu_only else ""))
+    src = _sources().materialize(os.path.join(work, "src-" + os.path.basename(venv)), ROOT)
+    subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", out, src],
+                   check=True, env=env)
+    shutil.rmtree(src, ignore_errors=True)
+    log(f"built in {clock(time.time() - t0)}")
+    shutil.rmtree(venv, ignore_errors=True)
+    (wheel,) = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".whl")]
+    return wheel
 
 
 def audits(wheel, python=sys.executable):
@@ -118,16 +164,22 @@ def table(wheel, rows, audit):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m ci abi-proof", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("wheel")
+    p.add_argument("wheel", nargs="?", help="the wheel to test (or --build one)")
+    p.add_argument("--build", metavar="TORCH", help="first build a wheel against this torch in a fresh venv")
+    p.add_argument("--cpu", action="store_true", help="with --build: a CPU-only build (PRERAST_FORCE_CPU=1)")
+    p.add_argument("--abi", choices=["stable", "classic"], help="with --build: PRERAST_ABI")
     p.add_argument("--torch", action="append", help="TORCH[@PYTHON] to serve (default: the stable set)")
     p.add_argument("--refused", action="append", default=[], help="TORCH[@PYTHON] that must refuse the wheel")
     p.add_argument("--work", default=os.path.join(ROOT, ".venv", "proof"))
     p.add_argument("--json")
+    p.add_argument("--keep", action="store_true", help="keep the virtualenvs (several GB each)")
     a = p.parse_args(argv)
-    wheel = os.path.abspath(a.wheel)
     os.makedirs(a.work, exist_ok=True)
-    rows = [run_target(wheel, t, a.work) for t in (a.torch or STABLE_TARGETS)]
-    rows += [run_target(wheel, t, a.work, refused=True) for t in a.refused]
+    if not a.wheel and not a.build:
+        p.error("give a wheel or --build TORCH")
+    wheel = os.path.abspath(a.wheel) if a.wheel else build_wheel(a.build, a.work, a.cpu, a.abi)
+    rows = [run_target(wheel, t, a.work, keep=a.keep) for t in (a.torch or STABLE_TARGETS)]
+    rows += [run_target(wheel, t, a.work, refused=True, keep=a.keep) for t in a.refused]
     audit = audits(wheel)
     print(table(wheel, rows, audit))
     if a.json:
