@@ -25,16 +25,20 @@ def cmd_matrix(a):
 
     cells = matrix.select(matrix.load(), published=a.published, pr=a.pr)
     if a.json:
-        print(json.dumps([{"id": c.id, "torch": c.torch, "platform": c.platform, "pythons": list(c.pythons),
-                           "archs": list(c.archs), "published": c.published, "pr": c.pr} for c in cells], indent=2))
+        print(json.dumps([{"id": c.id, "kind": c.kind, "torch": c.torch, "platform": c.platform,
+                           "pythons": list(c.pythons), "archs": list(c.archs), "published": c.published, "pr": c.pr,
+                           "local_tag": c.local_tag, "serves": [f"{r}+{p}" for r, p in c.serves]} for c in cells],
+                         indent=2))
         return 0
     for c in cells:
         flags = ("published" if c.published else "unpublished") + (", pr" if c.pr else "")
-        line = f"{c.id:16} py {' '.join(c.pythons):24} {c.arch_list() or 'cpu':44} {flags}"
+        line = f"{c.id:14} {c.kind:8} py {' '.join(c.pythons):20} {c.arch_list() or 'cpu':40} {flags}"
         if a.local:
             ok, why = local.verdict(c, a.python if a.python in c.pythons else None)
             line += "  -> " + ("buildable here" if ok else why)
         print(line)
+        tag = f"+{c.local_tag}" if c.local_tag else "no local tag"
+        print(f"{'':14} {tag}: serves {c.serves_text()}")
     return 0
 
 

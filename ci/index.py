@@ -4,10 +4,13 @@
                                   names in its fix-it message:  pip install prerast -f <root>/torch-2.14.1+cu130.html
   <out>/index.html                the list of those pages
   <out>/simple/prerast/           a PEP 503 simple index of every wheel (pip install --index-url <root>/simple)
-  <out>/manifest.json             what the pages list (file, url, sha256, page); a later release merges into it
+  <out>/manifest.json             what the pages list (file, url, sha256, pages); a later release merges into it
 
-Which page a wheel belongs on is read from the wheel itself (prerast/_build_info.json: the torch and CUDA it was
-built against), not from its name. Standard library only.
+A wheel is listed on the page of every torch build it serves: a stable-ABI wheel on the pages of every release
+from its floor on with its CUDA major (and CPU), a classic wheel on the pages of every patch release of its torch
+minor. Which builds those are comes from the wheel itself (prerast/_build_info.json: its kind, the torch and CUDA
+it was built with) and the matrix's cell for it (ci/matrix.py); a wheel the matrix has no cell for is listed on
+the page of the torch it was built with. Standard library only.
 """
 import hashlib
 import html
@@ -16,6 +19,8 @@ import os
 import re
 import sys
 import zipfile
+
+from ci import matrix
 
 PROJECT = "prerast"
 
@@ -37,7 +42,15 @@ def page_name(torch_version, cuda_version):
     return f"torch-{base}+{platform}.html"
 
 
-def describe(path):
+def pages_for(info, cells=None):
+    """The find-links pages a wheel with build metadata `info` belongs on."""
+    cell = matrix.cell_for_build(info, cells)
+    if cell is None:
+        return [page_name(info["torch_version"], info.get("cuda_version"))]
+    return cell.pages
+
+
+def describe(path, cells=None):
     """Manifest entry of one wheel file."""
     with zipfile.ZipFile(path) as z:
         info_name = next((n for n in z.namelist() if n.endswith(f"{PROJECT}/_build_info.json")), None)
@@ -49,7 +62,7 @@ def describe(path):
     m = re.search(r"^Requires-Python: *(.+)$", meta, re.M)
     digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
     return {"file": os.path.basename(path), "path": path, "sha256": digest, "size": os.path.getsize(path),
-            "page": page_name(info["torch_version"], info.get("cuda_version")),
+            "pages": pages_for(info, cells), "kind": info.get("abi", "classic"),
             "torch": info["torch_version"], "requires_python": m.group(1).strip() if m else None}
 
 
@@ -60,10 +73,13 @@ def collect(paths, base_url=None, manifest=None):
     if manifest:
         with open(manifest) as f:
             for e in json.load(f)["wheels"]:
+                if "page" in e:  # a manifest from before wheels could serve several torch builds
+                    e["pages"] = [e.pop("page")]
                 entries[e["file"]] = e
     seen = set()
+    cells = matrix.load()
     for path in _wheels(paths):
-        e = describe(path)
+        e = describe(path, cells)
         if e["file"] in seen:
             print(f"index: {e['file']} found twice; keeping the first ({entries[e['file']]['path']})", file=sys.stderr)
             continue
@@ -71,7 +87,7 @@ def collect(paths, base_url=None, manifest=None):
         if base_url:
             e["url"] = base_url.rstrip("/") + "/" + e["file"]
         entries[e["file"]] = e
-    return sorted(entries.values(), key=lambda e: (e["page"], e["file"]))
+    return sorted(entries.values(), key=lambda e: e["file"])
 
 
 def _href(entry, page_dir):
@@ -97,7 +113,8 @@ def write(entries, out):
     os.makedirs(os.path.join(out, "simple", PROJECT), exist_ok=True)
     pages = {}
     for e in entries:
-        pages.setdefault(e["page"], []).append(e)
+        for page in e["pages"]:
+            pages.setdefault(page, []).append(e)
     for page, group in pages.items():
         torch = page[len("torch-"):-len(".html")]
         with open(os.path.join(out, page), "w") as f:

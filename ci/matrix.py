@@ -1,5 +1,10 @@
 """ci/matrix.toml expanded into cells: one (torch release, compute platform) pair each, one wheel each.
 
+Two kinds of cell: a stable-ABI cell builds one wheel with the newest torch that serves every torch release from
+the stable floor (2.10) on, per CUDA major; a classic cell builds one wheel against the lowest patch release of a
+torch minor below the floor and serves every patch release of that minor. `Cell.serves` lists the torch builds
+(release, platform) a cell's wheel serves: the find-links pages it is listed on.
+
 Everything that needs to know which wheels exist asks this module; nothing else reads the TOML file.
 """
 import dataclasses
@@ -42,6 +47,9 @@ class Cell:
     published: bool
     pr: bool
     policy: dict          # the [policy] table
+    kind: str = "classic"     # "stable" (torch's stable C ABI) or "classic" (one torch minor)
+    serves: tuple = ()        # ((torch release, platform), ...) that the wheel serves
+    pypi_cuda_major: str = "13"  # stable: the CUDA major whose wheel has no local tag (the one on PyPI)
 
     @property
     def id(self):
@@ -58,14 +66,33 @@ class Cell:
 
     @property
     def local_tag(self):
-        """The wheel's local version: 'pt214cu130' (same rule as ci/build_env.local_tag)."""
+        """The wheel's local version (same rule as ci/build_env.local_tag): classic 'pt24cu121'; stable 'cu12',
+        'cpu', or '' for the CUDA major of PyPI's torch."""
+        if self.kind == "stable":
+            if self.platform == "cpu":
+                return "cpu"
+            major = self.cuda.split(".")[0]
+            return "" if major == self.pypi_cuda_major else f"cu{major}"
         major, minor = self.torch.split(".")[:2]
         return f"pt{major}{minor}{self.platform}"
 
     @property
     def page(self):
-        """Its find-links page, as prerast's loader names it in its fix-it message."""
+        """The find-links page of the torch build it is built with."""
         return f"torch-{self.id}.html"
+
+    @property
+    def pages(self):
+        """Every find-links page that lists its wheel: one per torch build it serves, named as prerast's loader
+        names it in its fix-it message."""
+        return [f"torch-{release}+{platform}.html" for release, platform in self.serves]
+
+    def serves_text(self):
+        """'torch 2.4.0, 2.4.1 (cu121)' or 'torch >= 2.10: 2.10.0 ... 2.15.0 (cpu, cu126, cu128, cu130, cu132)'."""
+        releases = sorted({r for r, _ in self.serves}, key=_vkey)
+        platforms = sorted({p for _, p in self.serves}, key=lambda p: (p != "cpu", _vkey(p) if p != "cpu" else ()))
+        head = "torch >= " + ".".join(releases[0].split(".")[:2]) + ": " if self.kind == "stable" else "torch "
+        return head + ", ".join(releases) + f" ({', '.join(platforms)})"
 
     @property
     def manylinux(self):
@@ -75,7 +102,8 @@ class Cell:
         """The repaired wheel's file name for prerast `version` (without local tag)."""
         plat = plat or f"{self.policy['manylinux']}_{self.policy['machine']}"
         floor = "cp" + self.policy["python_floor"].replace(".", "")
-        return f"prerast-{version}+{self.local_tag}-{floor}-abi3-{plat}.whl"
+        local = f"+{self.local_tag}" if self.local_tag else ""
+        return f"prerast-{version}{local}-{floor}-abi3-{plat}.whl"
 
     def torch_requirement(self):
         """(requirement, extra pip arguments) that install this cell's torch. The PyPI build is asked for with
@@ -96,40 +124,100 @@ class Cell:
         return ";".join(self.archs)
 
 
+def _cuda_major(platform):
+    return None if platform == "cpu" else platform[2:-1]
+
+
+def _cell_platform(rel, platform, cuda):
+    """(archs, host_gcc) of a platform, checked."""
+    if not re.fullmatch(r"cpu|cu\d{3,4}", platform):
+        raise MatrixError(f"torch {rel['version']}: bad platform {platform!r}: expected cpu or cuXYZ")
+    if platform == "cpu":
+        return (), 0
+    cv = f"{platform[2:-1]}.{platform[-1]}"
+    if cv not in cuda:
+        raise MatrixError(f"torch {rel['version']}: platform {platform} needs a [cuda.\"{cv}\"] table")
+    return tuple(cuda[cv]["archs"]), int(cuda[cv]["host_gcc"])
+
+
+def _check_release(rel, policy, stable_floor):
+    version, platforms = rel["version"], rel["platforms"]
+    if rel["pypi"] not in platforms:
+        raise MatrixError(f"torch {version}: pypi platform {rel['pypi']!r} is not among its platforms {platforms}")
+    for key in ("publish", "pr"):
+        unknown = set(rel.get(key, [])) - set(platforms)
+        if unknown:
+            raise MatrixError(f"torch {version}: {key} names {sorted(unknown)}, not among platforms {platforms}")
+    floor = _vkey(policy["python_floor"])
+    if any(_vkey(p) < floor for p in rel["pythons"]):
+        raise MatrixError(f"torch {version}: Pythons {rel['pythons']} go below the abi3 floor {policy['python_floor']}")
+    patches = rel.get("patches", [version])
+    if version not in patches or any(minor(p) != minor(version) for p in patches):
+        raise MatrixError(f"torch {version}: patches {patches} must be releases of {minor(version)} including it")
+    if _vkey(version)[:2] < stable_floor and version != min(patches, key=_vkey):
+        raise MatrixError(f"torch {version}: a classic cell is built against the lowest patch release of its minor "
+                          f"({min(patches, key=_vkey)}), so that it serves all of {patches}")
+    if _vkey(version)[:2] >= stable_floor and (rel.get("publish") or rel.get("pr")):
+        raise MatrixError(f"torch {version}: releases from {'.'.join(map(str, stable_floor))} on are served by the "
+                          "[[stable.cell]] wheels; they have no cells of their own to publish or build")
+    return patches
+
+
 def load(path=MATRIX_FILE):
-    """All cells of the matrix, ordered by torch release then platform."""
+    """All cells of the matrix: the stable cells, then the classic ones ordered by torch release and platform."""
     data = _load_toml(path)
     policy = data["policy"]
     cuda = data.get("cuda", {})
-    cells = []
+    stable = data["stable"]
+    stable_floor = _vkey(stable["floor"])[:2]
+    pypi_major = stable["pypi_cuda_major"]
+    cells, served_by_stable, releases = [], [], {}
     for rel in data["torch"]:
-        version, platforms = rel["version"], rel["platforms"]
-        if rel["pypi"] not in platforms:
-            raise MatrixError(f"torch {version}: pypi platform {rel['pypi']!r} is not among its platforms {platforms}")
-        for key in ("publish", "pr"):
-            unknown = set(rel.get(key, [])) - set(platforms)
-            if unknown:
-                raise MatrixError(f"torch {version}: {key} names {sorted(unknown)}, not among platforms {platforms}")
-        floor = _vkey(policy["python_floor"])
-        if any(_vkey(p) < floor for p in rel["pythons"]):
-            raise MatrixError(f"torch {version}: Pythons {rel['pythons']} go below the abi3 floor {policy['python_floor']}")
-        for platform in platforms:
-            if not re.fullmatch(r"cpu|cu\d{3,4}", platform):
-                raise MatrixError(f"torch {version}: bad platform {platform!r}: expected cpu or cuXYZ")
-            archs, gcc = (), 0
-            if platform != "cpu":
-                cv = f"{platform[2:-1]}.{platform[-1]}"
-                if cv not in cuda:
-                    raise MatrixError(f"torch {version}: platform {platform} needs a [cuda.\"{cv}\"] table")
-                archs, gcc = tuple(cuda[cv]["archs"]), int(cuda[cv]["host_gcc"])
+        patches = _check_release(rel, policy, stable_floor)
+        releases[rel["version"]] = rel
+        for p in patches:
+            releases.setdefault(p, rel)
+        if _vkey(rel["version"])[:2] >= stable_floor:
+            served_by_stable += [(p, platform) for p in patches for platform in rel["platforms"]]
+            continue
+        for platform in rel["platforms"]:
+            archs, gcc = _cell_platform(rel, platform, cuda)
             cells.append(Cell(
-                torch=version, platform=platform, pythons=tuple(rel["pythons"]), archs=archs, host_gcc=gcc,
-                on_pypi=platform == rel["pypi"], published=platform in rel.get("publish", platforms),
-                pr=platform in rel.get("pr", []), policy=policy))
+                torch=rel["version"], platform=platform, pythons=tuple(rel["pythons"]), archs=archs, host_gcc=gcc,
+                on_pypi=platform == rel["pypi"], published=platform in rel.get("publish", rel["platforms"]),
+                pr=platform in rel.get("pr", []), policy=policy, kind="classic",
+                serves=tuple((p, platform) for p in patches)))
+    classic = sorted(cells, key=lambda c: (_vkey(c.torch), c.platform != "cpu", _vkey(c.cuda or "0")))
+    stable_cells = []
+    for entry in stable["cell"]:
+        rel = releases.get(entry["torch"])
+        if rel is None or _vkey(entry["torch"])[:2] < stable_floor:
+            raise MatrixError(f"stable cell {entry['torch']}+{entry['platform']}: build with a torch release "
+                              f">= {stable['floor']} listed under [[torch]]")
+        platform = entry["platform"]
+        if platform not in rel["platforms"]:
+            raise MatrixError(f"stable cell {entry['torch']}+{platform}: torch {rel['version']} has no {platform} build")
+        archs, gcc = _cell_platform(rel, platform, cuda)
+        major = _cuda_major(platform)
+        # A CUDA wheel serves the torch builds of its CUDA major; the PyPI one (and a CPU-only one) CPU torch too.
+        serves = tuple((r, p) for r, p in served_by_stable
+                       if (p == "cpu" and major in (None, pypi_major)) or (major and _cuda_major(p) == major))
+        stable_cells.append(Cell(
+            torch=entry["torch"], platform=platform, pythons=tuple(rel["pythons"]), archs=archs, host_gcc=gcc,
+            on_pypi=platform == rel["pypi"] and entry["torch"] == rel["version"],
+            published=entry.get("publish", True), pr=entry.get("pr", False), policy=policy, kind="stable",
+            serves=serves, pypi_cuda_major=pypi_major))
+    cells = stable_cells + classic
     ids = [c.id for c in cells]
     if len(set(ids)) != len(ids):
-        raise MatrixError("a torch release is listed twice in the matrix")
-    return sorted(cells, key=lambda c: (_vkey(c.torch), c.platform != "cpu", _vkey(c.cuda or "0")))
+        raise MatrixError("a cell is listed twice in the matrix")
+    return cells
+
+
+def releases(path=MATRIX_FILE):
+    """{'2.4': {'patches': [...], 'platforms': [...]}, ...}: every torch release the matrix knows of."""
+    return {minor(r["version"]): {"patches": r.get("patches", [r["version"]]), "platforms": r["platforms"]}
+            for r in _load_toml(path)["torch"]}
 
 
 def policy(path=MATRIX_FILE):
@@ -163,7 +251,28 @@ def find(name, cells=None):
                                          or (not m.group(2) and c.torch.startswith(m.group(1) + "."))):
             return c
     known = ", ".join(c.id for c in cells)
+    served = [c for c in cells if m.group(2) and (m.group(1) + m.group(2), m.group(3)) in c.serves]
+    if served:
+        raise MatrixError(f"no cell {name!r} in ci/matrix.toml: torch {m.group(1)}{m.group(2)}+{m.group(3)} is served "
+                          f"by the wheel of cell {served[0].id} ({served[0].kind}); cells: {known}")
     raise MatrixError(f"no cell {name!r} in ci/matrix.toml; cells: {known}")
+
+
+def cell_for_build(info, cells=None):
+    """The cell whose wheel a build with metadata `info` (prerast/_build_info.json) is: stable by CUDA major
+    (the exact platform first), classic by torch minor and platform. None when the matrix has no such cell."""
+    cells = load() if cells is None else cells
+    cuda = info.get("cuda_version")
+    platform = "cu" + cuda.replace(".", "") if cuda else "cpu"
+    if info.get("abi") == "stable":
+        same = [c for c in cells if c.kind == "stable" and c.platform == platform]
+        major = cuda.split(".")[0] if cuda else None
+        same += [c for c in cells if c.kind == "stable" and (c.cuda or "").split(".")[0] == (major or "x")]
+        return same[0] if same else None
+    for c in cells:
+        if c.kind == "classic" and c.platform == platform and minor(c.torch) == minor(info["torch_version"]):
+            return c
+    return None
 
 
 def select(cells, published=False, pr=False):

@@ -17,13 +17,14 @@ from ci import index  # noqa: E402
 
 
 def make_wheel(folder, version, torch_version, cuda, python_tag="cp310", requires_python=">=3.10",
-               plat="manylinux_2_28_x86_64"):
+               plat="manylinux_2_28_x86_64", abi="stable"):
     name = f"prerast-{version}-{python_tag}-abi3-{plat}.whl"
     dist_info = f"prerast-{version.split('+')[0]}.dist-info"
     files = {
         "prerast/__init__.py": b"",
         "prerast/_build_info.json": json.dumps({"prerast_version": version, "torch_version": torch_version,
-                                                "cuda_version": cuda}).encode(),
+                                                "cuda_version": cuda, "abi": abi,
+                                                "torch_floor": "2.10" if abi == "stable" else None}).encode(),
         f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: prerast\nVersion: {version}\n"
                                   f"Requires-Python: {requires_python}\n").encode(),
         f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
@@ -48,12 +49,14 @@ def wheels(tmp_path_factory):
     sub = folder / "nested"
     sub.mkdir()
     return {
-        "old": make_wheel(str(folder), "0.1.0+pt214cu130", "2.14.1+cu130", "13.0"),
-        "new": make_wheel(str(folder), "0.2.0+pt214cu130", "2.14.1+cu130", "13.0"),
+        # Stable-ABI wheels: the CUDA 13 one (no local tag) and the CUDA 12 one.
+        "old": make_wheel(str(folder), "0.1.0", "2.14.1+cu130", "13.0"),
+        "new": make_wheel(str(folder), "0.2.0", "2.14.1+cu130", "13.0"),
         # A newer release that needs Python >= 3.13: pip on an older Python must pass it over.
-        "py313": make_wheel(str(folder), "0.3.0+pt214cu130", "2.14.1+cu130", "13.0", "cp313", ">=3.13"),
-        "cpu": make_wheel(str(sub), "0.2.0+pt213cpu", "2.13.0+cpu", None),
-        "cu130_212": make_wheel(str(sub), "0.2.0+pt212cu130", "2.12.1+cu130", "13.0"),
+        "py313": make_wheel(str(folder), "0.3.0", "2.14.1+cu130", "13.0", "cp313", ">=3.13"),
+        "cu12": make_wheel(str(sub), "0.2.0+cu12", "2.14.1+cu126", "12.6"),
+        # A classic wheel, built against the lowest patch of its minor.
+        "classic": make_wheel(str(sub), "0.2.0+pt24cu121", "2.4.0+cu121", "12.1", abi="classic"),
         "folder": str(folder),
     }
 
@@ -87,40 +90,50 @@ def installed_version(venv):
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def test_one_page_per_torch_build_named_from_the_wheels_metadata(site):
+def test_a_wheel_is_on_the_page_of_every_torch_build_it_serves(site):
+    from ci import matrix
+
     pages = sorted(p for p in os.listdir(site) if p.startswith("torch-"))
-    assert pages == ["torch-2.12.1+cu130.html", "torch-2.13.0+cpu.html", "torch-2.14.1+cu130.html"]
-    text = (site / "torch-2.14.1+cu130.html").read_text()
-    assert text.count("<a href=") == 3 and "pt213cpu" not in text
-    assert 'data-requires-python="&gt;=3.13"' in text
+    stable13, stable12 = matrix.find("2.14.1+cu130"), matrix.find("2.14.1+cu126")
+    classic = matrix.find("2.4.0+cu121")
+    assert pages == sorted(set(stable13.pages + stable12.pages + classic.pages))
+    # Every patch release from the floor on has its pages; CPU torch is served by the CUDA 13 wheel.
+    for page in ("torch-2.10.0+cpu.html", "torch-2.12.0+cu130.html", "torch-2.14.0+cu132.html"):
+        text = (site / page).read_text()
+        assert text.count("<a href=") == 3 and "+cu12" not in text and "pt24" not in text
+        assert 'data-requires-python="&gt;=3.13"' in text
+    text = (site / "torch-2.12.0+cu126.html").read_text()
+    assert text.count("<a href=") == 1 and "0.2.0+cu12" in text
+    for page in ("torch-2.4.0+cu121.html", "torch-2.4.1+cu121.html"):
+        assert "0.2.0+pt24cu121" in (site / page).read_text()
     assert all(p in (site / "index.html").read_text() for p in pages)
 
 
 def test_find_links_page_gives_the_newest_wheel_this_python_can_run(site, venv):
-    out = pip_install(venv, "-f", (site / "torch-2.14.1+cu130.html").as_uri(), "prerast")
+    out = pip_install(venv, "-f", (site / "torch-2.11.0+cu130.html").as_uri(), "prerast")
     assert out.returncode == 0, out.stderr
-    if sys.version_info < (3, 13):
-        assert installed_version(venv) == "0.2.0+pt214cu130"
-    else:
-        assert installed_version(venv) == "0.3.0+pt214cu130"
-    out = pip_install(venv, "-f", (site / "torch-2.13.0+cpu.html").as_uri(), "prerast")
+    assert installed_version(venv) == ("0.2.0" if sys.version_info < (3, 13) else "0.3.0")
+    out = pip_install(venv, "-f", (site / "torch-2.10.0+cu128.html").as_uri(), "prerast")
     assert out.returncode == 0, out.stderr
-    assert installed_version(venv) == "0.2.0+pt213cpu"
+    assert installed_version(venv) == "0.2.0+cu12"
+    out = pip_install(venv, "-f", (site / "torch-2.4.1+cu121.html").as_uri(), "prerast")
+    assert out.returncode == 0, out.stderr
+    assert installed_version(venv) == "0.2.0+pt24cu121"
 
 
 def test_pep503_index_serves_every_build(site, venv):
-    out = pip_install(venv, "--index-url", (site / "simple").as_uri(), "prerast==0.2.0+pt212cu130")
+    out = pip_install(venv, "--index-url", (site / "simple").as_uri(), "prerast==0.2.0+pt24cu121")
     assert out.returncode == 0, out.stderr
-    assert installed_version(venv) == "0.2.0+pt212cu130"
-    out = pip_install(venv, "--index-url", (site / "simple").as_uri(), "prerast==0.1.0+pt214cu130")
+    assert installed_version(venv) == "0.2.0+pt24cu121"
+    out = pip_install(venv, "--index-url", (site / "simple").as_uri(), "prerast==0.1.0")
     assert out.returncode == 0, out.stderr
-    assert installed_version(venv) == "0.1.0+pt214cu130"
+    assert installed_version(venv) == "0.1.0"
 
 
 def test_a_wheel_changed_after_indexing_is_refused(wheels, tmp_path, venv):
     folder = tmp_path / "w"
     folder.mkdir()
-    path = make_wheel(str(folder), "0.4.0+pt214cu130", "2.14.1+cu130", "13.0")
+    path = make_wheel(str(folder), "0.4.0", "2.14.1+cu130", "13.0")
     index.write(index.collect([str(folder)]), str(tmp_path / "site"))
     with open(path, "ab") as f:
         f.write(b"\0")  # a different file under the same name: the page's sha256 no longer fits
@@ -132,14 +145,14 @@ def test_release_urls_and_merging_with_the_published_manifest(wheels, tmp_path):
     first = tmp_path / "first"
     index.write(index.collect([wheels["old"]], base_url="https://example.invalid/v0.1.0/"), str(first))
     second = tmp_path / "second"
-    entries = index.collect([wheels["new"], wheels["cpu"]], base_url="https://example.invalid/v0.2.0",
+    entries = index.collect([wheels["new"], wheels["classic"]], base_url="https://example.invalid/v0.2.0",
                             manifest=str(first / "manifest.json"))
     index.write(entries, str(second))
     page = (second / "torch-2.14.1+cu130.html").read_text()
     old_sha = hashlib.sha256(open(wheels["old"], "rb").read()).hexdigest()
     assert f'href="https://example.invalid/v0.1.0/{os.path.basename(wheels["old"])}#sha256={old_sha}"' in page
     assert f'https://example.invalid/v0.2.0/{os.path.basename(wheels["new"])}#sha256=' in page
-    assert "pt213cpu" in (second / "torch-2.13.0+cpu.html").read_text()
+    assert "pt24cu121" in (second / "torch-2.4.1+cu121.html").read_text()
     simple = (second / "simple" / "prerast" / "index.html").read_text()
     assert simple.count("<a href=") == 3
 
@@ -155,7 +168,25 @@ def test_a_wheel_without_build_metadata_is_not_indexed(tmp_path):
 def test_page_name_matches_the_loader(tmp_path):
     import prerast._loader as loader
 
-    for torch_version, cuda in (("2.14.1+cu130", "13.0"), ("2.13.0+cpu", None), ("2.4.1+cu124", "12.4")):
+    for torch_version, cuda in (("2.14.1+cu130", "13.0"), ("2.13.0+cpu", None), ("2.4.1+cu124", "12.4"),
+                                ("2.12.0+cu126", "12.6")):
         command = loader.fix_command({"python": "3.11.0", "torch_version": torch_version, "cuda_version": cuda,
                                       "cxx11_abi": True})
         assert command.endswith("/" + index.page_name(torch_version, cuda))
+
+
+def test_every_page_the_loader_names_for_a_served_build_exists(site):
+    """For each torch build a published cell serves, the loader's fix command names a page listing that cell's
+    wheel under the version it pins."""
+    import prerast._loader as loader
+    from ci import matrix
+
+    for cell in matrix.select(matrix.load(), published=True):
+        for release, platform in cell.serves:
+            cuda = None if platform == "cpu" else f"{platform[2:-1]}.{platform[-1]}"
+            command = loader.fix_command({"python": "3.11.0", "torch_version": f"{release}+{platform}",
+                                          "cuda_version": cuda, "cxx11_abi": True})
+            assert command.endswith(f"/torch-{release}+{platform}.html"), command
+            assert f"torch-{release}+{platform}.html" in cell.pages
+            pin = command.split('"')[1].split("==")[1]
+            assert pin.partition("+")[2] == cell.local_tag, (cell.id, command)
