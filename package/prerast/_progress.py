@@ -23,6 +23,8 @@ def run_logged(cmd, log_path, label, say, show=None, env=None, cwd=None, heartbe
     say(text) prints it. When nothing was said for heartbeat_s seconds (default HEARTBEAT_S), a heartbeat is.
     Returns (exit code, seconds)."""
     heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
+    # A Python child writing to a pipe buffers 8 KB at a time: its lines would arrive late, in bursts.
+    env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     start = time.time()
     last = [start]
