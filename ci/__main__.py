@@ -2,6 +2,8 @@
 
     matrix      list the cells of ci/matrix.toml (--local: which this machine can build, and why not)
     build       build, repair and smoke-test cells: --cell 2.14.1+cu130 [--cell 2.14.1+cu130@3.12] or --all-local
+                (exit codes: 1 a cell failed, 2 nothing buildable was asked for, 3 a program it needs is missing:
+                checked before anything is downloaded or built)
     summary     the summary table of the cells built so far (dist/cells)
     index       find-links pages and a PEP 503 index from a folder of wheels
     cibw-env    the cibuildwheel environment of one cell (the CI workflow appends it to $GITHUB_ENV)
@@ -67,7 +69,7 @@ def _requested(a, cells):
 
 
 def cmd_build(a):
-    from ci import cells as builder, matrix, summary
+    from ci import cells as builder, matrix, summary, tools
     from ci.progress import clock, log
 
     all_cells = matrix.load()
@@ -77,6 +79,11 @@ def cmd_build(a):
     if not runs:
         print("nothing to build: give --cell NAME or --all-local", file=sys.stderr)
         return 2
+    try:
+        tools.check([py for _, py in runs], log)
+    except tools.ToolsMissing as e:
+        print(e, file=sys.stderr)
+        return tools.ToolsMissing.exit_code
     log("cells to build: " + ", ".join(f"{c.id} (Python {py})" for c, py in runs))
     results = []
     for i, (c, py) in enumerate(runs, 1):

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 
-from ci import local, progress, smoke, wheel
+from ci import local, progress, smoke, tools, wheel
 from ci.progress import CommandFailed, Steps, log, run_logged
 
 ROOT = wheel.ROOT
@@ -99,8 +99,8 @@ def copy_source(dest):
             os.remove(dst)
 
 
-def ccache_stats(env):
-    out = subprocess.run(["ccache", "--print-stats"], capture_output=True, text=True, env=env).stdout
+def ccache_stats(ccache, env):
+    out = subprocess.run([ccache, "--print-stats"], capture_output=True, text=True, env=env).stdout
     stats = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
     hits = sum(int(stats.get(k, 0)) for k in ("direct_cache_hit", "preprocessed_cache_hit"))
     misses = int(stats.get("cache_miss", 0)) + int(stats.get("recache", 0))
@@ -109,12 +109,12 @@ def ccache_stats(env):
 
 def build_env_vars(cell, venv, work, facts, archs):
     """Environment of the build: the venv's tools first on PATH, the cell's toolkit and archs, ccache for the
-    host compiler and nvcc. torch >= 2.13 puts ccache in front of both itself; for older torch, compiler names
-    that lead to ccache go first on PATH (CXX="ccache c++" would fail torch's compiler version check) and nvcc
-    is wrapped through PYTORCH_NVCC."""
+    host compiler and nvcc when the venv has ccache. torch >= 2.13 puts ccache in front of both itself (found on
+    PATH, where the venv comes first); for older torch, compiler names that lead to ccache go first on PATH
+    (CXX="ccache c++" would fail torch's compiler version check) and nvcc is wrapped through PYTORCH_NVCC."""
     env = dict(os.environ)
     first = [os.path.join(venv, "bin")]
-    ccache = shutil.which("ccache")
+    ccache = tools.venv_ccache(venv)
     if ccache and not facts["wraps_compiler"]:
         masquerade = os.path.join(work, "ccache-bin")
         os.makedirs(masquerade, exist_ok=True)
@@ -131,7 +131,7 @@ def build_env_vars(cell, venv, work, facts, archs):
         env["CUDA_HOME"] = local.nvcc()[0]
         env["PRERAST_CUDA_ARCH_LIST"] = archs or cell.arch_list()
     if ccache and not facts["wraps_compiler"] and cell.cuda and facts["nvcc_env"]:
-        env["PYTORCH_NVCC"] = "ccache " + os.path.join(env["CUDA_HOME"], "bin", "nvcc")
+        env["PYTORCH_NVCC"] = ccache + " " + os.path.join(env["CUDA_HOME"], "bin", "nvcc")
     return env
 
 
@@ -172,8 +172,12 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             torch_wheels = fetch_torch(cell, python_version, downloads, os.path.join(logs, "torch.log"))
         with steps("env"):
             result["step"] = "env"
-            python = make_env(build_venv, python_version, torch_wheels, [os.path.join(ROOT, "ci", "requirements-cell.txt")],
+            python = make_env(build_venv, python_version, torch_wheels, [tools.CELL_REQUIREMENTS],
                               os.path.join(logs, "env.log"))
+            lacking = tools.venv_problems(build_venv)
+            if lacking:
+                raise CellFailed(f"the build virtualenv has no {', '.join(lacking)} after installing "
+                                 f"{tools.CELL_REQUIREMENTS} (see {os.path.join(logs, 'env.log')})")
             facts = torch_facts(python)
             want_cuda = cell.cuda
             if facts["cuda"] != want_cuda and not (want_cuda is None and facts["cuda"] is None):
@@ -184,16 +188,23 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             copy_source(src)
         with steps("cold"):
             result["step"] = "cold"
-            subprocess.run(["ccache", "-z"], env=env, capture_output=True)
-            cold, _ = compile_once(python, src, os.path.join(work, "raw"), dict(env, CCACHE_RECACHE="1"),
-                                   os.path.join(logs, "build-cold.log"), "cold build")
-            result["ccache_cold"] = ccache_stats(env)
+            ccache = tools.venv_ccache(build_venv)
+            if ccache:
+                subprocess.run([ccache, "-z"], env=env, capture_output=True)
+            cold, raw = compile_once(python, src, os.path.join(work, "raw"), dict(env, CCACHE_RECACHE="1"),
+                                     os.path.join(logs, "build-cold.log"), "cold build")
+            if ccache:
+                result["ccache_cold"] = ccache_stats(ccache, env)
         with steps("warm"):
             result["step"] = "warm"
-            subprocess.run(["ccache", "-z"], env=env, capture_output=True)
-            warm, raw = compile_once(python, src, os.path.join(work, "raw"), env, os.path.join(logs, "build-warm.log"),
-                                     "warm build")
-            result["ccache_warm"] = ccache_stats(env)
+            warm = None
+            if ccache:
+                subprocess.run([ccache, "-z"], env=env, capture_output=True)
+                warm, raw = compile_once(python, src, os.path.join(work, "raw"), env,
+                                         os.path.join(logs, "build-warm.log"), "warm build")
+                result["ccache_warm"] = ccache_stats(ccache, env)
+            else:  # a second build without a compiler cache would only repeat the cold one
+                log("  no ccache in the build virtualenv: warm build not measured")
         with steps("repair"):
             result["step"] = "repair"
             for old in glob.glob(os.path.join(out, "*.whl")):
@@ -223,7 +234,10 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             make_env(runtime_venv, python_version, torch_wheels, [], os.path.join(logs, "runtime.log"))
             report = smoke.smoke(runtime_venv, repaired, os.path.join(out, "render.png"), device)
             result.update(smoke=report, runtime_venv=runtime_venv)
-        result.update(status="ok", step=None, times={"cold": cold, "warm": warm, **steps.times})
+        times = dict(steps.times, cold=cold, warm=warm)
+        if warm is None:  # not measured: the summary says so
+            del times["warm"]
+        result.update(status="ok", step=None, times=times)
     except (CommandFailed, CellFailed, RuntimeError, subprocess.CalledProcessError) as e:
         result["error"] = str(e)
         result["times"] = steps.times

@@ -1,18 +1,27 @@
 """Progress for long builds: every step says what it is and how long it has run, and a quiet command gets a
 heartbeat instead of silence. The full output of each command goes to a log file."""
+import importlib.util
 import os
-import subprocess
 import sys
-import threading
 import time
 
-HEARTBEAT_S = 30
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _load_shared():
+    """package/prerast/_progress.py, loaded by path (importing prerast would load its plugin): the first-use
+    build of the package reports progress with the same runner."""
+    path = os.path.join(ROOT, "package", "prerast", "_progress.py")
+    spec = importlib.util.spec_from_file_location("prerast_progress", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_shared = _load_shared()
+clock = _shared.clock
+HEARTBEAT_S = _shared.HEARTBEAT_S
 _prefix = ["prerast"]  # the name in front of log lines: the cell being built, while one is
-
-
-def clock(seconds):
-    m, s = divmod(int(seconds), 60)
-    return f"{m}:{s:02d}"
 
 
 def log(msg, prefix=None):
@@ -27,40 +36,15 @@ def run_logged(cmd, log_path, label, env=None, cwd=None, show=None, prefix=None)
     """Run `cmd` with its output appended to `log_path`. Lines for which show(line) is true are echoed (a
     compiler's [3/7] lines, say); when nothing was echoed for HEARTBEAT_S seconds, a heartbeat line says the step
     is still running and how long it has taken. Raises CommandFailed with the log's tail on failure."""
-    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-    start = time.time()
-    last = [start]
-    done = threading.Event()
-
-    def heartbeat():
-        while not done.wait(min(5, HEARTBEAT_S)):
-            if time.time() - last[0] >= HEARTBEAT_S:
-                log(f"  {label}: still running ({clock(time.time() - start)})", prefix)
-                last[0] = time.time()
-
-    with open(log_path, "a") as out:
-        out.write(f"\n$ {' '.join(cmd)}\n")
-        out.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
-                                errors="replace")
-        beat = threading.Thread(target=heartbeat, daemon=True)
-        beat.start()
-        try:
-            for line in proc.stdout:
-                out.write(line)
-                if show and show(line):
-                    log(f"  {label}: {line.strip()[:150]} ({clock(time.time() - start)})", prefix)
-                    last[0] = time.time()
-            rc = proc.wait()
-        finally:
-            done.set()
-            beat.join()
+    rc, took = _shared.run_logged(cmd, log_path, label, lambda text: log("  " + text, prefix),
+                                  show=lambda line: line.strip()[:150] if show and show(line) else None,
+                                  env=env, cwd=cwd, heartbeat_s=HEARTBEAT_S)
     if rc != 0:
         with open(log_path) as f:
             tail = "".join(f.readlines()[-40:])
-        raise CommandFailed(f"{label} failed (exit {rc}) after {clock(time.time() - start)}: {' '.join(cmd)}\n"
+        raise CommandFailed(f"{label} failed (exit {rc}) after {clock(took)}: {' '.join(cmd)}\n"
                             f"--- last lines of {log_path} ---\n{tail}")
-    return time.time() - start
+    return took
 
 
 class Steps:

@@ -26,6 +26,13 @@ def _cache(r, key):
     return f"{c.get('hits', 0)}/{total} hits" if total else "no cacheable compiles"
 
 
+def _warm(r):
+    t = r.get("times", {})
+    if "warm" not in t:
+        return "warm build not measured (no ccache)"
+    return f"{clock(t['warm'])} ({_cache(r, 'ccache_warm')})"
+
+
 def built_rows(results):
     head = ("| cell | python | wheel | size | archs | platform tag | build cold | build warm (ccache) | smoke |\n"
             "|---|---|---|---|---|---|---|---|---|")
@@ -38,7 +45,7 @@ def built_rows(results):
             continue
         archs = " ".join(r["archs"]) or "cpu"
         rows.append(f"| {r['cell']} | {r['python']} | {os.path.basename(r['wheel'])} | {_size(r['size'])} | {archs} | "
-                    f"{r['platform_tag']} | {clock(t['cold'])} | {clock(t['warm'])} ({_cache(r, 'ccache_warm')}) | "
+                    f"{r['platform_tag']} | {clock(t['cold'])} | {_warm(r)} | "
                     f"{_smoke(r)} |")
     return "\n".join(rows)
 

@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from prerast import _cache, _loader, _source_build, _sources
+from prerast import _cache, _loader, _progress, _source_build, _sources
 from installs import copy_package, run_python
 
 CACHE_MODULE = _cache.__file__
@@ -253,3 +253,50 @@ def test_failed_first_use_build_keeps_its_log(tmp_path):
     (failed_log,) = glob.glob(str(cache / "*.failed.log"))
     assert "the compiler is broken" in open(failed_log).read()
     assert [n for n in os.listdir(cache) if not n.endswith((".lock", ".failed.log"))] == []
+
+
+# Stands in for `setup.py build_ext`: compiler commands as ninja prints them, a quiet spell, then the plugin.
+FAKE_SETUP = r"""
+import os, sys, time
+out = os.path.join(sys.argv[sys.argv.index("-b") + 1], "prerast")
+print("[1/2] /usr/bin/c++ -MMD -O3 -c /tmp/prerast-build-x/src/csrc/core/rasterize.cpp -o build/rasterize.o")
+print("some warning nobody needs on the terminal", flush=True)
+time.sleep(1.5)
+print("[2/2] /usr/bin/c++ build/rasterize.o -shared -o " + os.path.join(out, "_C.abi3.so"), flush=True)
+os.makedirs(out)
+open(os.path.join(out, "_C.abi3.so"), "w").close()
+"""
+
+
+def test_first_use_build_says_what_it_compiles_and_beats_while_quiet(tmp_path, monkeypatch, capsys):
+    def fake_tree(dest, root=None):
+        os.makedirs(dest)
+        with open(os.path.join(dest, "setup.py"), "w") as f:
+            f.write(FAKE_SETUP)
+        return dest
+
+    monkeypatch.setattr(_sources, "materialize", fake_tree)
+    monkeypatch.setattr(_progress, "HEARTBEAT_S", 0.3)
+    entry = tmp_path / "entry"
+    entry.mkdir()
+    _source_build.build_into(str(entry), str(tmp_path), [], None, str(tmp_path / "failed.log"))
+    captured = capsys.readouterr()
+    err = captured.err
+    assert captured.out == ""  # progress goes to stderr: stdout belongs to the importing program
+    assert "prerast: build: compiling csrc/core/rasterize.cpp [1/2]" in err
+    assert "prerast: build: still running (0:0" in err  # the quiet spell got a heartbeat
+    assert "prerast: build: linking _C.abi3.so [2/2]" in err
+    assert "nobody needs" not in err and "nobody needs" in (entry / "build.log").read_text()
+    assert (entry / "_C.abi3.so").exists()
+
+
+@pytest.mark.parametrize("line, step", [
+    ("[3/7] c++ -MMD -MF a.o.d -I/x -c /tmp/t/src/csrc/bindings/ops.cpp -o /tmp/t/build/ops.o -O3", "compiling csrc/bindings/ops.cpp [3/7]"),
+    ("[1/7] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c /s/csrc/cuda/raster.cu -o r.o",
+     "compiling csrc/cuda/raster.cu [1/7]"),
+    ("gcc -pthread -fPIC -I/inc -c csrc/core/tile.cpp -o build/temp/tile.o", "compiling csrc/core/tile.cpp"),
+    ("[7/7] c++ a.o b.o -shared -L/torch/lib -lc10 -o build/lib/prerast/_C.abi3.so", "linking _C.abi3.so [7/7]"),
+    ("running build_ext", None),
+])
+def test_compile_step_names_the_source(line, step):
+    assert _progress.compile_step(line) == step

@@ -12,11 +12,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import torch
 
-from . import _cache, _loader, _sources
+from . import _cache, _loader, _progress, _sources
 from ._version import __version__
 
 ENV_OPT_IN = "PRERAST_BUILD_ON_MISMATCH"
@@ -136,21 +135,19 @@ def build_into(folder, root, archs, cuda_home, failed_log, log=_log):
         log(f"building the plugin for torch {torch.__version__}" + (f", GPU archs {' '.join(archs)}" if archs else "")
             + f" into {os.path.dirname(folder)} (log: {log_path})")
         env = build_environment(archs, cuda_home, tree, _sources.source_commit(root))
-        t0 = time.time()
-        with open(log_path, "w") as f:
-            f.write("$ " + " ".join(cmd) + "\n")
-            f.flush()
-            proc = subprocess.run(cmd, cwd=tree, env=env, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
+        # Minutes of compiling: say what is compiled, and that it still runs while the compiler is quiet.
+        rc, took = _progress.run_logged(cmd, log_path, "build", log, show=_progress.compile_step,
+                                        env=env, cwd=tree)
+        if rc != 0:
             shutil.copyfile(log_path, failed_log)
             with open(log_path) as f:
                 tail = "".join(f.readlines()[-LOG_TAIL_LINES:])
-            raise BuildFailed(f"the build failed (exit code {proc.returncode}); full log in {failed_log}, "
+            raise BuildFailed(f"the build failed (exit code {rc}); full log in {failed_log}, "
                               f"its end:\n{tail}")
         built = os.path.join(out, "prerast")
         for name in os.listdir(built):
             shutil.move(os.path.join(built, name), os.path.join(folder, name))
-        log(f"built in {time.time() - t0:.0f} s")
+        log(f"built in {took:.0f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

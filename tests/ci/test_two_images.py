@@ -243,6 +243,7 @@ def test_racing_first_uses_build_once(race):
     builder, waiter = sorted(results, key=lambda r: r["source"])
     assert builder["path"] == waiter["path"] and os.path.dirname(builder["path"]).startswith(str(cache))
     assert "building the plugin" in builder["stderr"] and "building the plugin" not in waiter["stderr"]
+    assert "prerast: build: compiling csrc/" in builder["stderr"]  # minutes of compiling are not silent
     assert f"waiting for the build in process {builder['pid']}" in waiter["stderr"]
     entry = os.path.dirname(builder["path"])
     assert [n for n in os.listdir(cache) if not n.endswith(".lock")] == [os.path.basename(entry)]
