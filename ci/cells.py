@@ -261,8 +261,23 @@ def run_name_of(result):
     return f"{result['cell']}-py{result['python']}"
 
 
+def serves(wheel_cell, runtime_cell):
+    """Does the wheel of cell `wheel_cell` load into the torch build of cell `runtime_cell`? A stable wheel loads
+    into every torch from its floor on (CUDA kernels only with its CUDA major); a classic one into its own minor
+    with the same CUDA version, or where either side is CPU-only (CPU ops)."""
+    from ci import matrix
+
+    w, rt = matrix.find(wheel_cell), matrix.find(runtime_cell)
+    if w.kind == "stable":
+        floor = min(matrix._vkey(r) for r, _ in w.serves)[:2] if w.serves else (99,)
+        return matrix._vkey(rt.torch)[:2] >= floor
+    return matrix.minor(w.torch) == matrix.minor(rt.torch) and "cpu" in (w.platform, rt.platform) \
+        or (matrix.minor(w.torch) == matrix.minor(rt.torch) and w.platform == rt.platform)
+
+
 def cross_check_all(results, out_root=DEFAULT_OUT):
-    """Every built wheel next to every other runtime's torch must refuse to load with the loader's message.
+    """Every built wheel next to every other runtime's torch: a wheel that serves that torch must load and render
+    there, any other must refuse to load with the loader's message.
     Returns rows (wheel cell, runtime cell/python, ok, message) and writes crosscheck.json."""
     built = [r for r in results if r.get("status") == "ok"]
     runtimes = {}
@@ -274,10 +289,12 @@ def cross_check_all(results, out_root=DEFAULT_OUT):
         for r in built:
             if r["cell"] == rt["cell"]:
                 continue
-            ok, message = smoke.cross_check(rt["runtime_venv"], r["wheel"])
-            verdict = "refused as expected" if ok else "NOT REFUSED"
+            expect_load = serves(r["cell"], rt["cell"])
+            ok, message = smoke.cross_check(rt["runtime_venv"], r["wheel"], expect_load)
+            verdict = {(True, True): "loads, as it serves that torch", (True, False): "FAILED TO LOAD",
+                       (False, True): "refused as expected", (False, False): "NOT REFUSED"}[expect_load, ok]
             log(f"cross-check: {r['cell']} wheel (py{r['python']}) under torch {rt['cell']}: {verdict}")
-            rows.append({"wheel_cell": f"{r['cell']} (built with py{r['python']})",
+            rows.append({"wheel_cell": f"{r['cell']} (built with py{r['python']})", "expect_load": expect_load,
                          "runtime": f"{rt['cell']} py{rt['python']}", "ok": ok, "message": message})
         smoke.install(rt["runtime_venv"], rt["wheel"])  # leave each runtime with its own wheel
     with open(os.path.join(out_root, "crosscheck.json"), "w") as f:

@@ -150,18 +150,31 @@ def smoke(venv, wheel, png, device="auto"):
     return report
 
 
-def cross_check(venv, wheel):
-    """Install `wheel` next to the torch of `venv` (a different one) and import it: must fail with the loader's
-    BinaryMismatchError naming both torch releases and the pip command that fixes it. Returns (ok, message)."""
+CROSS_RENDER = """
+import torch, prerast
+pos = torch.tensor([[[-0.8, -0.8, 0.0, 1.0], [0.8, -0.8, 0.0, 1.0], [0.0, 0.8, 0.0, 1.0]]])
+rast, _ = prerast.rasterize(prerast.RasterizeCpuContext(), pos, torch.tensor([[0, 1, 2]], dtype=torch.int32), (64, 64))
+assert int((rast[..., 3] > 0).sum()) > 0
+print("loaded (" + prerast._loader.describe(prerast._loader.require()) + ") and rendered on the CPU")
+"""
+
+
+def cross_check(venv, wheel, expect_load=False):
+    """Install `wheel` next to the torch of `venv` (a different one) and import it. A wheel that does not serve that
+    torch must fail with the loader's BinaryMismatchError naming both torch releases and the pip command that
+    fixes it; one that serves it (expect_load: a stable wheel, or a classic one of the same minor) must import
+    and render on the CPU. Returns (ok, message)."""
     install(venv, wheel)
     python = os.path.join(venv, "bin", "python")
     home = tempfile.mkdtemp(prefix="prerast-cross-")
     probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
                            env=runtime_env(venv, home))
     running = probe.stdout.strip()
-    out = subprocess.run([python, "-c", "import prerast"], capture_output=True, text=True, env=runtime_env(venv, home),
-                         cwd=home)
+    code = "import prerast" if not expect_load else CROSS_RENDER
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, env=runtime_env(venv, home), cwd=home)
     shutil.rmtree(home, ignore_errors=True)
+    if expect_load:
+        return out.returncode == 0, (out.stdout.strip() or out.stderr.strip().splitlines()[-1:] or ["?"])[-1]
     message = out.stderr.strip().splitlines()
     text = "\n".join(message[-8:])
     ok = (out.returncode == 1 and "BinaryMismatchError" in out.stderr and running in out.stderr

@@ -44,7 +44,7 @@ HOW = {
         "test": "tests/ci/test_built_wheel.py::test_no_torch_or_cuda_library_inside"},
     "python3.11 -m ci matrix --local": {"run": True},
     "python3.11 -m ci build --cell 2.14.1+cu130": {"help": "python3.11 -m ci build --help", "test": CELL_BUILD},
-    'python3.11 -m ci build --cell 2.12+cu130 --cell 2.14.1+cu130@3.12 --archs "8.0;9.0+PTX"': {
+    'python3.11 -m ci build --cell 2.9+cu130 --cell 2.14.1+cu130@3.12 --archs "8.0;9.0+PTX"': {
         "help": "python3.11 -m ci build --help", "test": CELL_BUILD},
     "python3.11 -m ci build --all-local": {"help": "python3.11 -m ci build --help", "test": CELL_BUILD},
     "python3.11 -m ci summary": {"run": True},

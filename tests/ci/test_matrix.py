@@ -26,19 +26,65 @@ CELLS = matrix.load()
 RAW = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
 
 
-def test_every_declared_build_is_one_cell():
-    declared = {(t["version"], p) for t in RAW["torch"] for p in t["platforms"]}
-    assert {(c.torch, c.platform) for c in CELLS} == declared
+CLASSIC = [c for c in CELLS if c.kind == "classic"]
+STABLE = [c for c in CELLS if c.kind == "stable"]
+FLOOR = matrix._vkey(RAW["stable"]["floor"])
+
+
+def test_every_build_below_the_floor_is_one_classic_cell():
+    declared = {(t["version"], p) for t in RAW["torch"] for p in t["platforms"] if matrix._vkey(t["version"]) < FLOOR}
+    assert {(c.torch, c.platform) for c in CLASSIC} == declared
     assert len({c.id for c in CELLS}) == len(CELLS)
 
 
+def test_stable_floor_is_the_one_the_build_and_the_loader_use():
+    import prerast._loader as loader
+
+    assert FLOOR == build_env.STABLE_FLOOR == loader.STABLE_FLOOR
+    assert RAW["stable"]["pypi_cuda_major"] == build_env.PYPI_CUDA_MAJOR == loader.PYPI_CUDA_MAJOR
+    assert build_env.STABLE_TARGET_VERSION == "0x020a000000000000"  # 2.10, not 2.16 (0x0210...)
+
+
+def test_every_torch_build_is_served_by_exactly_one_published_wheel():
+    """Each (release, platform) torch publishes, every patch release included, has one published wheel: a stable
+    one from the floor on (by CUDA major), the classic cell of its minor below."""
+    published = [c for c in CELLS if c.published]
+    for t in RAW["torch"]:
+        for patch in t["patches"]:
+            for platform in t["platforms"]:
+                serving = [c.id for c in published if (patch, platform) in c.serves]
+                if matrix._vkey(t["version"]) >= FLOOR:
+                    assert len(serving) == 1, (patch, platform, serving)
+                elif (t["version"], platform) in {(c.torch, c.platform) for c in CLASSIC if c.published}:
+                    assert serving == [f"{t['version']}+{platform}"], (patch, platform, serving)
+
+
+def test_stable_cells_serve_their_cuda_major():
+    cu13, cu12 = matrix.find("2.14.1+cu130"), matrix.find("2.14.1+cu126")
+    assert cu13.kind == cu12.kind == "stable" and cu13.local_tag == "" and cu12.local_tag == "cu12"
+    assert ("2.10.0", "cpu") in cu13.serves and ("2.15.0", "cu132") in cu13.serves
+    assert ("2.12.0", "cu126") in cu12.serves and ("2.10.0", "cu128") in cu12.serves
+    assert not {p for _, p in cu12.serves} & {"cpu", "cu130", "cu132"}
+    assert "2.10:" in cu13.serves_text().replace(" ", "")
+
+
+def test_classic_cells_serve_every_patch_of_their_minor():
+    cell = matrix.find("2.4.0+cu121")
+    assert cell.serves == (("2.4.0", "cu121"), ("2.4.1", "cu121")) and cell.local_tag == "pt24cu121"
+    assert cell.pages == ["torch-2.4.0+cu121.html", "torch-2.4.1+cu121.html"]
+    with pytest.raises(matrix.MatrixError, match="served by the wheel of cell 2.14.1\\+cu130"):
+        matrix.find("2.12.1+cu130")
+
+
 def test_covers_torch_2_4_to_2_15_and_python_3_10_to_3_13():
-    minors = {tuple(int(x) for x in c.torch.split(".")[:2]) for c in CELLS}
+    minors = {tuple(int(x) for x in r.split(".")[:2]) for c in CELLS for r, _ in c.serves}
     assert {(2, m) for m in range(4, 16)} <= minors
     pythons = {p for c in CELLS for p in c.pythons}
     assert pythons == {"3.10", "3.11", "3.12", "3.13"}
     assert all(c.cuda is None or c.archs for c in CELLS)
     for release in RAW["torch"]:
+        if matrix._vkey(release["version"]) >= FLOOR:
+            continue
         cells = [c for c in CELLS if c.torch == release["version"]]
         assert "cpu" in {c.platform for c in cells}, f"torch {release['version']} has no CPU cell"
         assert sum(c.on_pypi for c in cells) == 1
@@ -67,47 +113,37 @@ def test_cuda_tables_are_the_ones_the_cells_use():
 def test_releases_below_2_10_are_built_at_their_lowest_patch():
     # A wheel built with the oldest headers of a minor is the one that can serve all its patch releases.
     for release in RAW["torch"]:
-        if matrix._vkey(release["version"]) < (2, 10):
-            assert release["version"].endswith(".0"), release["version"]
+        assert release["version"] in release["patches"]
+        if matrix._vkey(release["version"]) < FLOOR:
+            assert release["version"] == min(release["patches"], key=matrix._vkey), release["version"]
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
 def test_local_tag_is_the_one_setup_py_stamps(cell):
     torch_version = f"{cell.torch}+{cell.platform}"
-    assert cell.local_tag == build_env.local_tag(torch_version, cell.cuda)
-
-
-def test_page_is_the_one_the_loader_tells_users_to_install_from():
-    # prerast's loader builds its fix-it command from the running torch; every cell's page must be that page.
-    import prerast._loader as loader
-
-    for cell in CELLS:
-        running = {"python": "3.11.0", "torch_version": f"{cell.torch}+{cell.platform}", "cuda_version": cell.cuda,
-                   "cxx11_abi": True}
-        command = loader.fix_command(running)
-        assert command.endswith("/" + cell.page), command
-        assert f"+{cell.local_tag}" in command
+    assert cell.local_tag == build_env.local_tag(torch_version, cell.cuda, cell.kind)
+    assert cell.kind == build_env.abi_kind(torch_version, "")
 
 
 def test_wheel_name_follows_the_wheel_spec():
-    name = matrix.find("2.14.1+cu130").wheel_name("0.1.0")
-    assert name == "prerast-0.1.0+pt214cu130-cp310-abi3-manylinux_2_28_x86_64.whl"
+    assert matrix.find("2.14.1+cu130").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl"
+    assert matrix.find("2.14.1+cu126").wheel_name("0.1.0") == "prerast-0.1.0+cu12-cp310-abi3-manylinux_2_28_x86_64.whl"
+    assert matrix.find("2.4+cu121").wheel_name("0.1.0") == "prerast-0.1.0+pt24cu121-cp310-abi3-manylinux_2_28_x86_64.whl"
     for cell in CELLS:
         parts = cell.wheel_name("1.2.3")[:-len(".whl")].split("-")
-        assert parts == ["prerast", f"1.2.3+{cell.local_tag}", "cp310", "abi3", "manylinux_2_28_x86_64"]
+        version = "1.2.3" + (f"+{cell.local_tag}" if cell.local_tag else "")
+        assert parts == ["prerast", version, "cp310", "abi3", "manylinux_2_28_x86_64"]
 
 
 def test_wheel_name_matches_the_wheel_the_tests_run_on():
     path = os.environ.get("PRERAST_TEST_WHEEL")
     if not path:
         pytest.skip("no PRERAST_TEST_WHEEL (ci/test.sh sets it)")
-    import torch
-
     from ci import wheel
 
-    platform = "cu" + torch.version.cuda.replace(".", "") if torch.version.cuda else "cpu"
-    cell = matrix.find(f"{torch.__version__.split('+')[0]}+{platform}")
-    version = wheel.inspect(path)["build_info"]["prerast_version"].split("+")[0]
+    info = wheel.inspect(path)["build_info"]
+    cell = matrix.cell_for_build(info)
+    version = info["prerast_version"].split("+")[0]
     plat = ".".join(wheel.wheel_tags(path)[2])
     assert os.path.basename(path) == cell.wheel_name(version, plat)
 
@@ -136,7 +172,7 @@ def test_archs_of_the_local_cuda_version_are_ones_nvcc_compiles():
 
 
 def test_find_resolves_full_and_minor_release_names():
-    assert matrix.find("2.12+cu130").id == "2.12.1+cu130"
+    assert matrix.find("2.9+cu130").id == "2.9.0+cu130"
     assert matrix.find("2.13.0+cpu").id == "2.13.0+cpu"
     with pytest.raises(matrix.MatrixError, match="no cell '2.14.1\\+cu999'.*2.14.1\\+cu130"):
         matrix.find("2.14.1+cu999")
@@ -150,6 +186,9 @@ def test_find_resolves_full_and_minor_release_names():
     (lambda t: t["torch"][0].update(pythons=["3.9", "3.10"]), "below the abi3 floor"),
     (lambda t: t["torch"][0]["platforms"].append("cu999"), 'needs a \\[cuda."99.9"\\] table'),
     (lambda t: t["torch"].append(dict(t["torch"][0])), "listed twice"),
+    (lambda t: t["torch"][0].update(version="2.4.1"), "lowest patch release of its minor"),
+    (lambda t: t["torch"][-1].update(pr=["cpu"]), "served by the \\[\\[stable.cell\\]\\] wheels"),
+    (lambda t: t["stable"]["cell"][0].update(torch="2.9.0"), "build with a torch release >= 2.10"),
 ])
 def test_inconsistent_matrix_is_refused(tmp_path, change, message):
     data = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
@@ -183,12 +222,18 @@ def to_toml(data):
                 lines += [f"{k} = {value(v)}" for k, v in t.items()]
         else:
             lines.append(f"[{key}]")
-            lines += [f"{k} = {value(v)}" for k, v in table.items()]
+            lines += [f"{k} = {value(v)}" for k, v in table.items() if not isinstance(v, list) or not v
+                      or not isinstance(v[0], dict)]
+            for sub, rows in table.items():
+                if isinstance(rows, list) and rows and isinstance(rows[0], dict):
+                    for row in rows:
+                        lines.append(f"[[{key}.{sub}]]")
+                        lines += [f"{k} = {value(v)}" for k, v in row.items()]
     return "\n".join(lines) + "\n"
 
 
 def test_cibuildwheel_environment_of_a_cell():
-    for cell in (matrix.find("2.14.1+cu130"), matrix.find("2.4+cu124"), matrix.find("2.15.0+cpu")):
+    for cell in (matrix.find("2.14.1+cu130"), matrix.find("2.4+cu124"), matrix.find("2.13.0+cpu")):
         env = cibw.environment(cell, workspace="/w")
         assert env["CIBW_BUILD"].split() == [f"cp{p.replace('.', '')}-manylinux_x86_64" for p in cell.pythons]
         inner = dict(re.findall(r'(\w+)="([^"]*)"', env["CIBW_ENVIRONMENT"]))
