@@ -35,7 +35,7 @@ def test_working_install(capsys):
 
 
 def test_mismatched_binary(tmp_path):
-    path = copy_package(tmp_path, torch_version="2.4.1+cu124", cuda_version="12.4")
+    path = copy_package(tmp_path, abi="classic", torch_version="2.4.1+cu124", cuda_version="12.4")
     out, report = doctor(path, "--json")
     assert out.returncode == 1, out.stderr
     assert not report["ok"] and not report["plugin"]["loaded"]

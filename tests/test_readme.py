@@ -40,7 +40,7 @@ HOW = {
         "ci": ("ci/test.sh", "export PRERAST_CUDA_ARCH_LIST="),
         "test": "tests/ci/test_built_wheel.py::test_named_after_its_cell_and_built_for_this_torch"},
     "pip wheel --no-build-isolation --no-deps -w dist .": {
-        "ci": ("ci/wheel.py", '"wheel", "--no-build-isolation", "--no-deps", "-w"'),
+        "ci": ("ci/wheel.py", '"--no-build-isolation", "--no-deps", "-w"'),
         "test": "tests/ci/test_built_wheel.py::test_no_torch_or_cuda_library_inside"},
     "python3.11 -m ci matrix --local": {"run": True},
     "python3.11 -m ci build --cell 2.14.1+cu130": {"help": "python3.11 -m ci build --help", "test": CELL_BUILD},

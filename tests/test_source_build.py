@@ -174,14 +174,16 @@ PROBE = ("import json, sys, prerast; from prerast import _loader, _demo; img, _ 
 
 
 def mismatched_copy_with_cache(tmp_path):
-    path = copy_package(tmp_path / "site", torch_version="2.4.1+cu124")
+    path = copy_package(tmp_path / "site", abi="classic", torch_version="2.4.1+cu124")
     info = _loader.require()
     src_hash = _sources.digest(os.path.join(path, "prerast", "_src"))
     key = _cache.make_key(prerast_base(), torch.__version__, torch.version.cuda, info.get("cuda_archs") or [],
                           src_hash)
     entry = tmp_path / "cache" / key
     entry.mkdir(parents=True)
-    shutil.copy(info["path"], entry)
+    for lib in (info["path"], info.get("cuda_path")):
+        if lib:
+            shutil.copy(lib, entry)
     shutil.copy(os.path.join(os.path.dirname(info["path"]), "_build_info.json"), entry)
     return path, str(tmp_path / "cache"), str(entry)
 
@@ -229,7 +231,7 @@ def test_cached_build_of_other_sources_is_ignored(tmp_path, monkeypatch):
 
 
 def test_opt_in_without_compiler_says_what_is_missing(tmp_path):
-    path = copy_package(tmp_path / "site", torch_version="2.4.1+cu124")
+    path = copy_package(tmp_path / "site", abi="classic", torch_version="2.4.1+cu124")
     out = run_python(["-c", "import prerast"], path, PRERAST_BUILD_ON_MISMATCH=1, PRERAST_CACHE_DIR=tmp_path / "c",
                      PATH=os.path.dirname(sys.executable), CXX="")
     assert out.returncode == 1
@@ -239,7 +241,7 @@ def test_opt_in_without_compiler_says_what_is_missing(tmp_path):
 
 
 def test_failed_first_use_build_keeps_its_log(tmp_path):
-    path = copy_package(tmp_path / "site", torch_version="2.4.1+cu124")
+    path = copy_package(tmp_path / "site", abi="classic", torch_version="2.4.1+cu124")
     setup = os.path.join(path, "prerast", "_src", "setup.py")
     with open(setup) as f:
         text = f.read()
