@@ -138,10 +138,21 @@ def build_wheel(torch_spec, work, cpu_only, abi=None):
 
 
 def audits(wheel, python=sys.executable):
+    """The symbol audit (a stable wheel imports only torch's C shims, the C/C++ runtime and cudart; a classic one
+    links torch's C++ API by design) and abi3audit --strict."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as z:
+        info = json.loads(z.read("prerast/_build_info.json"))
     report = symbols.audit_wheel(wheel)
     others = sorted(n for kinds in report.values() for n in kinds.get("other", []))
-    sym = "ok: only " + ", ".join(sorted({k for kinds in report.values() for k in kinds})) if not others \
-        else f"{len(others)} not allowed: {', '.join(others[:5])}"
+    if info.get("abi") != "stable":
+        sym = f"classic: links {len(others)} C++ symbols of torch {info['torch_version']} (serves its minor only)"
+        others = []
+    elif not others:
+        sym = "ok: only " + ", ".join(sorted({k for kinds in report.values() for k in kinds}))
+    else:
+        sym = f"{len(others)} not allowed: {', '.join(others[:5])}"
     abi3 = shutil.which("abi3audit", path=os.path.dirname(python)) or shutil.which("abi3audit")
     if abi3:
         out = subprocess.run([abi3, "--strict", "--report", wheel], capture_output=True, text=True)
