@@ -66,6 +66,18 @@ def test_stable_plugin_imports_only_torchs_c_shims(built):
         assert kinds["torch-shim"], lib
 
 
+def test_abi3_tag_holds(built):
+    """abi3audit --strict: no library of the wheel uses Python API beyond the limited API of its cp310 floor."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("abi3audit", path=os.path.dirname(sys.executable)) or shutil.which("abi3audit")
+    if not tool:
+        pytest.skip("abi3audit is not installed (ci/requirements-ci.txt)")
+    out = subprocess.run([tool, "--strict", "--report", built], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_manylinux_tag_is_the_one_its_symbols_allow(built):
     pytest.importorskip("auditwheel")
     tag, text = wheel.auditwheel_show(built)
@@ -82,8 +94,8 @@ def test_manylinux_tag_is_the_one_its_symbols_allow(built):
 def test_named_after_its_cell_and_built_for_this_torch(built):
     info = wheel.inspect(built)["build_info"]
     assert info["torch_version"] == torch.__version__
-    platform = "cu" + info["cuda_version"].replace(".", "") if info.get("cuda_version") else "cpu"
-    cell = matrix.find(f"{torch.__version__.split('+')[0]}+{platform}")
+    cell = matrix.cell_for_build(info)
+    assert cell is not None and cell.kind == info["abi"]
     version = info["prerast_version"].split("+")[0]
     assert os.path.basename(built) == cell.wheel_name(version, ".".join(wheel.wheel_tags(built)[2]))
     archs = os.environ.get("PRERAST_CUDA_ARCH_LIST")
