@@ -5,6 +5,7 @@ import os
 import re
 import shlex
 
+import pytest
 import torch
 
 import prerast
@@ -32,6 +33,23 @@ def test_working_install(capsys):
     text = capsys.readouterr().out
     assert f"plugin:   loaded from the package: {plugin['path']}" in text
     assert "status:   OK" in text and "fix:" not in text
+    # Which kind of binary it is, and why it serves this torch.
+    kind = _loader.require().get("abi", "classic")
+    assert plugin["kind"] == kind and plugin["fits"] in text and torch.__version__ in plugin["fits"]
+    assert ("every torch from 2.10 on" if kind == "stable" else "classic binary") in plugin["fits"]
+    expected = "loaded" if _loader._state["cuda"] is None else f"not loaded: {_loader._state['cuda']}"
+    assert plugin["cuda_kernels"] == expected and f"CUDA kernels {expected}" in text
+
+
+def test_cuda_plugin_in_a_cpu_torch_loads_the_cpu_ops_and_says_so(tmp_path):
+    # A stable CUDA wheel serves a CPU-only torch too: its CUDA library is not loaded, and doctor says why.
+    if _loader.require().get("abi") != "stable" or not _loader.require().get("cuda_path"):
+        pytest.skip("needs the stable CUDA plugin")
+    path = copy_package(tmp_path, cuda_version="12.6")
+    out, report = doctor(path, "--json")
+    assert report["plugin"]["loaded"], out.stderr
+    if torch.version.cuda and torch.version.cuda.split(".")[0] != "12":
+        assert "built for CUDA 12.x" in report["plugin"]["cuda_kernels"]
 
 
 def test_mismatched_binary(tmp_path):

@@ -30,6 +30,7 @@ def gpus(info):
     if torch.version.cuda is None or not torch.cuda.is_available():
         return []
     archs = (info or {}).get("cuda_archs") or []
+    no_kernels = info is not None and _loader._state["cuda"] is not None  # e.g. a CUDA 12 plugin in CUDA 13 torch
     found = []
     for i in range(torch.cuda.device_count()):
         cap = torch.cuda.get_device_capability(i)
@@ -37,7 +38,7 @@ def gpus(info):
             "index": i,
             "name": torch.cuda.get_device_name(i),
             "capability": f"{cap[0]}.{cap[1]}",
-            "served": None if info is None else any(_loader.arch_serves(a, cap) for a in archs),
+            "served": None if info is None else (not no_kernels and any(_loader.arch_serves(a, cap) for a in archs)),
         })
     return found
 
@@ -73,7 +74,10 @@ def fixes(report):
         found.append(f"export {_source_build.ENV_OPT_IN}=1   # build at first import, cached in "
                      f"{report['source_build']['cache_dir']}")
     unserved = [g["capability"] for g in report["gpus"] if g["served"] is False]
-    if unserved:
+    kernels = report["plugin"].get("cuda_kernels") or ""
+    if unserved and kernels.startswith("not loaded"):
+        found.append(_loader.fix_command(run))  # a wheel whose CUDA kernels fit this torch
+    elif unserved:
         found.append(f"python -m prerast build-wheel --arch {','.join(sorted(set(unserved)))} --out dist "
                      "&& pip install dist/prerast-*.whl")
     return found
@@ -90,7 +94,11 @@ def collect():
             "loaded": info is not None,
             "source": state["source"],
             "path": state["path"],
-            "build_info": {k: v for k, v in (info or {}).items() if k != "path"} or None,
+            "build_info": {k: v for k, v in (info or {}).items() if k not in ("path", "cuda_path")} or None,
+            "kind": (info or {}).get("abi", "classic") if info else None,
+            "fits": _loader.why_fits(info, run) if info else None,
+            "cuda_kernels": None if info is None else ("loaded" if state["cuda"] is None else
+                                                       f"not loaded: {state['cuda']}"),
             "error": None if info is not None else str(state["error"] or "not loaded"),
         },
         "bundled": {
@@ -123,7 +131,8 @@ def collect():
 def _describe_build(b):
     cuda = f"CUDA {b['cuda_version']}, nvcc {b.get('nvcc_version')}, GPU archs {' '.join(b.get('cuda_archs') or [])}" \
         if b.get("cuda_version") else "CPU only"
-    return (f"prerast {b.get('prerast_version')} for torch {b.get('torch_version')} ({cuda}), "
+    return (f"prerast {b.get('prerast_version')}, {b.get('abi', 'classic')} ABI, built with torch "
+            f"{b.get('torch_version')} ({cuda}), "
             f"C++11 ABI {int(bool(b.get('cxx11_abi')))}, {b.get('python_tag')}, "
             f"commit {(b.get('git_commit') or '?')[:12]}, sources {b.get('source_hash') or '?'}, "
             f"built {b.get('built_at')}")
@@ -135,7 +144,9 @@ def format_text(r):
     lines = [f"prerast {r['prerast']['version']} at {r['prerast']['package']}"]
     if plugin["loaded"]:
         lines += [f"plugin:   loaded from {where[plugin['source']]}: {plugin['path']}",
-                  f"          {_describe_build(plugin['build_info'])}"]
+                  f"          {_describe_build(plugin['build_info'])}",
+                  f"          {plugin['fits']}",
+                  f"          CUDA kernels {plugin['cuda_kernels']}"]
         if plugin["source"] != "bundled":
             lines.append("          the package's own plugin does not fit: " + "; ".join(r["bundled"]["problems"]))
     else:

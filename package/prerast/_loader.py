@@ -175,6 +175,18 @@ def read_info(directory):
     return info, None
 
 
+def why_fits(info, run=None):
+    """In words: what kind of binary this is and why it serves the running torch."""
+    run = run or running()
+    if is_stable(info):
+        return (f"stable-ABI binary (torch's stable C ABI): serves every torch from "
+                f"{info.get('torch_floor') or '%d.%d' % STABLE_FLOOR} on; torch {run['torch_version']} is one")
+    cuda = f" with CUDA {info['cuda_version']}" if info.get("cuda_version") else ""
+    return (f"classic binary built with torch {info.get('torch_version')}: serves every torch "
+            f"{minor(info.get('torch_version', '0.0'))}.x{cuda} (C++11 ABI {int(bool(info.get('cxx11_abi')))}); "
+            f"torch {run['torch_version']} is one")
+
+
 def cuda_skip_reason(info, run=None):
     """Why the binary's CUDA kernels are not for this torch (None when they are): the binary has none, torch is
     a CPU build, or (stable) the CUDA majors differ."""
