@@ -51,8 +51,15 @@ HOW = {
     "python3.11 -m ci index dist/cells --out site/whl": {"run": True},
     "pip install prerast -f https://prerast.github.io/whl/torch-2.14.1+cu130.html": {
         "test": "tests/ci/test_index.py::test_find_links_page_gives_the_newest_wheel_this_python_can_run"},
-    'pip install "prerast==0.1.0+pt214cu130" --extra-index-url https://prerast.github.io/whl/simple': {
+    'pip install "prerast==0.1.0+pt24cu121" --extra-index-url https://prerast.github.io/whl/simple': {
         "test": "tests/ci/test_index.py::test_pep503_index_serves_every_build"},
+    "python3.11 -m ci symbols dist/prerast-0.1.0-cp310-abi3-*.whl": {
+        "help": "python3.11 -m ci symbols --help",
+        "test": "tests/ci/test_built_wheel.py::test_stable_plugin_imports_only_torchs_c_shims"},
+    "python3.11 -m ci abi-proof dist/prerast-0.1.0-cp310-abi3-*.whl": {
+        "help": "python3.11 -m ci abi-proof --help", "test": "tests/ci/test_abi_proof.py::test_proof_of_one_torch"},
+    "python3.11 -m ci abi-proof --build 2.4.0 --cpu --torch 2.4.1 --refused 2.9.1": {
+        "help": "python3.11 -m ci abi-proof --help", "test": "tests/ci/test_abi_proof.py::test_proof_of_one_torch"},
     "python benchmarks/run.py --quick": {"run": True},
     "python benchmarks/run.py --only rasterize --json r.json": {"help": "python benchmarks/run.py --help"},
     "bash ci/gpu_check.sh": {"syntax": True},
