@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from . import _repair, _source_build, _sources
+from . import _progress, _repair, _source_build, _sources
 
 
 class BuildWheelError(Exception):
@@ -98,13 +98,19 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
     try:
         tree = _sources.materialize(os.path.join(work, "src"), root)
         raw = os.path.join(work, "raw")
-        cmd = [sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
-               "-w", raw, tree]
+        cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
+               "--disable-pip-version-check", "-w", raw, tree]
         log("$ " + " ".join(cmd))
         t0 = time.time()
         env = _source_build.build_environment(archs, cuda_home, tree, _sources.source_commit(root))
-        if subprocess.run(cmd, env=env).returncode != 0:
-            raise BuildFailed("the build failed: see the compiler output above")
+        # What it compiles, and a heartbeat while the compiler is quiet; the whole output goes to the log.
+        build_log = os.path.join(work, "build.log")
+        rc, _ = _progress.run_logged(cmd, build_log, "build", lambda text: log(text), show=_progress.compile_step,
+                                     env=env)
+        if rc != 0:
+            with open(build_log) as f:
+                tail = "".join(f.readlines()[-60:])
+            raise BuildFailed(f"the build failed (exit code {rc}); the end of its output:\n{tail}")
         (wheel,) = glob.glob(os.path.join(raw, "prerast-*.whl"))
         log(f"built {os.path.basename(wheel)} in {time.time() - t0:.0f} s")
         os.makedirs(out_dir, exist_ok=True)
