@@ -116,7 +116,7 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
         raise SystemExit(f"repair: torch/CUDA libraries were grafted into {repaired}: {found['forbidden']}")
     if wheel.wheel_tags(repaired)[2] != [plat]:
         raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged exactly {plat}")
-    if found["build_info"].get("abi") == "stable":
+    if found.get("build_info", {}).get("abi") == "stable":
         from ci import symbols
 
         bad = {lib: kinds["other"] for lib, kinds in symbols.audit_wheel(repaired).items() if kinds.get("other")}

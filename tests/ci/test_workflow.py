@@ -198,3 +198,19 @@ def test_readme_names_the_repository_settings_a_tag_release_needs():
     assert "Source = **GitHub Actions**" in release
     assert "`github-pages`" in release and "**tag** rule `v*`" in release
     assert f"python -m ci repair --plat {cibw.policy_platform()}" in readme
+
+
+def test_only_wheels_without_a_local_tag_go_to_pypi(tmp_path):
+    """The PyPI job publishes the stable CUDA 13 wheel and nothing with a local version, which PyPI refuses."""
+    pypi = jobs()["pypi"]
+    assert set(pypi["needs"]) >= {"wheel"} and pypi["environment"] == "pypi"
+    (select,) = [s["run"] for s in pypi["steps"] if "pypi/" in s.get("run", "")]
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    for name in ("prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl",
+                 "prerast-0.2.0+cu12-cp310-abi3-manylinux_2_28_x86_64.whl",
+                 "prerast-0.2.0+pt24cu121-cp310-abi3-manylinux_2_28_x86_64.whl"):
+        (wheelhouse / name).write_bytes(b"")
+    out = subprocess.run(["bash", "-eo", "pipefail", "-c", select], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert os.listdir(tmp_path / "pypi") == ["prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
