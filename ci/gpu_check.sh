@@ -26,6 +26,10 @@ rm -rf "$out/wheel" && $PY -m pip wheel -q --no-build-isolation --no-deps -w "$o
 $PY -m pip install -q --no-deps --force-reinstall "$out"/wheel/prerast-*.whl || exit 1
 echo "built and installed in $(( $(date +%s) - start )) s"
 
+step "doctor: kind of binary, CUDA kernels loaded"
+$PY -m prerast doctor | tee "$out/doctor.txt"
+grep -q "CUDA kernels loaded" "$out/doctor.txt" || { echo "the CUDA library did not load"; status=1; }
+
 step "tests on CPU and CUDA"
 $PY -m pytest -q -p no:cacheprovider tests/ops tests/test_loader.py -x 2>&1 | tee "$out/tests.log" | tail -30
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -48,6 +52,15 @@ rast, db = prerast.rasterize(ctx, pos, tri, (67, 45))
 (rast[..., :2].sum() + db.sum()).backward()
 with prerast.DepthPeeler(ctx, pos[0].detach(), tri, (33, 17), ranges=torch.tensor([[0, 60], [40, 60]], dtype=torch.int32)) as p:
     p.rasterize_next_layer(); p.rasterize_next_layer()
+# Every op of the CUDA library, forward and backward.
+rast, db = prerast.rasterize(ctx, pos, tri, (67, 45))
+attr = torch.rand(2, 300, 3, device="cuda", requires_grad=True)
+uv, uv_da = prerast.interpolate(attr[..., :2], rast, tri, rast_db=db, diff_attrs="all")
+tex = torch.rand(1, 64, 48, 3, device="cuda", requires_grad=True)
+color = prerast.texture(tex, uv.contiguous(), uv_da, filter_mode="linear-mipmap-linear")
+out = prerast.antialias(color, rast, pos, tri)
+out.sum().backward()
+torch.cuda.synchronize()
 torch.cuda.synchronize()
 print("ok")
 PYEOF
