@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
 
-from ci import symbols  # noqa: E402
+from ci import local, symbols  # noqa: E402
 from ci.progress import clock, log  # noqa: E402
 
 STABLE_TARGETS = ["2.11.0", "2.12.0", "2.12.1", "2.14.0", "2.14.1", "2.14.1@3.12", "2.14.1@3.13", "2.13.0+cpu"]
@@ -52,9 +52,9 @@ def make_venv(path, torch_spec, python):
         if have.returncode == 0 and have.stdout.strip().startswith(torch_spec):
             return py
         shutil.rmtree(path)
-    interpreter = shutil.which(f"python{python}")
+    interpreter = local.python_executable(python)  # through pyenv's shims to the real interpreter
     if not interpreter:
-        raise RuntimeError(f"no python{python} on PATH")
+        raise RuntimeError(f"no python{python} here")
     subprocess.run([interpreter, "-m", "venv", path], check=True)
     subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"torch=={torch_spec}",
                     "numpy", "pytest"], check=True)
@@ -67,6 +67,9 @@ def run_target(wheel, target, work, refused=False, keep=False):
     venv = os.path.join(work, re.sub(r"[^\w.]+", "_", target))
     try:
         return _run_target(wheel, target, venv, work, refused)
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as e:  # one target's failure is one row
+        log(f"{target}: {e}")
+        return {"target": target, "torch": parse_target(target)[0], "ok": False, "result": f"failed: {e}"}
     finally:
         if not keep:
             shutil.rmtree(venv, ignore_errors=True)
