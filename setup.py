@@ -112,7 +112,8 @@ else:
 def extensions():
     define = [f'-DPRERAST_VERSION="{FULL_VERSION}"']
     # No -std flag: torch's BuildExtension adds the standard its headers need (C++17, or C++20 from 2.14).
-    cxx = ["-O3", "-fvisibility=hidden"] + define + ABI_FLAGS
+    # -g0 after Python's own -g: debug info would triple the libraries' size in every wheel.
+    cxx = ["-O3", "-g0", "-fvisibility=hidden"] + define + ABI_FLAGS
     cpu = CppExtension("prerast._C", SOURCES, extra_compile_args={"cxx": cxx}, py_limited_api=True)
     exts = [cpu]
     if WITH_CUDA:
