@@ -9,8 +9,10 @@ Conventions (the arithmetic lives in csrc/core/texture.h):
   a cube corner reads the mean of the three texels that meet there.
 - Mip level k+1 halves each side of level k, rounding down, down to 1 texel; an odd side folds its last texel
   into the last box (three texels averaged instead of two). Cube faces are reduced independently.
-- Level of detail: 0.5 * log2 of the larger squared length of the footprint vectors (d texel / dX, d texel / dY)
-  in level-0 texels, plus mip_level_bias, clamped to [0, levels - 1].
+- Level of detail: with the footprint vectors jX = d texel / dX, jY = d texel / dY in level-0 texels (for a cube
+  map, on the face's s, t), 0.5 * log2 of the larger eigenvalue of [[|jX|^2, jX.jY], [jX.jY, |jY|^2]] (the
+  footprint's major axis), plus mip_level_bias, clamped to [0, levels - 1]. 'linear-mipmap-nearest' reads
+  level floor(lod).
 """
 import torch
 
