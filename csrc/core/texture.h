@@ -26,9 +26,10 @@
 
 namespace prerast {
 
-constexpr int kMaxMipLevels = 16;           // level 0 plus up to 15 halvings: enough for kMaxTextureSide
-constexpr int64_t kMaxTextureSide = 16384;  // texels per side of level 0
-constexpr int64_t kMaxTextureElements = ((int64_t)1 << 31) - 1;
+// Texels per side of level 0. Texel offsets are int64 throughout, so the total size is limited only by memory;
+// the side stays small enough that texel coordinates (u * size) keep sub-texel precision in float32.
+constexpr int64_t kMaxTextureSide = 65536;
+constexpr int kMaxMipLevels = 17;  // level 0 plus up to 16 halvings: enough for kMaxTextureSide
 
 enum TexFilter : int { kFilterNearest = 0, kFilterLinear = 1, kFilterMipNearest = 2, kFilterMipLinear = 3 };
 enum TexBoundary : int { kBoundaryWrap = 0, kBoundaryClamp = 1, kBoundaryZero = 2, kBoundaryCube = 3 };
@@ -166,8 +167,9 @@ PR_HD void cube_neighbour(int face, int ix, int iy, int size, int& face2, int& i
   const FaceAxes g = face_axes(face2);
   const int q = g.sm * P[g.m];
   const int a = g.ss * P[g.s], b = g.st * P[g.t];
-  ix2 = clampi((a + q) * size / (2 * q), 0, size - 1);
-  iy2 = clampi((b + q) * size / (2 * q), 0, size - 1);
+  // (a + q) * size reaches 2 size^2: int64, as sides go up to 65536.
+  ix2 = clampi((int)((int64_t)(a + q) * size / (2 * q)), 0, size - 1);
+  iy2 = clampi((int)((int64_t)(b + q) * size / (2 * q)), 0, size - 1);
 }
 
 // --- taps -------------------------------------------------------------------------------------------------

@@ -1,6 +1,4 @@
 """antialias and antialias_construct_topology_hash: the public API over the prerast::antialias_* ops."""
-import numbers
-
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -92,8 +90,7 @@ def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0)
     for name, value, dtype in (("color", color, torch.float32), ("rast", rast, torch.float32), ("pos", pos, torch.float32), ("tri", tri, torch.int32)):
         _checks.tensor(_OP, name, value, dtype)
     device = _checks.same_device(_OP, color=color, rast=rast, pos=pos, tri=tri)
-    if isinstance(pos_gradient_boost, bool) or not isinstance(pos_gradient_boost, numbers.Real):
-        raise TypeError(f"{_OP}: pos_gradient_boost must be a number, got {type(pos_gradient_boost).__name__}")
+    pos_gradient_boost = _checks.real_number(_OP, "pos_gradient_boost", pos_gradient_boost)
     if topology_hash is None:
         topology_hash = antialias_construct_topology_hash(tri.contiguous())
     elif not isinstance(topology_hash, TopologyHash):

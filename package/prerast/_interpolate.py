@@ -25,27 +25,6 @@ class _Interpolate(torch.autograd.Function):
         return grad_attr, grad_rast, None, grad_db if with_da else None, None
 
 
-def _diff_list(diff_attrs, num_attrs):
-    """diff_attrs as a list of ints: None -> [], 'all' -> every attribute."""
-    if diff_attrs is None:
-        return []
-    if isinstance(diff_attrs, str):
-        if diff_attrs != "all":
-            raise ValueError(f"{_OP}: diff_attrs must be 'all' or a list of attribute indices, got {diff_attrs!r}")
-        return list(range(num_attrs))
-    try:
-        items = list(diff_attrs)
-    except TypeError:
-        raise TypeError(f"{_OP}: diff_attrs must be 'all' or a list of attribute indices, got "
-                        f"{type(diff_attrs).__name__}") from None
-    out = []
-    for k in items:
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"{_OP}: diff_attrs must hold ints, got {k!r}")
-        out.append(int(k))
-    return out
-
-
 def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     """Interpolate vertex attributes over the rasterized image.
 
@@ -64,7 +43,7 @@ def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     if rast_db is not None:
         _checks.tensor(_OP, "rast_db", rast_db, torch.float32)
     _checks.same_device(_OP, attr=attr, rast=rast, tri=tri, rast_db=rast_db)
-    diff = _diff_list(diff_attrs, attr.shape[-1] if attr.dim() in (2, 3) else 0)
+    diff = _checks.attribute_indices(_OP, diff_attrs, attr.shape[-1] if attr.dim() in (2, 3) else None)
     if rast_db is not None:
         rast_db = rast_db.contiguous()
     return _Interpolate.apply(attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db, diff)

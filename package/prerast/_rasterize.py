@@ -25,6 +25,7 @@ class _Rasterize(torch.autograd.Function):
 
 def _prepare(op, glctx, pos, tri, resolution, ranges):
     _loader.require()
+    ranges = _checks.ranges_for(pos, ranges)
     if not isinstance(glctx, _Context):
         raise TypeError(f"{op}: glctx must be a RasterizeCudaContext or RasterizeCpuContext, got "
                         f"{type(glctx).__name__}")
@@ -50,7 +51,7 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     """
     height, width = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
     glctx._check_free("rasterize")
-    return _Rasterize.apply(pos, tri, height, width, ranges, bool(grad_db), None)
+    return _Rasterize.apply(pos, tri, height, width, _checks.ranges_for(pos, ranges), bool(grad_db), None)
 
 
 class DepthPeeler:
@@ -61,7 +62,7 @@ class DepthPeeler:
     """
 
     def __init__(self, glctx, pos, tri, resolution, ranges=None, grad_db=True):
-        self._inputs = (pos, tri, ranges)
+        self._inputs = (pos, tri, _checks.ranges_for(pos, ranges))
         self._grad_db = bool(grad_db)
         self._size = _prepare("DepthPeeler", glctx, pos, tri, resolution, ranges)
         self._glctx = glctx

@@ -54,14 +54,6 @@ def _check_tex(op, tex, cube):
         raise ValueError(f"{op}: a 2D texture must have shape [N, H, W, C], got {list(tex.shape)}{hint}")
 
 
-def _check_max_mip_level(op, max_mip_level):
-    if max_mip_level is None:
-        return None
-    if isinstance(max_mip_level, bool) or not isinstance(max_mip_level, int) or max_mip_level < 0:
-        raise ValueError(f"{op}: max_mip_level must be None or an int >= 0, got {max_mip_level!r}")
-    return max_mip_level
-
-
 def _flat(t):
     """[N, (6,) h, w, C] -> [N * faces, h, w, C]: cube faces are reduced like separate 2D textures."""
     return t.reshape(-1, *t.shape[-3:])
@@ -92,7 +84,7 @@ def texture_construct_mip(tex, max_mip_level=None, cube_mode=False):
     op = "texture_construct_mip"
     _loader.require()
     _check_tex(op, tex, bool(cube_mode))
-    max_mip_level = _check_max_mip_level(op, max_mip_level)
+    max_mip_level = _checks.max_mip_level(op, max_mip_level)
     _checks.on_device(op, tex.device, tex=tex)
     return TextureMipChain(_build_levels(tex, max_mip_level), tex.shape, bool(cube_mode))
 
@@ -175,7 +167,7 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     for name, t in (("uv_da", uv_da), ("mip_level_bias", mip_level_bias)):
         if t is not None:
             _checks.tensor(op, name, t, torch.float32)
-    max_mip_level = _check_max_mip_level(op, max_mip_level)
+    max_mip_level = _checks.max_mip_level(op, max_mip_level)
     _checks.same_device(op, tex=tex, uv=uv, uv_da=uv_da, mip_level_bias=mip_level_bias)
 
     levels, built = [], False
