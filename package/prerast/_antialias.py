@@ -40,8 +40,9 @@ def antialias_construct_topology_hash(tri):
         raise TypeError(f"{op}: tri must be Int (int32), got {tri.dtype}")
     if tri.dim() != 2 or tri.shape[1] != 3:
         raise ValueError(f"{op}: tri must have shape [T, 3], got {list(tri.shape)}")
-    if tri.shape[0] >= 1 << 24:
-        raise ValueError(f"{op}: {tri.shape[0]} triangles is more than the {(1 << 24) - 1} prerast supports")
+    if tri.shape[0] > _checks.MAX_ANTIALIAS_TRIANGLES:
+        raise ValueError(f"{op}: {tri.shape[0]} triangles is more than the {_checks.MAX_ANTIALIAS_TRIANGLES} "
+                         "prerast supports")
     if tri.numel() and int(tri.min()) < 0:
         raise IndexError(f"{op}: tri holds a negative vertex index ({int(tri.min())})")
     num_triangles = tri.shape[0]

@@ -9,6 +9,11 @@ import torch
 
 from . import _loader
 
+# Triangle IDs up to this round-trip through rast's float32 channel (csrc/core/common.h); antialias's
+# half-edge table holds 3 int32 entries per triangle, which sets its own limit.
+MAX_TRIANGLES = 0x7f7fffff - 0x4a800000
+MAX_ANTIALIAS_TRIANGLES = min(MAX_TRIANGLES, (2**31 - 1) // 3)
+
 # ATen's names of dtypes, as the compiled ops spell them in their messages.
 _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
                 torch.int32: "Int", torch.int64: "Long", torch.int16: "Short", torch.int8: "Char",
