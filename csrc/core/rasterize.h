@@ -300,10 +300,11 @@ PR_HD bool item_setup(const RasterArgs& a, const ItemMap& m, int64_t item, int32
                    a.height, s);
 }
 
-// Whether a fragment with key (zw, id) may appear in the layer after `prev` (depth peeling).
-PR_HD bool behind_prev(const float* prev, float zw, int32_t id1) {
+// Whether a fragment may appear in the layer after `prev` (depth peeling): only strictly behind it, so that a
+// surface drawn twice at exactly the same depth (a coplanar duplicate) shows once, as in nvdiffrast.
+PR_HD bool behind_prev(const float* prev, float zw, int32_t /*id1*/) {
   int32_t pid = decode_triangle_id(prev[3]);
-  return pid > 0 && (zw > prev[2] || (zw == prev[2] && id1 > pid));
+  return pid > 0 && zw > prev[2];
 }
 
 // Accumulates one covered pixel's gradient into grad_pos through add(flat_index, value): a plain add on the

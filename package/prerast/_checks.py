@@ -138,6 +138,22 @@ def _integer_dtype(dtype):
     return numpy.issubdtype(dtype, numpy.integer)
 
 
+def derivatives_output(glctx, rast_db):
+    """rast_db as the context returns it: [N, H, W, 0] from a context made with output_db=False."""
+    return rast_db if getattr(glctx, "output_db", True) else rast_db[..., :0]
+
+
+def derivatives_input(op, diff, rast_db):
+    """The rast_db interpolate uses: required when diff_attrs lists attributes; the empty one of an output_db=False
+    context stands for none."""
+    empty = isinstance(rast_db, torch.Tensor) and rast_db.dim() == 4 and rast_db.shape[-1] == 0
+    if diff and (rast_db is None or empty):
+        raise ValueError(f"{op}: diff_attrs needs rast_db (the second output of rasterize) to compute screen-space "
+                         "derivatives; pass rast_db (a context made with output_db=False returns an empty one), or "
+                         "leave diff_attrs out")
+    return None if empty else rast_db
+
+
 def ranges_for(pos, ranges):
     """ranges as the op needs it: ignored (None) in instanced mode, where pos is [N, V, 4]."""
     return None if isinstance(pos, torch.Tensor) and pos.dim() == 3 else ranges

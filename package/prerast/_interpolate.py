@@ -44,6 +44,7 @@ def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
         _checks.tensor(_OP, "rast_db", rast_db, torch.float32)
     _checks.same_device(_OP, attr=attr, rast=rast, tri=tri, rast_db=rast_db)
     diff = _checks.attribute_indices(_OP, diff_attrs, attr.shape[-1] if attr.dim() in (2, 3) else None)
+    rast_db = _checks.derivatives_input(_OP, diff, rast_db)
     if rast_db is not None:
         rast_db = rast_db.contiguous()
     return _Interpolate.apply(attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db, diff)

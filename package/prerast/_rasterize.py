@@ -51,7 +51,8 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     """
     height, width = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
     glctx._check_free("rasterize")
-    return _Rasterize.apply(pos, tri, height, width, _checks.ranges_for(pos, ranges), bool(grad_db), None)
+    rast, rast_db = _Rasterize.apply(pos, tri, height, width, _checks.ranges_for(pos, ranges), bool(grad_db), None)
+    return rast, _checks.derivatives_output(glctx, rast_db)
 
 
 class DepthPeeler:
@@ -68,18 +69,29 @@ class DepthPeeler:
         self._glctx = glctx
         self._prev = None
         self._active = False
+        self.peeling_idx = None  # layers peeled so far inside the 'with' block; None outside it
+
+    # What the peeler was made with, under nvdiffrast's attribute names.
+    raster_ctx = property(lambda self: self._glctx)
+    pos = property(lambda self: self._inputs[0])
+    tri = property(lambda self: self._inputs[1])
+    ranges = property(lambda self: self._inputs[2])
+    resolution = property(lambda self: self._size)
+    grad_db = property(lambda self: self._grad_db)
 
     def __enter__(self):
         self._glctx._check_free("DepthPeeler")
         self._glctx._active_peeler = self
         self._active = True
         self._prev = None
+        self.peeling_idx = 0
         return self
 
     def __exit__(self, *exc):
         self._glctx._active_peeler = None
         self._active = False
         self._prev = None
+        self.peeling_idx = None
         return False
 
     def rasterize_next_layer(self):
@@ -89,7 +101,8 @@ class DepthPeeler:
         height, width = self._size
         rast, rast_db = _Rasterize.apply(pos, tri, height, width, ranges, self._grad_db, self._prev)
         self._prev = rast.detach()
-        return rast, rast_db
+        self.peeling_idx += 1
+        return rast, _checks.derivatives_output(self._glctx, rast_db)
 
 
 def _register_fake_kernels():
