@@ -44,9 +44,12 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     """Rasterize triangles into (rast, rast_db).
 
     pos: float32 [N, V, 4] clip-space vertices (instanced mode) or [V, 4] with ranges (range mode).
-    tri: int32 [T, 3]. resolution: (height, width). ranges: int32 [N, 2] CPU tensor of (first, count).
-    rast: [N, H, W, 4] = (u, v, z/w, triangle_id + 1), zero where nothing is drawn.
-    rast_db: [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) in pixels.
+    tri: int32 [T, 3]. resolution: (height, width). ranges: int32 [N, 2] CPU tensor of (first, count), ignored in
+    instanced mode.
+    rast: [N, H, W, 4] = (u, v, z/w, triangle_id + 1), zero where nothing is drawn; IDs past 2^24 are stored as
+    the float whose bit pattern is 0x4a800000 + triangle_id + 1, as in nvdiffrast.
+    rast_db: [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) in pixels ([N, H, W, 0] for a context made with
+    output_db=False).
     Gradients flow to pos from u, v and, when grad_db is True, from rast_db.
     """
     height, width = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
@@ -58,8 +61,9 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
 class DepthPeeler:
     """Successive depth layers: `with DepthPeeler(ctx, pos, tri, res) as p: rast, db = p.rasterize_next_layer()`.
 
-    The first layer equals rasterize(); each further one holds, per pixel, the next surface behind the previous
-    layer's. The context is reserved while the peeler is active.
+    The first layer equals rasterize(); each further one holds, per pixel, the nearest surface strictly behind the
+    previous layer's, so a surface drawn twice at the same depth shows once. The context is reserved while the
+    peeler is active (glctx.active_depth_peeler).
     """
 
     def __init__(self, glctx, pos, tri, resolution, ranges=None, grad_db=True):
