@@ -30,11 +30,12 @@ def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
 
     attr: float32 [V, A] (range mode) or [N, V, A] (instanced; N = 1 is shared by every image).
     rast: [N, H, W, 4] from rasterize. tri: int32 [T, 3], the triangles that were rasterized.
-    rast_db, diff_attrs: with rast_db from rasterize and diff_attrs a list of attribute indices (or 'all'),
-    also returns the screen-space derivatives (dA/dX, dA/dY) of those attributes.
+    rast_db, diff_attrs: with rast_db from rasterize and diff_attrs a sequence, array or tensor of attribute
+    indices (negative ones count from the end) or 'all', also returns the screen-space derivatives (dA/dX, dA/dY)
+    of those attributes; diff_attrs without rast_db is a ValueError.
 
     Returns (out [N, H, W, A], out_da [N, H, W, 2 * len(diff_attrs)]); out is zero on background pixels and
-    out_da is [N, H, W, 0] without rast_db or diff_attrs. Gradients flow to attr, to rast's (u, v) channels
+    out_da is [N, H, W, 0] without diff_attrs. Gradients flow to attr, to rast's (u, v) channels
     and, when derivatives are output, to rast_db.
     """
     _loader.require()
