@@ -1,10 +1,16 @@
 """Each example program, run briefly as its command line would: it writes its PNG, and its loss falls by the
 stated factor (the mean of the last three steps against the first, which use random views)."""
 import importlib
+import os
 import struct
+import sys
 
 import pytest
 import torch
+
+# The example programs import their shared module as `common`, from their own folder.
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+pytestmark = pytest.mark.examples
 
 # example: (steps, resolution, factor by which the loss falls at least)
 SHORT_RUNS = {
