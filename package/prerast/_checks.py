@@ -1,6 +1,7 @@
 """Argument checks done in Python before an op is dispatched: types, dtypes and devices, with messages for
 users. Shapes and index ranges are checked by the compiled ops themselves (dtypes too, but a stable-ABI op can
-only raise ValueError for them: these checks keep TypeError for the public functions)."""
+only raise ValueError for them: these checks keep TypeError for the public functions). Arguments that nvdiffrast
+accepts in several forms (numpy scalars, tensors, negative indices) are brought to the one form the ops take."""
 import math
 import numbers
 
@@ -85,7 +86,7 @@ def max_mip_level(op, value):
 
 
 def real_number(op, name, value):
-    """A real number: a Python or numpy scalar, or a one-element tensor/array; returned as a float."""
+    """A real number: a Python or numpy scalar, or a 0-d tensor/array; returned as a float."""
     if isinstance(value, (torch.Tensor, numpy.ndarray)) and value.ndim == 0 and not _is_bool_dtype(value.dtype):
         return float(value)
     if isinstance(value, (bool, numpy.bool_)) or not isinstance(value, numbers.Real):
@@ -104,9 +105,12 @@ def attribute_indices(op, value, num_attrs):
             raise ValueError(f"{op}: diff_attrs must be 'all' or a list of attribute indices, got {value!r}")
         return list(range(num_attrs or 0))
     if isinstance(value, (torch.Tensor, numpy.ndarray)):
+        if value.ndim == 0:  # a single index, like a plain int, is not a list
+            raise TypeError(f"{op}: diff_attrs must be 'all' or a list of attribute indices, got a 0-d "
+                            f"{type(value).__name__}")
         if value.ndim > 1:
             raise ValueError(f"{op}: diff_attrs must be one-dimensional, got shape {list(value.shape)}")
-        items = [value[k] for k in range(len(value))] if value.ndim == 1 else [value]
+        items = [value[k] for k in range(len(value))]
     else:
         try:
             items = list(value)

@@ -60,7 +60,8 @@ def test_diff_attrs_bad_forms(ctx, device):
     attr = torch.rand(1, 4, 3, device=device)
     rast, db = prerast.rasterize(ctx, pos, tri, (8, 8))
     for bad, err in (([3], IndexError), ([-4], IndexError), ([0.0], TypeError), ([True], TypeError),
-                     (torch.tensor([0.5]), TypeError), (np.zeros((1, 1), int), ValueError)):
+                     (torch.tensor([0.5]), TypeError), (np.zeros((1, 1), int), ValueError),
+                     (torch.tensor(0), TypeError), (np.int64(0), TypeError)):
         with pytest.raises(err, match="diff_attrs"):
             prerast.interpolate(attr, rast, tri, rast_db=db, diff_attrs=bad)
 
