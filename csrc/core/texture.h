@@ -278,6 +278,7 @@ struct PixelSample {
   int l0 = 0, l1 = 0;      // levels blended as (1 - f) * l0 + f * l1
   float f = 0.0f;
   bool lod_grad = false;   // the LOD is strictly inside [0, levels - 1] and depends smoothly on its inputs
+  bool j_grad = false;     // ... and its gradient to the footprint is taken (see footprint_lod)
   float j[2][2] = {};      // footprint in level-0 texels: j[0] = d(x, y)/dX, j[1] = d(x, y)/dY
 };
 
@@ -330,23 +331,24 @@ PR_HD float footprint_normalised(const float j[2][2], float jn[2][2]) {
   return k;
 }
 
-// 0.5 * log2 of the footprint's squared major axis. `smooth` says whether the gradient is taken: a zero
-// footprint magnifies (level 0), an infinite one minifies as far as the chain goes, NaN reads level 0, and
-// below 2^-64 texels the gradient (about 1/k) is left out so that it stays well inside float range.
-PR_HD float footprint_lod(const float j[2][2], bool& smooth) {
-  smooth = false;
+// 0.5 * log2 of the footprint's squared major axis: -inf for a zero footprint (whatever the bias, it magnifies:
+// level 0), +inf for an infinite one (the last level), NaN for a NaN one (pixel_setup reads level 0).
+// `differentiable` says whether the gradient to j is taken: below 2^-64 texels it (about 1/k) is left out, so
+// that it stays well inside float range.
+PR_HD float footprint_lod(const float j[2][2], bool& differentiable) {
+  differentiable = false;
   bool any_nan = false, any_inf = false;
   for (int y = 0; y < 2; ++y)
     for (int x = 0; x < 2; ++x) {
       any_nan |= j[y][x] != j[y][x];
       any_inf |= fabsf(j[y][x]) == INFINITY;
     }
-  if (any_nan) return 0.0f;
+  if (any_nan) return NAN;
   if (any_inf) return INFINITY;
   float jn[2][2], A, B, C, r;
   const float k = footprint_normalised(j, jn);
-  if (k == 0.0f) return 0.0f;
-  smooth = k >= 5.42101086e-20f;  // 2^-64
+  if (k == 0.0f) return -INFINITY;
+  differentiable = k >= 5.42101086e-20f;  // 2^-64
   return 0.5f * log2f(footprint_major(jn, A, B, C, r)) + log2f(k);
 }
 
@@ -365,7 +367,6 @@ PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
   if (a.filter < kFilterMipNearest || a.num_levels <= 1) return p;
 
   float lod = 0.0f;
-  bool smooth = true;
   if (a.uv_da) {
     const float* da = a.uv_da + pix * (a.cube ? 6 : 4);
     if (a.cube) {
@@ -375,13 +376,12 @@ PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
       p.j[0][0] = W * da[0], p.j[0][1] = H * da[2];
       p.j[1][0] = W * da[1], p.j[1][1] = H * da[3];
     }
-    lod = footprint_lod(p.j, smooth);
+    lod = footprint_lod(p.j, p.j_grad);
   }
   if (a.bias) lod += a.bias[pix];
-  if (lod != lod) lod = 0.0f, smooth = false;  // NaN
-  if (!isfinite(lod)) smooth = false;
+  if (lod != lod) lod = 0.0f;  // NaN footprint or bias: level 0, no gradient
   const float top = (float)(a.num_levels - 1);
-  p.lod_grad = smooth && lod > 0.0f && lod < top;
+  p.lod_grad = lod > 0.0f && lod < top;
   lod = lod < 0.0f ? 0.0f : (lod > top ? top : lod);
   if (a.filter == kFilterMipNearest) {
     p.l0 = p.l1 = clampi((int)floorf(lod), 0, a.num_levels - 1);
@@ -523,7 +523,7 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
   float gj[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
   if (want_lod) {
     if (G.grad_bias) G.grad_bias[pix] = glod;
-    if (a.uv_da) {
+    if (a.uv_da && p.j_grad) {
       // lod = 0.5 log2(m(j / k)) + log2(k) + bias; its gradient to j is that of the first term at j / k,
       // divided by k (see footprint_normalised).
       float jn[2][2], A, B, C, spread;

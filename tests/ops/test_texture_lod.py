@@ -95,14 +95,14 @@ def test_gradient_at_a_circular_footprint_is_finite(device):
 
 def test_degenerate_footprints_stay_finite(device):
     t = 1.0 / SIZE
-    rows = [[0, 0, 0, 0],                      # zero footprint: level 0
+    rows = [[0, 0, 0, 0],                      # zero footprint: LOD -inf, level 0 whatever the bias
             [1e30, 0, 0, 1e30],                # too large for float32 squares: the top level
             [float("nan"), 0, 0, 0],           # no footprint: level 0
             [float("inf"), 0, 0, 0],
-            [1e-18 * t, 0, 0, 0],              # tiny but normal: LOD about -60, lifted by the bias
+            [1e-18 * t, 0, 0, 0],              # tiny: LOD about -60, lifted by the bias
             [1e-21 * t, 1e-21 * t, 0, 0],      # squares below float32's normal range
             [t, t, t, t]]                      # rank one
-    bias = [0, 0, 0, 0, 62.0, 70.0, 0]
+    bias = [3.0, 0, 0, 0, 62.0, 70.0, 0]
     da = torch.tensor(rows, dtype=torch.float32, device=device, requires_grad=True)
     b = torch.tensor(bias, dtype=torch.float32, device=device, requires_grad=True)
     lod = lod_of(device, da, b)
@@ -113,6 +113,12 @@ def test_degenerate_footprints_stay_finite(device):
     np.testing.assert_allclose(out[[0, 1, 2, 3, 6]], [0, TOP, 0, TOP, 1.0], atol=1e-5)
     expect_tiny = 0.5 * np.log2(np.float64(np.float32(1e-18 * t)) ** 2 * SIZE ** 2) + 62
     assert abs(out[4] - expect_tiny) < 1e-3
+    expect_tinier = 0.5 * np.log2(2 * np.float64(np.float32(1e-21 * t)) ** 2 * SIZE ** 2) + 70
+    assert 0 < expect_tinier < TOP and abs(out[5] - expect_tinier) < 1e-3
+    # The bias moves the LOD one for one wherever it stays inside the chain; below 2^-64 texels the footprint
+    # gets no gradient (it would be about 1/footprint).
+    np.testing.assert_array_equal(b.grad.cpu().numpy(), [0, 0, 0, 0, 5, 6, 7])
+    assert (da.grad[4, 0] > 1e15) and (da.grad[5] == 0).all()
 
 
 def test_cube_lod_uses_the_major_axis_on_the_face(device):
