@@ -94,3 +94,18 @@ def rast_db(pos, tri, rast, height, width, ranges=None):
             dY = (uv(x, y + h) - uv(x, y - h)) / (2 * h) * (2 / height)
             out[n][sel] = np.stack([dX[:, 0], dY[:, 0], dX[:, 1], dY[:, 1]], -1)
     return out
+
+
+def encode_triangle_id(n):
+    """rast[..., 3] for stored IDs n (triangle index + 1) as float32: n itself up to 2^24, above it the float whose
+    bit pattern is 0x4a800000 + n (written with integer arithmetic, independently of the float conversion)."""
+    n = np.asarray(n, np.int64)
+    small = n.astype(np.float32)
+    large = (n + 0x4a800000).astype(np.uint32).view(np.float32)
+    return np.where(n <= 2**24, small, large)
+
+
+def decode_triangle_id(f):
+    f = np.asarray(f, np.float32)
+    bits = f.view(np.uint32).astype(np.int64)
+    return np.where(f <= 2**24, np.minimum(f, 2**24).astype(np.int64), bits - 0x4a800000)

@@ -145,6 +145,12 @@ def cube_jacobian(d, dd):
 
 # --- texture -------------------------------------------------------------------------------------------------
 
+def footprint_major(jx, jy):
+    """Squared major axis of the footprint ellipse: the larger eigenvalue of [[A, C], [C, B]] (closed form)."""
+    a, b, c = (jx ** 2).sum(-1), (jy ** 2).sum(-1), (jx * jy).sum(-1)
+    return (a + b) / 2 + np.sqrt(((a - b) / 2) ** 2 + c ** 2)
+
+
 def level_of_detail(tex_shape, uv, uv_da, bias, num_levels, cube):
     """LOD per pixel [P] before clamping (0 footprint -> -inf), then clamped to [0, num_levels - 1]."""
     P = len(uv)
@@ -158,7 +164,7 @@ def level_of_detail(tex_shape, uv, uv_da, bias, num_levels, cube):
             h, w = tex_shape[-3:-1]
             jx = np.stack([w * uv_da[:, 0], h * uv_da[:, 2]], -1)
             jy = np.stack([w * uv_da[:, 1], h * uv_da[:, 3]], -1)
-        m = np.maximum((jx ** 2).sum(-1), (jy ** 2).sum(-1))
+        m = footprint_major(jx, jy)
         with np.errstate(divide="ignore"):
             lod = 0.5 * np.log2(m)
     if bias is not None:
@@ -195,7 +201,7 @@ def texture(tex, uv, uv_da=None, bias=None, mip=None, filter_mode="auto", bounda
         lod = level_of_detail(tex.shape, uvf, None if uv_da is None else uv_da.reshape(P, -1),
                               None if bias is None else bias.reshape(P), len(levels), cube)
         if filter_mode == "linear-mipmap-nearest":
-            pick = np.floor(lod + 0.5).astype(np.int64)
+            pick = np.floor(lod).astype(np.int64)
             out = np.zeros((P, C))
             for k in range(len(levels)):
                 out[pick == k] = sample(k)[pick == k]

@@ -22,6 +22,7 @@ import fresh_clone
 README = os.path.join(fresh_clone.ROOT, "README.md")
 CELL_BUILD = "tests/ci/test_cell_end_to_end.py::test_cpu_cell_builds_end_to_end_from_a_fresh_clone"
 IMAGES = "tests/ci/test_two_images.py::"
+EXAMPLES = "tests/examples/test_examples.py::"
 
 HOW = {
     "bash ci/quickstart.sh": {"syntax": True, "ci": ("ci/test.sh", "ci wheel build"),
@@ -63,6 +64,13 @@ HOW = {
     "python benchmarks/run.py --quick": {"run": True},
     "python benchmarks/run.py --only rasterize --json r.json": {"help": "python benchmarks/run.py --help"},
     "bash ci/gpu_check.sh": {"syntax": True},
+    "python examples/triangle.py": {"test": "tests/examples/test_examples.py::test_triangle"},
+    "python examples/cube.py --steps 400": {"help": "python examples/cube.py --help",
+                                            "test": EXAMPLES + "test_loss_falls"},
+    "python examples/pose.py --device cuda": {"help": "python examples/pose.py --help",
+                                              "test": EXAMPLES + "test_loss_falls"},
+    "python examples/textured_sphere.py": {"test": EXAMPLES + "test_loss_falls"},
+    "python examples/envmap.py": {"test": EXAMPLES + "test_loss_falls"},
 }
 
 # Commands the README names in its prose (not in a block) that a new user runs first.

@@ -25,7 +25,7 @@ Geometry check_geometry(const Tensor& pos, const Tensor& tri, const OptTensor& r
   g.num_triangles = tri.size(0);
   PR_CHECK_VALUE(g.num_triangles < kMaxTriangles, kOp, ": ", g.num_triangles,
                     " triangles is more than the ", kMaxTriangles - 1,
-                    " whose IDs a float32 output holds exactly; split the mesh over several calls");
+                    " whose IDs rast's float32 channel holds; split the mesh over several calls");
   if (g.instanced) {
     PR_CHECK_VALUE(!ranges.has_value(), kOp, ": ranges is only for range mode (pos of shape [V, 4]); got pos ",
                       shape_str(pos));

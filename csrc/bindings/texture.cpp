@@ -29,8 +29,6 @@ void check_texture(const Tensor& tex, bool cube) {
                     ": tex must have at least one texture, texel and channel, got shape ", shape_str(tex));
   PR_CHECK_VALUE(h <= kMaxTextureSide && w <= kMaxTextureSide, kOp, ": tex of shape ", shape_str(tex),
                     " exceeds the limit of ", kMaxTextureSide, " texels per side");
-  PR_CHECK_VALUE(tex.numel() <= kMaxTextureElements, kOp, ": tex of shape ", shape_str(tex), " has ",
-                    tex.numel(), " elements, more than the limit of ", kMaxTextureElements, " (2^31 - 1)");
 }
 
 // Checks every input and fills the core's arguments (out left null).
@@ -156,10 +154,8 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
 
 void check_level(const char* name, const Tensor& t) {
   check_tensor(kMipOp, name, t, Dtype::Float, {4});
-  PR_CHECK_VALUE(t.size(1) <= kMaxTextureSide && t.size(2) <= kMaxTextureSide &&
-                        t.numel() <= kMaxTextureElements,
-                    kMipOp, ": ", name, " of shape ", shape_str(t), " exceeds the limit of ",
-                    kMaxTextureSide, " texels per side or ", kMaxTextureElements, " elements");
+  PR_CHECK_VALUE(t.size(1) <= kMaxTextureSide && t.size(2) <= kMaxTextureSide, kMipOp, ": ", name, " of shape ",
+                 shape_str(t), " exceeds the limit of ", kMaxTextureSide, " texels per side");
 }
 
 // [B, h, w, C] -> the next mip level [B, mip_size(h), mip_size(w), C].

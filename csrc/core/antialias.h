@@ -85,7 +85,7 @@ PR_HD bool pair_second(const AntialiasArgs& a, int64_t pix, int dir, int64_t& q)
 PR_HD bool first_in_front(const float* r0, const float* r1) {
   if (r0[3] == 0.0f) return false;
   if (r1[3] == 0.0f) return true;
-  return key_less(r0[2], (int32_t)r0[3], r1[2], (int32_t)r1[3]);
+  return key_less(r0[2], decode_triangle_id(r0[3]), r1[2], decode_triangle_id(r1[3]));
 }
 
 // Does another triangle on edge e of triangle f continue the surface across it? n is F's edge row, positive on
@@ -113,8 +113,8 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
   if (rp[3] == rq[3]) return false;
   const bool p_front = first_in_front(rp, rq);
   c.front = p_front ? pix : q, c.back = p_front ? q : pix;
-  const float id = (p_front ? rp : rq)[3];
-  if (!(id >= 1.0f && id <= (float)a.num_triangles)) return false;
+  const int32_t id = decode_triangle_id((p_front ? rp : rq)[3]);
+  if (!(id >= 1 && id <= a.num_triangles)) return false;
   const int64_t f = (int64_t)id - 1;
   const int64_t hw = (int64_t)a.height * a.width;
   const float* base = a.pos + (a.instanced ? (pix / hw) * a.num_vertices * 4 : 0);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 
 #if defined(__CUDACC__)
@@ -51,5 +52,37 @@ PR_HD bool finite4(const float* p) {
 PR_HD float pixel_center_ndc(int i, int size) { return (float)(2 * i + 1) / (float)size - 1.0f; }
 
 PR_HD int clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
+
+// rast[..., 3] holds n = triangle index + 1 (0: background) in float32, as nvdiffrast stores it: n up to 2^24
+// as the number itself, larger n as the float whose bit pattern is 0x4a800000 + n. The two agree at 2^24 and
+// the encoding increases with n, so float comparisons of stored IDs order them like the IDs. The largest n is
+// 0x7f7fffff - 0x4a800000 (the largest finite float).
+constexpr int32_t kTriangleIdBits = 0x4a800000;
+constexpr int32_t kMaxEncodedTriangleId = 0x7f7fffff - kTriangleIdBits;
+
+PR_HD float encode_triangle_id(int32_t n) {
+  if (n <= (1 << 24)) return (float)n;
+  const int32_t bits = kTriangleIdBits + n;
+#if defined(__CUDA_ARCH__)
+  return __int_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+// Inverse of encode_triangle_id; values that are no stored ID (NaN, below 1) read as 0, background.
+PR_HD int32_t decode_triangle_id(float f) {
+  if (!(f >= 1.0f)) return 0;
+  if (f <= 16777216.0f) return (int32_t)f;
+#if defined(__CUDA_ARCH__)
+  const int32_t bits = __float_as_int(f);
+#else
+  int32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+#endif
+  return bits - kTriangleIdBits;  // +inf gives one more than the largest ID: outside every mesh
+}
 
 }  // namespace prerast

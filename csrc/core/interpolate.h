@@ -42,8 +42,9 @@ struct InterpPixel {
 // False for background (and, defensively, for IDs outside [1, T]).
 PR_HD bool interp_pixel(const InterpArgs& a, int64_t pix, InterpPixel& p) {
   const float* r = a.rast + pix * 4;
-  if (!(r[3] >= 1.0f && r[3] <= (float)a.num_triangles)) return false;
-  const int64_t t = (int64_t)r[3] - 1;
+  const int32_t id = decode_triangle_id(r[3]);
+  if (!(id >= 1 && id <= a.num_triangles)) return false;
+  const int64_t t = (int64_t)id - 1;
   const int64_t block = a.attr_per_image ? pix / a.pixels_per_image : 0;
   const int32_t* idx = a.tri + t * 3;
   for (int j = 0; j < 3; ++j) p.row[j] = (block * a.num_vertices + idx[j]) * a.num_attrs;

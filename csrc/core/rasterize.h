@@ -13,7 +13,7 @@
 namespace prerast {
 
 constexpr int kTile = 16;                 // pixels per tile side; one CUDA block of kTile*kTile threads
-constexpr int64_t kMaxTriangles = 1 << 24;  // IDs are stored as float: exact up to 2^24
+constexpr int64_t kMaxTriangles = (int64_t)kMaxEncodedTriangleId + 1;  // every ID fits rast (common.h)
 
 // Everything needed to evaluate one (image, triangle) work item at a pixel.
 struct TriSetup {
@@ -300,10 +300,11 @@ PR_HD bool item_setup(const RasterArgs& a, const ItemMap& m, int64_t item, int32
                    a.height, s);
 }
 
-// Whether a fragment with key (zw, id) may appear in the layer after `prev` (depth peeling).
-PR_HD bool behind_prev(const float* prev, float zw, int32_t id1) {
-  int32_t pid = (int32_t)prev[3];
-  return pid > 0 && (zw > prev[2] || (zw == prev[2] && id1 > pid));
+// Whether a fragment may appear in the layer after `prev` (depth peeling): only strictly behind it, so that a
+// surface drawn twice at exactly the same depth (a coplanar duplicate) shows once, as in nvdiffrast.
+PR_HD bool behind_prev(const float* prev, float zw, int32_t /*id1*/) {
+  int32_t pid = decode_triangle_id(prev[3]);
+  return pid > 0 && zw > prev[2];
 }
 
 // Accumulates one covered pixel's gradient into grad_pos through add(flat_index, value): a plain add on the
@@ -311,7 +312,7 @@ PR_HD bool behind_prev(const float* prev, float zw, int32_t id1) {
 template <class Add>
 PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add) {
   const float* r = a.rast + pix * 4;
-  int32_t id = (int32_t)r[3];
+  int32_t id = decode_triangle_id(r[3]);
   if (id <= 0 || id > a.num_triangles) return;
   const float* g = a.grad_rast + pix * 4;
   const float* gdb = a.grad_db ? a.grad_db + pix * 4 : nullptr;

@@ -62,7 +62,7 @@ void shade_tile(const RasterArgs& a, const Bins& b, const std::vector<TriSetup>&
         if (a.rast_db) std::fill(a.rast_db + o, a.rast_db + o + 4, 0.0f);
         continue;
       }
-      r[0] = bu[k], r[1] = bv[k], r[2] = bz[k], r[3] = (float)bid[k];
+      r[0] = bu[k], r[1] = bv[k], r[2] = bz[k], r[3] = encode_triangle_id(bid[k]);
       if (a.rast_db) frag_db(setups[bitem[k]], pixel_center_ndc(x, W), pixel_center_ndc(y, H), W, H, a.rast_db + o);
     }
 }

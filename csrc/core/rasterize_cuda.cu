@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(kTile* kTile) shade_kernel(RasterArgs a, const
     }
   }
   if (!in) return;
-  float4 r = bid ? make_float4(bu, bv, bz, (float)bid) : make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 r = bid ? make_float4(bu, bv, bz, encode_triangle_id(bid)) : make_float4(0.f, 0.f, 0.f, 0.f);
   *reinterpret_cast<float4*>(a.rast + o) = r;
   if (a.rast_db) {
     float db[4] = {0.f, 0.f, 0.f, 0.f};

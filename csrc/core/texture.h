@@ -7,9 +7,10 @@
 // - Mip level k+1 halves each side of level k (rounding down, never below 1). Texel i of the smaller level is
 //   the box average of texels 2i and 2i+1; when the larger side is odd, its last texel is folded into the last
 //   average (three texels). A side of 1 stays 1.
-// - Level of detail: 0.5 * log2 of the larger squared length of the two screen-axis footprint vectors in level-0
-//   texels, plus the bias, clamped to [0, levels - 1]. 'linear-mipmap-nearest' rounds it to a level;
-//   'linear-mipmap-linear' blends level floor(lod) with the next by the fraction.
+// - Level of detail: with the footprint in level-0 texels, jX = d(x, y)/dX and jY = d(x, y)/dY, and A = |jX|^2,
+//   B = |jY|^2, C = jX.jY, the level is 0.5 * log2 of the larger eigenvalue of [[A, C], [C, B]] (the squared
+//   major axis of the footprint ellipse), plus the bias, clamped to [0, levels - 1]. 'linear-mipmap-nearest'
+//   reads level floor(lod); 'linear-mipmap-linear' blends level floor(lod) with the next by the fraction.
 // - Cube maps follow the OpenGL face layout: the direction's largest-magnitude component picks the face
 //   (+x, -x, +y, -y, +z, -z = faces 0..5; on a tie x beats y beats z), and the face coordinates are
 //     +x: s = -z/|x|, t = -y/|x|    -x: s = +z/|x|, t = -y/|x|
@@ -25,9 +26,10 @@
 
 namespace prerast {
 
-constexpr int kMaxMipLevels = 16;           // level 0 plus up to 15 halvings: enough for kMaxTextureSide
-constexpr int64_t kMaxTextureSide = 16384;  // texels per side of level 0
-constexpr int64_t kMaxTextureElements = ((int64_t)1 << 31) - 1;
+// Texels per side of level 0. Texel offsets are int64 throughout, so the total size is limited only by memory;
+// the side stays small enough that texel coordinates (u * size) keep sub-texel precision in float32.
+constexpr int64_t kMaxTextureSide = 65536;
+constexpr int kMaxMipLevels = 17;  // level 0 plus up to 16 halvings: enough for kMaxTextureSide
 
 enum TexFilter : int { kFilterNearest = 0, kFilterLinear = 1, kFilterMipNearest = 2, kFilterMipLinear = 3 };
 enum TexBoundary : int { kBoundaryWrap = 0, kBoundaryClamp = 1, kBoundaryZero = 2, kBoundaryCube = 3 };
@@ -165,8 +167,9 @@ PR_HD void cube_neighbour(int face, int ix, int iy, int size, int& face2, int& i
   const FaceAxes g = face_axes(face2);
   const int q = g.sm * P[g.m];
   const int a = g.ss * P[g.s], b = g.st * P[g.t];
-  ix2 = clampi((a + q) * size / (2 * q), 0, size - 1);
-  iy2 = clampi((b + q) * size / (2 * q), 0, size - 1);
+  // (a + q) * size reaches 2 size^2: int64, as sides go up to 65536.
+  ix2 = clampi((int)((int64_t)(a + q) * size / (2 * q)), 0, size - 1);
+  iy2 = clampi((int)((int64_t)(b + q) * size / (2 * q)), 0, size - 1);
 }
 
 // --- taps -------------------------------------------------------------------------------------------------
@@ -275,10 +278,33 @@ struct PixelSample {
   int l0 = 0, l1 = 0;      // levels blended as (1 - f) * l0 + f * l1
   float f = 0.0f;
   bool lod_grad = false;   // the LOD is strictly inside [0, levels - 1] and depends smoothly on its inputs
+  bool j_grad = false;     // ... and its gradient to the footprint is taken (see footprint_lod)
   float j[2][2] = {};      // footprint in level-0 texels: j[0] = d(x, y)/dX, j[1] = d(x, y)/dY
-  int jmax = 0;            // which footprint vector is the longer one
-  float m = 0.0f;          // its squared length
 };
+
+// Larger eigenvalue of [[A, C], [C, B]] for the footprint j (see the top of this file). The spread
+// r = sqrt(((A - B) / 2)^2 + C^2) is formed from A - B and C directly, so it is exact when they vanish.
+PR_HD float footprint_major(const float j[2][2], float& A, float& B, float& C, float& r) {
+  A = j[0][0] * j[0][0] + j[0][1] * j[0][1];
+  B = j[1][0] * j[1][0] + j[1][1] * j[1][1];
+  C = j[0][0] * j[1][0] + j[0][1] * j[1][1];
+  const float h = 0.5f * (A - B);
+  r = sqrtf(h * h + C * C);
+  return 0.5f * (A + B) + r;
+}
+
+// Gradient of footprint_major to j, scaled by g, into gj. Where the footprint is a circle (r = 0) the two
+// eigenvalues meet and the function has a kink; it then takes the mean of the one-sided derivatives.
+PR_HD void footprint_major_backward(const float j[2][2], float g, float gj[2][2]) {
+  float A, B, C, r;
+  footprint_major(j, A, B, C, r);
+  const float s = r > 0.0f ? 0.5f / r : 0.0f;
+  const float dA = 0.5f + s * 0.5f * (A - B), dB = 0.5f - s * 0.5f * (A - B), dC = 2.0f * s * C;
+  for (int k = 0; k < 2; ++k) {
+    gj[0][k] = g * (2.0f * dA * j[0][k] + dC * j[1][k]);
+    gj[1][k] = g * (2.0f * dB * j[1][k] + dC * j[0][k]);
+  }
+}
 
 // Footprint of a cube lookup: the face coordinates s = (a/q + 1)/2, t = (b/q + 1)/2 differentiated along the
 // screen axes, in texels of a face of `size` texels. da holds (dx/dX, dx/dY, dy/dX, dy/dY, dz/dX, dz/dY).
@@ -291,6 +317,39 @@ PR_HD void cube_footprint(const CubeFrame& f, const float* da, int size, float j
     j[axis][0] = k * (a_d * f.q - f.a * q_d);
     j[axis][1] = k * (b_d * f.q - f.b * q_d);
   }
+}
+
+// The footprint divided by its largest |entry| k (returned; 0 for a zero footprint). The LOD does not depend on
+// the scale apart from log2(k), so working on j / k, where the squares are about 1, neither overflows for
+// huge footprints nor underflows for tiny ones.
+PR_HD float footprint_normalised(const float j[2][2], float jn[2][2]) {
+  float k = 0.0f;
+  for (int y = 0; y < 2; ++y)
+    for (int x = 0; x < 2; ++x) k = fabsf(j[y][x]) > k ? fabsf(j[y][x]) : k;
+  for (int y = 0; y < 2; ++y)
+    for (int x = 0; x < 2; ++x) jn[y][x] = k > 0.0f ? j[y][x] / k : 0.0f;
+  return k;
+}
+
+// 0.5 * log2 of the footprint's squared major axis: -inf for a zero footprint (whatever the bias, it magnifies:
+// level 0), +inf for an infinite one (the last level), NaN for a NaN one (pixel_setup reads level 0).
+// `differentiable` says whether the gradient to j is taken: below 2^-64 texels it (about 1/k) is left out, so
+// that it stays well inside float range.
+PR_HD float footprint_lod(const float j[2][2], bool& differentiable) {
+  differentiable = false;
+  bool any_nan = false, any_inf = false;
+  for (int y = 0; y < 2; ++y)
+    for (int x = 0; x < 2; ++x) {
+      any_nan |= j[y][x] != j[y][x];
+      any_inf |= fabsf(j[y][x]) == INFINITY;
+    }
+  if (any_nan) return NAN;
+  if (any_inf) return INFINITY;
+  float jn[2][2], A, B, C, r;
+  const float k = footprint_normalised(j, jn);
+  if (k == 0.0f) return -INFINITY;
+  differentiable = k >= 5.42101086e-20f;  // 2^-64
+  return 0.5f * log2f(footprint_major(jn, A, B, C, r)) + log2f(k);
 }
 
 PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
@@ -308,7 +367,6 @@ PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
   if (a.filter < kFilterMipNearest || a.num_levels <= 1) return p;
 
   float lod = 0.0f;
-  bool smooth = true;
   if (a.uv_da) {
     const float* da = a.uv_da + pix * (a.cube ? 6 : 4);
     if (a.cube) {
@@ -318,20 +376,15 @@ PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
       p.j[0][0] = W * da[0], p.j[0][1] = H * da[2];
       p.j[1][0] = W * da[1], p.j[1][1] = H * da[3];
     }
-    const float mx = p.j[0][0] * p.j[0][0] + p.j[0][1] * p.j[0][1];
-    const float my = p.j[1][0] * p.j[1][0] + p.j[1][1] * p.j[1][1];
-    p.jmax = my > mx ? 1 : 0;
-    p.m = my > mx ? my : mx;
-    smooth = p.m > 0.0f && isfinite(p.m);
-    lod = smooth ? 0.5f * log2f(p.m) : 0.0f;  // a zero footprint magnifies: level 0
+    lod = footprint_lod(p.j, p.j_grad);
   }
   if (a.bias) lod += a.bias[pix];
-  if (!isfinite(lod)) lod = 0.0f, smooth = false;
+  if (lod != lod) lod = 0.0f;  // NaN footprint or bias: level 0, no gradient
   const float top = (float)(a.num_levels - 1);
-  p.lod_grad = smooth && lod > 0.0f && lod < top;
+  p.lod_grad = lod > 0.0f && lod < top;
   lod = lod < 0.0f ? 0.0f : (lod > top ? top : lod);
   if (a.filter == kFilterMipNearest) {
-    p.l0 = p.l1 = clampi((int)floorf(lod + 0.5f), 0, a.num_levels - 1);
+    p.l0 = p.l1 = clampi((int)floorf(lod), 0, a.num_levels - 1);
     p.lod_grad = false;
     return p;
   }
@@ -470,11 +523,13 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
   float gj[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
   if (want_lod) {
     if (G.grad_bias) G.grad_bias[pix] = glod;
-    if (a.uv_da) {
-      // lod = 0.5 log2(m) + bias with m = |j[jmax]|^2
-      const float gm = glod * 0.5f / (p.m * 0.69314718056f);
-      gj[p.jmax][0] = 2.0f * gm * p.j[p.jmax][0];
-      gj[p.jmax][1] = 2.0f * gm * p.j[p.jmax][1];
+    if (a.uv_da && p.j_grad) {
+      // lod = 0.5 log2(m(j / k)) + log2(k) + bias; its gradient to j is that of the first term at j / k,
+      // divided by k (see footprint_normalised).
+      float jn[2][2], A, B, C, spread;
+      const float k = footprint_normalised(p.j, jn);
+      const float mn = footprint_major(jn, A, B, C, spread);
+      footprint_major_backward(jn, glod * 0.5f / (mn * 0.69314718056f) / k, gj);
     }
   }
   if (a.cube) {

@@ -1,6 +1,4 @@
 """antialias and antialias_construct_topology_hash: the public API over the prerast::antialias_* ops."""
-import numbers
-
 import torch
 from torch.autograd.function import once_differentiable
 
@@ -42,8 +40,9 @@ def antialias_construct_topology_hash(tri):
         raise TypeError(f"{op}: tri must be Int (int32), got {tri.dtype}")
     if tri.dim() != 2 or tri.shape[1] != 3:
         raise ValueError(f"{op}: tri must have shape [T, 3], got {list(tri.shape)}")
-    if tri.shape[0] >= 1 << 24:
-        raise ValueError(f"{op}: {tri.shape[0]} triangles is more than the {(1 << 24) - 1} prerast supports")
+    if tri.shape[0] > _checks.MAX_ANTIALIAS_TRIANGLES:
+        raise ValueError(f"{op}: {tri.shape[0]} triangles is more than the {_checks.MAX_ANTIALIAS_TRIANGLES} "
+                         "prerast supports")
     if tri.numel() and int(tri.min()) < 0:
         raise IndexError(f"{op}: tri holds a negative vertex index ({int(tri.min())})")
     num_triangles = tri.shape[0]
@@ -92,8 +91,7 @@ def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0)
     for name, value, dtype in (("color", color, torch.float32), ("rast", rast, torch.float32), ("pos", pos, torch.float32), ("tri", tri, torch.int32)):
         _checks.tensor(_OP, name, value, dtype)
     device = _checks.same_device(_OP, color=color, rast=rast, pos=pos, tri=tri)
-    if isinstance(pos_gradient_boost, bool) or not isinstance(pos_gradient_boost, numbers.Real):
-        raise TypeError(f"{_OP}: pos_gradient_boost must be a number, got {type(pos_gradient_boost).__name__}")
+    pos_gradient_boost = _checks.real_number(_OP, "pos_gradient_boost", pos_gradient_boost)
     if topology_hash is None:
         topology_hash = antialias_construct_topology_hash(tri.contiguous())
     elif not isinstance(topology_hash, TopologyHash):

@@ -10,6 +10,11 @@ class _Context:
     def __init__(self):
         self._active_peeler = None
 
+    @property
+    def active_depth_peeler(self):
+        """The DepthPeeler whose 'with' block holds this context, or None."""
+        return self._active_peeler
+
     def _check_free(self, what):
         if self._active_peeler is not None:
             raise RuntimeError(f"{what}: this context is reserved by an active DepthPeeler; finish the peeler's "

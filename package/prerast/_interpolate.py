@@ -25,37 +25,17 @@ class _Interpolate(torch.autograd.Function):
         return grad_attr, grad_rast, None, grad_db if with_da else None, None
 
 
-def _diff_list(diff_attrs, num_attrs):
-    """diff_attrs as a list of ints: None -> [], 'all' -> every attribute."""
-    if diff_attrs is None:
-        return []
-    if isinstance(diff_attrs, str):
-        if diff_attrs != "all":
-            raise ValueError(f"{_OP}: diff_attrs must be 'all' or a list of attribute indices, got {diff_attrs!r}")
-        return list(range(num_attrs))
-    try:
-        items = list(diff_attrs)
-    except TypeError:
-        raise TypeError(f"{_OP}: diff_attrs must be 'all' or a list of attribute indices, got "
-                        f"{type(diff_attrs).__name__}") from None
-    out = []
-    for k in items:
-        if isinstance(k, bool) or not isinstance(k, int):
-            raise TypeError(f"{_OP}: diff_attrs must hold ints, got {k!r}")
-        out.append(int(k))
-    return out
-
-
 def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     """Interpolate vertex attributes over the rasterized image.
 
     attr: float32 [V, A] (range mode) or [N, V, A] (instanced; N = 1 is shared by every image).
     rast: [N, H, W, 4] from rasterize. tri: int32 [T, 3], the triangles that were rasterized.
-    rast_db, diff_attrs: with rast_db from rasterize and diff_attrs a list of attribute indices (or 'all'),
-    also returns the screen-space derivatives (dA/dX, dA/dY) of those attributes.
+    rast_db, diff_attrs: with rast_db from rasterize and diff_attrs a sequence, array or tensor of attribute
+    indices (negative ones count from the end) or 'all', also returns the screen-space derivatives (dA/dX, dA/dY)
+    of those attributes; diff_attrs without rast_db is a ValueError.
 
     Returns (out [N, H, W, A], out_da [N, H, W, 2 * len(diff_attrs)]); out is zero on background pixels and
-    out_da is [N, H, W, 0] without rast_db or diff_attrs. Gradients flow to attr, to rast's (u, v) channels
+    out_da is [N, H, W, 0] without diff_attrs. Gradients flow to attr, to rast's (u, v) channels
     and, when derivatives are output, to rast_db.
     """
     _loader.require()
@@ -64,7 +44,8 @@ def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     if rast_db is not None:
         _checks.tensor(_OP, "rast_db", rast_db, torch.float32)
     _checks.same_device(_OP, attr=attr, rast=rast, tri=tri, rast_db=rast_db)
-    diff = _diff_list(diff_attrs, attr.shape[-1] if attr.dim() in (2, 3) else 0)
+    diff = _checks.attribute_indices(_OP, diff_attrs, attr.shape[-1] if attr.dim() in (2, 3) else None)
+    rast_db = _checks.derivatives_input(_OP, diff, rast_db)
     if rast_db is not None:
         rast_db = rast_db.contiguous()
     return _Interpolate.apply(attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db, diff)

@@ -25,6 +25,7 @@ class _Rasterize(torch.autograd.Function):
 
 def _prepare(op, glctx, pos, tri, resolution, ranges):
     _loader.require()
+    ranges = _checks.ranges_for(pos, ranges)
     if not isinstance(glctx, _Context):
         raise TypeError(f"{op}: glctx must be a RasterizeCudaContext or RasterizeCpuContext, got "
                         f"{type(glctx).__name__}")
@@ -43,42 +44,58 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     """Rasterize triangles into (rast, rast_db).
 
     pos: float32 [N, V, 4] clip-space vertices (instanced mode) or [V, 4] with ranges (range mode).
-    tri: int32 [T, 3]. resolution: (height, width). ranges: int32 [N, 2] CPU tensor of (first, count).
-    rast: [N, H, W, 4] = (u, v, z/w, triangle_id + 1), zero where nothing is drawn.
-    rast_db: [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) in pixels.
+    tri: int32 [T, 3]. resolution: (height, width). ranges: int32 [N, 2] CPU tensor of (first, count), ignored in
+    instanced mode.
+    rast: [N, H, W, 4] = (u, v, z/w, triangle_id + 1), zero where nothing is drawn; IDs past 2^24 are stored as
+    the float whose bit pattern is 0x4a800000 + triangle_id + 1, as in nvdiffrast.
+    rast_db: [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) in pixels ([N, H, W, 0] for a context made with
+    output_db=False).
     Gradients flow to pos from u, v and, when grad_db is True, from rast_db.
     """
     height, width = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
     glctx._check_free("rasterize")
-    return _Rasterize.apply(pos, tri, height, width, ranges, bool(grad_db), None)
+    rast, rast_db = _Rasterize.apply(pos, tri, height, width, _checks.ranges_for(pos, ranges), bool(grad_db), None)
+    return rast, _checks.derivatives_output(glctx, rast_db)
 
 
 class DepthPeeler:
     """Successive depth layers: `with DepthPeeler(ctx, pos, tri, res) as p: rast, db = p.rasterize_next_layer()`.
 
-    The first layer equals rasterize(); each further one holds, per pixel, the next surface behind the previous
-    layer's. The context is reserved while the peeler is active.
+    The first layer equals rasterize(); each further one holds, per pixel, the nearest surface strictly behind the
+    previous layer's, so a surface drawn twice at the same depth shows once. The context is reserved while the
+    peeler is active (glctx.active_depth_peeler).
     """
 
     def __init__(self, glctx, pos, tri, resolution, ranges=None, grad_db=True):
-        self._inputs = (pos, tri, ranges)
+        self._inputs = (pos, tri, _checks.ranges_for(pos, ranges))
         self._grad_db = bool(grad_db)
         self._size = _prepare("DepthPeeler", glctx, pos, tri, resolution, ranges)
         self._glctx = glctx
         self._prev = None
         self._active = False
+        self.peeling_idx = None  # layers peeled so far inside the 'with' block; None outside it
+
+    # What the peeler was made with, under nvdiffrast's attribute names.
+    raster_ctx = property(lambda self: self._glctx)
+    pos = property(lambda self: self._inputs[0])
+    tri = property(lambda self: self._inputs[1])
+    ranges = property(lambda self: self._inputs[2])
+    resolution = property(lambda self: self._size)
+    grad_db = property(lambda self: self._grad_db)
 
     def __enter__(self):
         self._glctx._check_free("DepthPeeler")
         self._glctx._active_peeler = self
         self._active = True
         self._prev = None
+        self.peeling_idx = 0
         return self
 
     def __exit__(self, *exc):
         self._glctx._active_peeler = None
         self._active = False
         self._prev = None
+        self.peeling_idx = None
         return False
 
     def rasterize_next_layer(self):
@@ -88,7 +105,8 @@ class DepthPeeler:
         height, width = self._size
         rast, rast_db = _Rasterize.apply(pos, tri, height, width, ranges, self._grad_db, self._prev)
         self._prev = rast.detach()
-        return rast, rast_db
+        self.peeling_idx += 1
+        return rast, _checks.derivatives_output(self._glctx, rast_db)
 
 
 def _register_fake_kernels():

@@ -9,8 +9,10 @@ Conventions (the arithmetic lives in csrc/core/texture.h):
   a cube corner reads the mean of the three texels that meet there.
 - Mip level k+1 halves each side of level k, rounding down, down to 1 texel; an odd side folds its last texel
   into the last box (three texels averaged instead of two). Cube faces are reduced independently.
-- Level of detail: 0.5 * log2 of the larger squared length of the footprint vectors (d texel / dX, d texel / dY)
-  in level-0 texels, plus mip_level_bias, clamped to [0, levels - 1].
+- Level of detail: with the footprint vectors jX = d texel / dX, jY = d texel / dY in level-0 texels (for a cube
+  map, on the face's s, t), 0.5 * log2 of the larger eigenvalue of [[|jX|^2, jX.jY], [jX.jY, |jY|^2]] (the
+  footprint's major axis), plus mip_level_bias, clamped to [0, levels - 1]. 'linear-mipmap-nearest' reads
+  level floor(lod).
 """
 import torch
 
@@ -52,14 +54,6 @@ def _check_tex(op, tex, cube):
         raise ValueError(f"{op}: a 2D texture must have shape [N, H, W, C], got {list(tex.shape)}{hint}")
 
 
-def _check_max_mip_level(op, max_mip_level):
-    if max_mip_level is None:
-        return None
-    if isinstance(max_mip_level, bool) or not isinstance(max_mip_level, int) or max_mip_level < 0:
-        raise ValueError(f"{op}: max_mip_level must be None or an int >= 0, got {max_mip_level!r}")
-    return max_mip_level
-
-
 def _flat(t):
     """[N, (6,) h, w, C] -> [N * faces, h, w, C]: cube faces are reduced like separate 2D textures."""
     return t.reshape(-1, *t.shape[-3:])
@@ -90,7 +84,7 @@ def texture_construct_mip(tex, max_mip_level=None, cube_mode=False):
     op = "texture_construct_mip"
     _loader.require()
     _check_tex(op, tex, bool(cube_mode))
-    max_mip_level = _check_max_mip_level(op, max_mip_level)
+    max_mip_level = _checks.max_mip_level(op, max_mip_level)
     _checks.on_device(op, tex.device, tex=tex)
     return TextureMipChain(_build_levels(tex, max_mip_level), tex.shape, bool(cube_mode))
 
@@ -173,7 +167,7 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     for name, t in (("uv_da", uv_da), ("mip_level_bias", mip_level_bias)):
         if t is not None:
             _checks.tensor(op, name, t, torch.float32)
-    max_mip_level = _check_max_mip_level(op, max_mip_level)
+    max_mip_level = _checks.max_mip_level(op, max_mip_level)
     _checks.same_device(op, tex=tex, uv=uv, uv_da=uv_da, mip_level_bias=mip_level_bias)
 
     levels, built = [], False

@@ -66,8 +66,10 @@ def test_without_rast_db_no_derivatives(device):
     rast, _ = hand_rast(rng, 1, 2)
     tri = torch.tensor([[0, 1, 2], [2, 1, 3]], dtype=torch.int32, device=device)
     attr = torch.randn(4, 3, device=device)
-    out, out_da = prerast.interpolate(attr, torch.from_numpy(rast).to(device), tri, diff_attrs="all")
+    out, out_da = prerast.interpolate(attr, torch.from_numpy(rast).to(device), tri)
     assert out.shape == (1, H, W, 3) and out_da.shape == (1, H, W, 0)
+    with pytest.raises(ValueError, match="diff_attrs needs rast_db"):
+        prerast.interpolate(attr, torch.from_numpy(rast).to(device), tri, diff_attrs="all")
     _, out_da = prerast.interpolate(attr, torch.from_numpy(rast).to(device), tri, rast_db=torch.zeros(1, H, W, 4,
                                     device=device))
     assert out_da.shape == (1, H, W, 0)

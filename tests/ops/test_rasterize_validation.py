@@ -82,8 +82,12 @@ def test_bad_context():
 
 def test_ranges_errors(cpu):
     pos, tri = scene()
+    # Instanced mode ignores ranges, as nvdiffrast does; the raw op still refuses it.
+    alone, _ = prerast.rasterize(cpu, pos, tri, (8, 8))
+    ignored, _ = prerast.rasterize(cpu, pos, tri, (8, 8), ranges=torch.tensor([[0, 1]], dtype=torch.int32))
+    assert torch.equal(alone, ignored)
     with pytest.raises(ValueError, match="ranges is only for range mode"):
-        prerast.rasterize(cpu, pos, tri, (8, 8), ranges=torch.tensor([[0, 1]], dtype=torch.int32))
+        torch.ops.prerast.rasterize_fwd(pos, tri, 8, 8, torch.tensor([[0, 1]], dtype=torch.int32), None)
     with pytest.raises(ValueError, match="needs ranges"):
         prerast.rasterize(cpu, pos[0], tri, (8, 8))
     with pytest.raises(IndexError, match="outside the 1 triangles"):
