@@ -64,6 +64,7 @@ inline Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length
 }
 inline Tensor view(const Tensor& t, const std::vector<int64_t>& shape) { return t.view(shape); }
 inline Tensor select(const Tensor& t, int64_t dim, int64_t index) { return t.select(dim, index); }
+inline Tensor clone(const Tensor& t) { return t.clone(); }
 // A contiguous CPU copy (or t itself when it already is one).
 inline Tensor host_contiguous(const Tensor& t) { return t.to(at::kCPU).contiguous(); }
 // n int32 values copied into a tensor on like's device.

@@ -81,6 +81,7 @@ inline Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length
 }
 inline Tensor view(const Tensor& t, const std::vector<int64_t>& shape) { return torch::stable::view(t, shape); }
 inline Tensor select(const Tensor& t, int64_t dim, int64_t index) { return torch::stable::select(t, dim, index); }
+inline Tensor clone(const Tensor& t) { return torch::stable::clone(t); }
 inline Tensor host_contiguous(const Tensor& t) {
   const Tensor host = t.is_cpu() ? t : torch::stable::to(t, torch::stable::Device(torch::headeronly::DeviceType::CPU));
   return torch::stable::contiguous(host);

@@ -55,9 +55,12 @@ void check_resolution(int64_t height, int64_t width) {
                     ") exceeds the maximum of ", kMaxResolution, " per side");
 }
 
+// grad_db (whether rast_db's gradient reaches pos) is for the backward only: an argument of the forward so that
+// the autograd registered on this op sees it.
 std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, int64_t height,
                                                  int64_t width, const OptTensor& ranges,
-                                                 const OptTensor& peel_prev) {
+                                                 const OptTensor& peel_prev, bool grad_db) {
+  (void)grad_db;
   check_resolution(height, width);
   Geometry g = check_geometry(pos, tri, ranges);
   const int64_t tiles = g.num_images * ((height + kTile - 1) / kTile) * ((width + kTile - 1) / kTile);
@@ -129,8 +132,8 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
 
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
-  m.def("rasterize_fwd(Tensor pos, Tensor tri, int height, int width, Tensor? ranges, Tensor? peel_prev)"
-        " -> (Tensor, Tensor)");
+  m.def("rasterize_fwd(Tensor pos, Tensor tri, int height, int width, Tensor? ranges, Tensor? peel_prev,"
+        " bool grad_db=True) -> (Tensor, Tensor)");
   m.def("rasterize_bwd(Tensor pos, Tensor tri, Tensor rast, Tensor grad_rast, Tensor? grad_db) -> Tensor");
 }
 #endif

@@ -270,6 +270,9 @@ def load(directory=PACKAGE_DIR, build=True):
 
 def _loaded(info, how):
     _state.update(info=info, path=info["path"], source=how, error=None)
+    from . import _ops  # the ops' fakes and autograd, now that their schemas exist
+
+    _ops.register()
     return info
 
 
