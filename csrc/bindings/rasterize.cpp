@@ -132,7 +132,7 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
 
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
-  m.def("rasterize_fwd(Tensor pos, Tensor tri, int height, int width, Tensor? ranges, Tensor? peel_prev,"
+  m.def("rasterize_fwd(Tensor pos, Tensor tri, SymInt height, SymInt width, Tensor? ranges, Tensor? peel_prev,"
         " bool grad_db=True) -> (Tensor, Tensor)");
   m.def("rasterize_bwd(Tensor pos, Tensor tri, Tensor rast, Tensor grad_rast, Tensor? grad_db) -> Tensor");
 }

@@ -210,7 +210,7 @@ PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
         " int boundary_mode, Tensor grad_out) -> Tensor[]");
   m.def("texture_mip_down(Tensor level) -> Tensor");
-  m.def("texture_mip_down_adjoint(Tensor grad_next, int height, int width) -> Tensor");
+  m.def("texture_mip_down_adjoint(Tensor grad_next, SymInt height, SymInt width) -> Tensor");
 }
 #endif
 
