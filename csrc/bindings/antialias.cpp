@@ -70,7 +70,11 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
   if (crossing.numel() == 0) return {out, crossing};
   run_on_device(
       kOp, color, [&] { antialias_forward_cpu(a, torch_parallel_for()); },
-      [&](StreamHandle s) { return antialias_forward_cuda(a, s); });
+      [&](StreamHandle s) {
+        const int64_t pixels = a.num_images * a.height * a.width;
+        const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, pixels, s);
+        return err ? err : antialias_forward_cuda(a, s);
+      });
   return {out, crossing};
 }
 
@@ -100,7 +104,11 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
   if (crossing.numel() == 0) return {grad_color, grad_pos};
   run_on_device(
       kOp, color, [&] { antialias_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
-      [&](StreamHandle s) { return antialias_backward_cuda(a, s); });
+      [&](StreamHandle s) {
+        const int64_t pixels = a.num_images * a.height * a.width;
+        const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, pixels, s);
+        return err ? err : antialias_backward_cuda(a, s);
+      });
   return {grad_color, grad_pos};
 }
 

@@ -1,6 +1,7 @@
 // rasterize_fwd / rasterize_bwd: validation, allocation and dispatch to the core on CPU or CUDA.
 #include "common.h"
 #include "../core/rasterize.h"
+#include "../core/validate.h"
 
 namespace prerast {
 namespace {
@@ -87,6 +88,7 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   run_on_device(
       kOp, pos, [&] { rasterize_forward_cpu(a, torch_parallel_for()); },
       [&](StreamHandle stream) {
+        if (const char* err = check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream)) return err;
         TensorWorkspace ws{pos, {}};
         return rasterize_forward_cuda(a, stream, ws.handle());
       });
