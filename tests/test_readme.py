@@ -63,6 +63,9 @@ HOW = {
     "python benchmarks/run.py --quick": {"run": True},
     "python benchmarks/run.py --only rasterize --json r.json": {"help": "python benchmarks/run.py --help"},
     "bash ci/gpu_check.sh": {"syntax": True},
+    "python -m prerast precompile mypackage.scene:Renderer --inputs example_inputs.pt --out render.pt2": {
+        "help": "python -m prerast precompile --help",
+        "test": "tests/test_precompile.py::test_runtime_loads_inference_artifact_without_compiler"},
 }
 
 # Commands the README names in its prose (not in a block) that a new user runs first.
