@@ -3,6 +3,7 @@ gradients equal to eager ones, with static and dynamic shapes (resolution and ve
 import pytest
 import torch
 
+import prerast
 from conftest import make_ctx
 from render_scene import grid_scene, render
 
@@ -43,3 +44,26 @@ def test_dynamic_resolution_and_vertex_count(device):
         # The first graph serves every later resolution and vertex count: a recompilation would raise.
         with torch._dynamo.config.patch(error_on_recompile=i > 0):
             assert_same(run(compiled, ctx, n, res, seed=n), run(render, ctx, n, res, seed=n))
+
+
+def test_prebuilt_mip_chain_and_topology_hash_pass_through(device):
+    # The helper objects hold tensors only: Dynamo reads them like any Python object, with no graph break.
+    ctx = make_ctx(device)
+
+    def shade(pos, tri, uv, tex, mip, topology):
+        rast, rast_db = prerast.rasterize(ctx, pos, tri, (19, 23))
+        texc, texd = prerast.interpolate(uv, rast, tri, rast_db=rast_db, diff_attrs="all")
+        color = prerast.texture(tex, texc, texd, mip=mip, filter_mode="linear-mipmap-linear")
+        return prerast.antialias(color, rast, pos, tri, topology_hash=topology)
+
+    def run_shade(fn):
+        pos, tri, uv, tex = grid_scene(n=4, seed=7, device=device)
+        pos.requires_grad_(True), tex.requires_grad_(True)
+        out = fn(pos, tri, uv, tex, prerast.texture_construct_mip(tex, max_mip_level=2),
+                 prerast.antialias_construct_topology_hash(tri))
+        out.square().sum().backward()
+        return out.detach(), pos.grad, tex.grad
+
+    compiled = torch.compile(shade, fullgraph=True)
+    for c, e in zip(run_shade(compiled), run_shade(shade)):
+        torch.testing.assert_close(c, e, rtol=1e-4, atol=1e-6)

@@ -308,6 +308,8 @@ def arch_serves(arch, capability):
 def check_device(device):
     """Raise BinaryMismatchError at first use of a GPU that the plugin has no code for."""
     info = require()
+    if torch.compiler.is_compiling():  # queries of the device do not belong in a graph; eager calls check
+        return
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index in _state["devices"]:
         return
