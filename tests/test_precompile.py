@@ -1,7 +1,8 @@
 """prerast.precompile in two processes: A (a devel environment, compilers available) precompiles a render module
 with `python -m prerast precompile` and renders it eagerly; B (a runtime environment: no compiler, nvcc or ninja
 on PATH, CC/CXX a program that records any call and fails, a fresh HOME and TMPDIR) loads the artifact and
-renders the same images, calling no compiler. The training route is checked against eager in one process."""
+renders the same images, calling no compiler (on the CPU, and on CUDA where a GPU is present). The training route
+is checked against eager in one process."""
 import json
 import os
 import subprocess
@@ -19,10 +20,16 @@ PROCESS_A = textwrap.dedent("""
     import sys, torch
     from prerast.__main__ import main
     from render_scene import Renderer, grid_scene
-    inputs = (*grid_scene(n=4, seed=3), torch.rand(1, 20, 24, 3, generator=torch.Generator().manual_seed(3)))
+    device = sys.argv[1]
+    target = torch.rand(1, 20, 24, 3, generator=torch.Generator().manual_seed(3)).to(device)
+    inputs = (*grid_scene(n=4, seed=3, device=device), target)
     torch.save(inputs, "inputs.pt")
-    assert main(["precompile", "render_scene:Renderer", "--inputs", "inputs.pt", "--out", "render.pt2"]) == 0
-    torch.save(Renderer()(*inputs), "eager.pt")
+    # The module: Renderer on the CPU, a subclass that rasterizes on CUDA for CUDA inputs.
+    with open("scene_module.py", "w") as f:
+        f.write("import render_scene\\nclass Renderer(render_scene.Renderer):\\n"
+                f"    def __init__(self):\\n        super().__init__({device!r})\\n")
+    assert main(["precompile", "scene_module:Renderer", "--inputs", "inputs.pt", "--out", "render.pt2"]) == 0
+    torch.save(Renderer(device)(*inputs), "eager.pt")
 """)
 
 PROCESS_B = textwrap.dedent("""
@@ -54,19 +61,21 @@ def runtime_env(folder):
     env = {"PATH": empty_bin, "HOME": home, "TMPDIR": os.path.join(home, "tmp"),
            "XDG_CACHE_HOME": os.path.join(home, ".cache"), "CC": cc, "CXX": cc, "CUDAHOSTCXX": cc,
            "PYTORCH_NVCC": cc, "LANG": "C.UTF-8", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     return env
 
 
-def run(script, cwd, env):
-    out = subprocess.run([sys.executable, "-c", script], cwd=cwd, env=env, capture_output=True, text=True,
+def run(script, cwd, env, *args):
+    out = subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout
 
 
-def test_runtime_loads_inference_artifact_without_compiler(tmp_path):
+def test_runtime_loads_inference_artifact_without_compiler(tmp_path, device):
     devel = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
-    run(PROCESS_A, tmp_path, devel)
+    run(PROCESS_A, tmp_path, devel, device)
     env = runtime_env(str(tmp_path / "runtime"))
     report = json.loads(run(PROCESS_B, tmp_path, env).strip().splitlines()[-1])
     assert report["tools_on_path"] == []
