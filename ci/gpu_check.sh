@@ -33,7 +33,7 @@ grep -q "CUDA kernels loaded" "$out/doctor.txt" || { echo "the CUDA library did 
 step "tests on CPU and CUDA"
 # test_no_sync: every op under torch.cuda.set_sync_debug_mode("error"), and the device-side index checks.
 $PY -m pytest -q -p no:cacheprovider tests/ops tests/test_loader.py tests/test_custom_ops.py tests/test_compile.py \
-  tests/test_no_sync.py -x 2>&1 | tee "$out/tests.log" | tail -30
+  tests/test_no_sync.py tests/test_precompile.py -x 2>&1 | tee "$out/tests.log" | tail -30
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
 step "benchmark"

@@ -37,6 +37,17 @@ def _all_dims_dynamic(example_inputs):
     return tuple({d: auto for d in range(t.dim())} if isinstance(t, torch.Tensor) else None for t in example_inputs)
 
 
+def _require_torch_api(training):
+    """Both routes are recent torch APIs: say which torch is needed instead of failing on a missing name."""
+    needed = ("torch.compile(...).aot_compile", "2.9") if training else \
+        ("torch._inductor.aoti_compile_and_package", "2.6")
+    present = hasattr(torch.compiler, "load_compiled_function") if training else \
+        hasattr(torch._inductor, "aoti_compile_and_package")
+    if not present:
+        raise RuntimeError(f"prerast.precompile(training={training}) uses {needed[0]}, which torch "
+                           f"{torch.__version__} lacks; it needs torch >= {needed[1]}")
+
+
 def precompile(fn, example_inputs, path, training=False, dynamic=False):
     """Compile fn (a function or torch.nn.Module) for the tuple example_inputs and write one artifact to path.
 
@@ -46,6 +57,7 @@ def precompile(fn, example_inputs, path, training=False, dynamic=False):
     the runtime's will (requires_grad is part of what the artifact checks). Returns path.
     """
     _loader.require()
+    _require_torch_api(training)
     example_inputs = tuple(example_inputs)
     path = os.fspath(path)
     if training:
