@@ -108,3 +108,17 @@ def test_training_artifact_equals_eager(tmp_path):
         results.append((color.detach(), loss.detach(), args[0].grad, args[3].grad))
     for got, want in zip(*results):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_dynamic_inference_artifact_serves_other_sizes(tmp_path):
+    from render_scene import Renderer
+
+    pos, tri, uv, tex = grid_scene(n=4)
+    path = prerast.precompile(Renderer(), (pos, tri, uv, tex, torch.rand(1, 20, 24, 3)), tmp_path / "dyn.pt2",
+                              dynamic=True)
+    loaded = prerast.load_precompiled(path)
+    for n, res in ((5, (27, 31)), (6, (33, 17))):  # other vertex counts and resolutions than the example's
+        pos, tri, uv, tex = grid_scene(n=n, seed=n)
+        target = torch.rand(1, *res, 3)
+        for got, want in zip(loaded(pos, tri, uv, tex, target), Renderer()(pos, tri, uv, tex, target)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
