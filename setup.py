@@ -76,6 +76,7 @@ CUDA_SOURCES = [
     "csrc/core/interpolate_cuda.cu",
     "csrc/core/antialias_cuda.cu",
     "csrc/core/texture_cuda.cu",
+    "csrc/core/validate_cuda.cu",
 ]
 
 

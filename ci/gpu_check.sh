@@ -31,7 +31,9 @@ $PY -m prerast doctor | tee "$out/doctor.txt"
 grep -q "CUDA kernels loaded" "$out/doctor.txt" || { echo "the CUDA library did not load"; status=1; }
 
 step "tests on CPU and CUDA"
-$PY -m pytest -q -p no:cacheprovider tests/ops tests/test_loader.py -x 2>&1 | tee "$out/tests.log" | tail -30
+# test_no_sync: every op under torch.cuda.set_sync_debug_mode("error"), and the device-side index checks.
+$PY -m pytest -q -p no:cacheprovider tests/ops tests/test_loader.py tests/test_custom_ops.py tests/test_compile.py \
+  tests/test_no_sync.py tests/test_precompile.py -x 2>&1 | tee "$out/tests.log" | tail -30
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
 step "benchmark"
@@ -52,7 +54,7 @@ rast, db = prerast.rasterize(ctx, pos, tri, (67, 45))
 (rast[..., :2].sum() + db.sum()).backward()
 with prerast.DepthPeeler(ctx, pos[0].detach(), tri, (33, 17), ranges=torch.tensor([[0, 60], [40, 60]], dtype=torch.int32)) as p:
     p.rasterize_next_layer(); p.rasterize_next_layer()
-# Every op of the CUDA library, forward and backward.
+# Every op of the CUDA library, forward and backward (each behind its device-side index checks).
 rast, db = prerast.rasterize(ctx, pos, tri, (67, 45))
 attr = torch.rand(2, 300, 3, device="cuda", requires_grad=True)
 uv, uv_da = prerast.interpolate(attr[..., :2], rast, tri, rast_db=db, diff_attrs="all")

@@ -71,6 +71,9 @@ HOW = {
                                               "test": EXAMPLES + "test_loss_falls"},
     "python examples/textured_sphere.py": {"test": EXAMPLES + "test_loss_falls"},
     "python examples/envmap.py": {"test": EXAMPLES + "test_loss_falls"},
+    "python -m prerast precompile mypackage.scene:Renderer --inputs example_inputs.pt --out render.pt2": {
+        "help": "python -m prerast precompile --help",
+        "test": "tests/test_precompile.py::test_runtime_loads_inference_artifact_without_compiler"},
 }
 
 # Commands the README names in its prose (not in a block) that a new user runs first.

@@ -55,11 +55,13 @@ AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor
   return a;
 }
 
-// Returns (out, crossing): crossing [N, H, W, 2] is kept by autograd for the backward pass.
+// Returns (out, crossing): crossing [N, H, W, 2] is kept by autograd for the backward pass. pos_gradient_boost
+// is for the backward only: an argument of the forward so that the autograd registered on this op sees it.
 std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast,
                                                  const Tensor& pos, const Tensor& tri,
                                                  const Tensor& half_edges, const Tensor& group_of,
-                                                 const Tensor& group_start) {
+                                                 const Tensor& group_start, double pos_gradient_boost) {
+  (void)pos_gradient_boost;
   AntialiasArgs a = check_inputs(color, rast, pos, tri, half_edges, group_of, group_start);
   auto out = empty_like_float(color);
   auto crossing = facade::new_empty(color, {a.num_images, a.height, a.width, 2}, Dtype::Float);
@@ -68,7 +70,11 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
   if (crossing.numel() == 0) return {out, crossing};
   run_on_device(
       kOp, color, [&] { antialias_forward_cpu(a, torch_parallel_for()); },
-      [&](StreamHandle s) { return antialias_forward_cuda(a, s); });
+      [&](StreamHandle s) {
+        const int64_t pixels = a.num_images * a.height * a.width;
+        const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, pixels, s);
+        return err ? err : antialias_forward_cuda(a, s);
+      });
   return {out, crossing};
 }
 
@@ -98,7 +104,11 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
   if (crossing.numel() == 0) return {grad_color, grad_pos};
   run_on_device(
       kOp, color, [&] { antialias_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
-      [&](StreamHandle s) { return antialias_backward_cuda(a, s); });
+      [&](StreamHandle s) {
+        const int64_t pixels = a.num_images * a.height * a.width;
+        const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, pixels, s);
+        return err ? err : antialias_backward_cuda(a, s);
+      });
   return {grad_color, grad_pos};
 }
 
@@ -108,7 +118,7 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("antialias_fwd(Tensor color, Tensor rast, Tensor pos, Tensor tri, Tensor half_edges, Tensor group_of,"
-        " Tensor group_start) -> (Tensor, Tensor)");
+        " Tensor group_start, float pos_gradient_boost=1.0) -> (Tensor, Tensor)");
   m.def("antialias_bwd(Tensor color, Tensor rast, Tensor pos, Tensor tri, Tensor half_edges, Tensor group_of,"
         " Tensor group_start, Tensor crossing, Tensor grad_out, float pos_gradient_boost, bool with_pos)"
         " -> (Tensor, Tensor)");

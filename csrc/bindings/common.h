@@ -89,8 +89,7 @@ inline void check_dim(const char* op, const char* name, const Tensor& t, int64_t
                  shape_str(t));
 }
 
-// Smallest and largest of every stride-th value of a contiguous tensor (read on the host: a CUDA tensor is
-// copied there first). NaN makes `nan` true.
+// Smallest and largest of every stride-th value of a contiguous CPU tensor. NaN makes `nan` true.
 template <class T>
 struct Range {
   T lo, hi;
@@ -98,8 +97,7 @@ struct Range {
 };
 template <class T>
 Range<T> value_range(const Tensor& t, int64_t stride = 1, int64_t offset = 0) {
-  const Tensor host = facade::host_contiguous(t);
-  const T* p = data<T>(host);
+  const T* p = data<T>(t);
   Range<T> r{std::numeric_limits<T>::max(), std::numeric_limits<T>::lowest()};
   for (int64_t i = offset; i < t.numel(); i += stride) {
     const T v = p[i];
@@ -111,9 +109,10 @@ Range<T> value_range(const Tensor& t, int64_t stride = 1, int64_t offset = 0) {
 }
 
 // Triangle indices must lie in [0, num_vertices): checked before any kernel reads through them. `source` names
-// the tensor whose vertices they index.
+// the tensor whose vertices they index. Here for a CPU tensor only: reading a CUDA tensor on the host would
+// wait for the GPU, so the op's CUDA path checks it on the device first (check_indices_cuda, core/validate.h).
 inline void check_indices(const char* op, const Tensor& tri, int64_t num_vertices, const char* source = "pos") {
-  if (tri.numel() == 0) return;
+  if (tri.numel() == 0 || !tri.is_cpu()) return;
   const Range<int32_t> r = value_range<int32_t>(tri);
   PR_CHECK_INDEX(r.lo >= 0 && r.hi < num_vertices, op, ": tri holds vertex indices in [", r.lo, ", ", r.hi,
                  "] but ", source, " has ", num_vertices, " vertices");

@@ -76,7 +76,10 @@ std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& ras
   if (a.num_pixels == 0) return {out, out_da};
   run_on_device(
       kOp, attr, [&] { interpolate_forward_cpu(a, torch_parallel_for()); },
-      [&](StreamHandle s) { return interpolate_forward_cuda(a, s); });
+      [&](StreamHandle s) {
+        const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, a.num_pixels, s);
+        return err ? err : interpolate_forward_cuda(a, s);
+      });
   return {out, out_da};
 }
 
@@ -111,7 +114,10 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
   if (a.num_pixels > 0) {
     run_on_device(
         kOp, attr, [&] { interpolate_backward_cpu(a, torch_parallel_for(), facade::num_threads(), kMaxChunkBytes); },
-        [&](StreamHandle s) { return interpolate_backward_cuda(a, s); });
+        [&](StreamHandle s) {
+          const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, a.num_pixels, s);
+          return err ? err : interpolate_backward_cuda(a, s);
+        });
   }
   return {grad_attr, grad_rast, grad_db};
 }

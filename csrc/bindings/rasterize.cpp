@@ -1,6 +1,7 @@
 // rasterize_fwd / rasterize_bwd: validation, allocation and dispatch to the core on CPU or CUDA.
 #include "common.h"
 #include "../core/rasterize.h"
+#include "../core/validate.h"
 
 namespace prerast {
 namespace {
@@ -55,9 +56,12 @@ void check_resolution(int64_t height, int64_t width) {
                     ") exceeds the maximum of ", kMaxResolution, " per side");
 }
 
+// grad_db (whether rast_db's gradient reaches pos) is for the backward only: an argument of the forward so that
+// the autograd registered on this op sees it.
 std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, int64_t height,
                                                  int64_t width, const OptTensor& ranges,
-                                                 const OptTensor& peel_prev) {
+                                                 const OptTensor& peel_prev, bool grad_db) {
+  (void)grad_db;
   check_resolution(height, width);
   Geometry g = check_geometry(pos, tri, ranges);
   const int64_t tiles = g.num_images * ((height + kTile - 1) / kTile) * ((width + kTile - 1) / kTile);
@@ -84,6 +88,7 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   run_on_device(
       kOp, pos, [&] { rasterize_forward_cpu(a, torch_parallel_for()); },
       [&](StreamHandle stream) {
+        if (const char* err = check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream)) return err;
         TensorWorkspace ws{pos, {}};
         return rasterize_forward_cuda(a, stream, ws.handle());
       });
@@ -129,8 +134,8 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
 
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
-  m.def("rasterize_fwd(Tensor pos, Tensor tri, int height, int width, Tensor? ranges, Tensor? peel_prev)"
-        " -> (Tensor, Tensor)");
+  m.def("rasterize_fwd(Tensor pos, Tensor tri, SymInt height, SymInt width, Tensor? ranges, Tensor? peel_prev,"
+        " bool grad_db=True) -> (Tensor, Tensor)");
   m.def("rasterize_bwd(Tensor pos, Tensor tri, Tensor rast, Tensor grad_rast, Tensor? grad_db) -> Tensor");
 }
 #endif

@@ -106,6 +106,7 @@ Tensor texture_fwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
 
 // Returns [grad_tex, grad_uv, grad_uv_da, grad_mip_level_bias, grad_mip[0], ...]; a gradient the filter mode
 // does not produce is an empty tensor. grad_tex holds level 0 only: folding the levels back is the caller's.
+// No two outputs share memory (a custom op's outputs must not alias each other).
 std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
                                     const OptTensor& bias, const TensorListArg& mip,
                                     int64_t filter, int64_t boundary, const Tensor& grad_out) {
@@ -117,14 +118,14 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
   PR_CHECK_VALUE(sizes(grad_out) == out_shape, kOp, ": grad of the output has shape ",
                     shape_str(grad_out), ", expected ", shape_str(out_shape));
   g.grad_out = data<float>(grad_out);
-  const auto none = facade::new_empty(tex, {0}, Dtype::Float);
+  const auto none = [&] { return facade::new_empty(tex, {0}, Dtype::Float); };
   // The level gradients are views of one zeroed buffer, back to back (as the CPU path needs). Without levels
   // the texture's gradient is a tensor of its own: autograd would copy a view of a larger buffer.
   int64_t total = tex.numel();
   for (const Tensor& m : mip) total += m.numel();
   const Tensor flat = mip.empty() ? zeros_like_float(tex) : facade::new_zeros(tex, {total}, Dtype::Float);
   const Tensor level0 = mip.empty() ? flat : facade::view(facade::narrow(flat, 0, 0, tex.numel()), sizes(tex));
-  std::vector<Tensor> result = {level0, none, none, none};
+  std::vector<Tensor> result = {level0, none(), none(), none()};
   g.grad_levels[0] = data<float>(result[0]);
   int64_t offset = tex.numel();
   for (size_t k = 0; k < mip.size(); ++k) {
@@ -149,6 +150,9 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
   run_on_device(
       kOp, tex, [&] { texture_backward_cpu(g, torch_parallel_for(), facade::num_threads()); },
       [&](StreamHandle s) { return texture_backward_cuda(g, s); });
+  // The levels' gradients (a third of level 0's size at most) move out of the shared buffer; level 0 stays a
+  // view of its start.
+  for (size_t k = 4; k < result.size(); ++k) result[k] = facade::clone(result[k]);
   return result;
 }
 
@@ -172,16 +176,17 @@ Tensor texture_mip_down(const Tensor& level) {
   return out;
 }
 
-// grad += the adjoint of texture_mip_down applied to grad_next: folds the gradient of a level into that of the
-// level it was built from, in place.
-Tensor texture_mip_down_adjoint_(const Tensor& grad_next, const Tensor& grad) {
-  check_level("gradient", grad);
+// The adjoint of texture_mip_down: the gradient of a level [B, h, w, C] from that of the level built from it
+// ([B, mip_size(h), mip_size(w), C]). A new tensor, so that the op is functional (and traceable).
+Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t width) {
   check_level("gradient of the next level", grad_next);
-  check_same_device(kMipOp, "gradient of the next level", grad_next, grad, "gradient");
-  const int h = (int)grad.size(1), w = (int)grad.size(2), C = (int)grad.size(3);
-  const std::vector<int64_t> want = {grad.size(0), mip_size(h), mip_size(w), C};
-  PR_CHECK_VALUE(sizes(grad_next) == want, kMipOp, ": gradient of the next level has shape ",
-                    shape_str(grad_next), ", expected ", shape_str(want));
+  PR_CHECK_VALUE(height > 0 && width > 0 && mip_size((int)height) == grad_next.size(1) &&
+                     mip_size((int)width) == grad_next.size(2),
+                 kMipOp, ": gradient of the next level has shape ", shape_str(grad_next), ", which is not the level below ",
+                 height, " x ", width, " texels");
+  const int h = (int)height, w = (int)width, C = (int)grad_next.size(3);
+  auto grad = facade::new_zeros(grad_next, {grad_next.size(0), height, width, C}, Dtype::Float);
+  check_level("gradient", grad);
   if (grad.numel() == 0) return grad;
   const float* next = data<float>(grad_next);
   float* dst = data<float>(grad);
@@ -201,7 +206,7 @@ PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
         " int boundary_mode, Tensor grad_out) -> Tensor[]");
   m.def("texture_mip_down(Tensor level) -> Tensor");
-  m.def("texture_mip_down_adjoint_(Tensor grad_next, Tensor(a!) grad) -> Tensor(a!)");
+  m.def("texture_mip_down_adjoint(Tensor grad_next, SymInt height, SymInt width) -> Tensor");
 }
 #endif
 
@@ -209,5 +214,5 @@ PRERAST_KERNELS(m) {
   m.impl("texture_fwd", PRERAST_KERNEL(prerast::texture_fwd));
   m.impl("texture_bwd", PRERAST_KERNEL(prerast::texture_bwd));
   m.impl("texture_mip_down", PRERAST_KERNEL(prerast::texture_mip_down));
-  m.impl("texture_mip_down_adjoint_", PRERAST_KERNEL(prerast::texture_mip_down_adjoint_));
+  m.impl("texture_mip_down_adjoint", PRERAST_KERNEL(prerast::texture_mip_down_adjoint));
 }

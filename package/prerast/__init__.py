@@ -34,6 +34,7 @@ from ._antialias import TopologyHash, antialias, antialias_construct_topology_ha
 from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402
 from ._interpolate import interpolate  # noqa: E402
 from ._log import get_log_level, set_log_level  # noqa: E402
+from ._precompile import load_precompiled, precompile  # noqa: E402
 from ._rasterize import DepthPeeler, rasterize  # noqa: E402
 from ._texture import TextureMipChain, texture, texture_construct_mip  # noqa: E402
 
@@ -50,6 +51,8 @@ __all__ = [
     "antialias_construct_topology_hash",
     "get_log_level",
     "interpolate",
+    "load_precompiled",
+    "precompile",
     "rasterize",
     "set_log_level",
     "texture",

@@ -3,6 +3,7 @@
     demo         render a small scene to a PNG file
     doctor       what is installed and running, whether they fit, and the command that fixes what does not
     build-wheel  build and repair a wheel for exactly this environment's torch, CUDA and Python
+    precompile   compile a render function once, into one artifact a runtime without a compiler loads
 """
 import argparse
 import os
@@ -33,6 +34,22 @@ def cmd_build_wheel(args):
     return _build_wheel.main(args.out, args.arch, repair=not args.no_repair, keep_temp=args.keep_temp)
 
 
+def cmd_precompile(args):
+    import sys
+
+    import torch
+
+    from prerast import _precompile
+
+    sys.path.insert(0, os.getcwd())  # MODULE:NAME as `python -m` would find it
+    fn = _precompile.import_target(args.target)
+    inputs = torch.load(args.inputs, weights_only=True)
+    _precompile.precompile(fn, tuple(inputs), args.out, training=args.training, dynamic=args.dynamic)
+    route = "training (torch.compile artifact)" if args.training else "inference (AOTInductor package)"
+    print(f"{args.out}: {route}, {os.path.getsize(args.out)} bytes")
+    return 0
+
+
 def parser():
     p = argparse.ArgumentParser(prog="python -m prerast", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -59,6 +76,17 @@ def parser():
     build.add_argument("--no-repair", action="store_true", help="skip auditwheel (a linux_x86_64 wheel)")
     build.add_argument("--keep-temp", action="store_true", help="keep the temporary build tree")
     build.set_defaults(func=cmd_build_wheel)
+
+    pre = sub.add_parser("precompile", help="compile a render function into one artifact for a compiler-free runtime",
+                         description="Needs a C++ compiler (and, for CUDA inputs, Triton). The runtime loads the "
+                                     "artifact with prerast.load_precompiled(path).")
+    pre.add_argument("target", help="MODULE:NAME of a function or torch.nn.Module (a class is instantiated)")
+    pre.add_argument("--inputs", required=True, help="a torch.save'd tuple (or list) of example inputs")
+    pre.add_argument("--out", required=True, help="the artifact file to write")
+    pre.add_argument("--training", action="store_true",
+                     help="forward and backward (torch.compile artifact; on the CPU its load needs a C++ compiler)")
+    pre.add_argument("--dynamic", action="store_true", help="let every dimension of the tensor inputs vary")
+    pre.set_defaults(func=cmd_precompile)
     return p
 
 

@@ -1,6 +1,6 @@
-"""antialias and antialias_construct_topology_hash: the public API over the prerast::antialias_* ops."""
+"""antialias and antialias_construct_topology_hash: the public API over the prerast::antialias_* ops (autograd and
+fakes: _ops.py)."""
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _checks, _loader
 
@@ -13,7 +13,9 @@ class TopologyHash:
 
     Half-edge h = 3 * t + i is the edge of triangle t opposite its vertex i. The table lists all half-edges
     grouped by undirected edge {a, b} of vertex indices: group_of[h] is h's group, and
-    half_edges[group_start[g]:group_start[g + 1]] are the half-edges of group g.
+    half_edges[group_start[g]:group_start[g + 1]] are the half-edges of group g. group_start always has 3 T + 1
+    entries (those past the last group equal 3 T), so that every shape follows from T alone and the table can be
+    built inside torch.compile without data-dependent shapes.
     """
 
     __slots__ = ("num_triangles", "device", "half_edges", "group_of", "group_start")
@@ -26,8 +28,8 @@ class TopologyHash:
         self.group_start = group_start
 
     def __repr__(self):
-        return (f"TopologyHash(num_triangles={self.num_triangles}, edges={self.group_start.numel() - 1}, "
-                f"device={self.device})")
+        edges = int((self.group_start[:-1] < 3 * self.num_triangles).sum())
+        return f"TopologyHash(num_triangles={self.num_triangles}, edges={edges}, device={self.device})"
 
 
 def antialias_construct_topology_hash(tri):
@@ -43,36 +45,23 @@ def antialias_construct_topology_hash(tri):
     if tri.shape[0] > _checks.MAX_ANTIALIAS_TRIANGLES:
         raise ValueError(f"{op}: {tri.shape[0]} triangles is more than the {_checks.MAX_ANTIALIAS_TRIANGLES} "
                          "prerast supports")
-    if tri.numel() and int(tri.min()) < 0:
+    # Reading the indices back would stall a GPU (and break a compiled graph): only CPU indices are checked here.
+    # antialias itself checks them on every device.
+    if tri.device.type == "cpu" and not torch.compiler.is_compiling() and tri.numel() and int(tri.min()) < 0:
         raise IndexError(f"{op}: tri holds a negative vertex index ({int(tri.min())})")
     num_triangles = tri.shape[0]
     t = tri.long()
     ends = torch.stack([t[:, [1, 2, 0]], t[:, [2, 0, 1]]], -1)  # half-edge i of a triangle: vertices i+1, i+2
     key = (ends.amin(-1) << 32 | ends.amax(-1)).reshape(-1)    # undirected edge as one int64
     sorted_key, order = torch.sort(key, stable=True)
-    _, counts = torch.unique_consecutive(sorted_key, return_counts=True)
-    group_start = torch.zeros(counts.numel() + 1, dtype=torch.int64, device=tri.device)
-    torch.cumsum(counts, 0, out=group_start[1:])
-    group_of = torch.empty_like(order)
-    group_of[order] = torch.repeat_interleave(torch.arange(counts.numel(), device=tri.device), counts)
+    first = torch.ones_like(sorted_key, dtype=torch.bool)      # where a group of equal keys begins
+    first[1:] = sorted_key[1:] != sorted_key[:-1]
+    group = torch.cumsum(first, 0) - 1                         # group of each sorted half-edge
+    position = torch.arange(key.numel(), device=tri.device)
+    group_start = torch.full((key.numel() + 1,), key.numel(), dtype=torch.int64, device=tri.device)
+    group_start = group_start.scatter_reduce(0, group, position, reduce="amin")
+    group_of = torch.empty_like(order).scatter_(0, order, group)
     return TopologyHash(num_triangles, order.int(), group_of.int(), group_start.int())
-
-
-class _Antialias(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, color, rast, pos, tri, half_edges, group_of, group_start, boost):
-        out, crossing = torch.ops.prerast.antialias_fwd(color, rast, pos, tri, half_edges, group_of, group_start)
-        ctx.save_for_backward(color, rast, pos, tri, half_edges, group_of, group_start, crossing)
-        ctx.boost = boost
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out):
-        saved = ctx.saved_tensors
-        with_pos = ctx.needs_input_grad[2]
-        grad_color, grad_pos = torch.ops.prerast.antialias_bwd(*saved, grad_out.contiguous(), ctx.boost, with_pos)
-        return grad_color, None, grad_pos if with_pos else None, None, None, None, None, None
 
 
 def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0):
@@ -88,7 +77,8 @@ def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0)
     color and, through where the edges cross, to pos (scaled by pos_gradient_boost).
     """
     _loader.require()
-    for name, value, dtype in (("color", color, torch.float32), ("rast", rast, torch.float32), ("pos", pos, torch.float32), ("tri", tri, torch.int32)):
+    for name, value, dtype in (("color", color, torch.float32), ("rast", rast, torch.float32),
+                               ("pos", pos, torch.float32), ("tri", tri, torch.int32)):
         _checks.tensor(_OP, name, value, dtype)
     device = _checks.same_device(_OP, color=color, rast=rast, pos=pos, tri=tri)
     pos_gradient_boost = _checks.real_number(_OP, "pos_gradient_boost", pos_gradient_boost)
@@ -103,6 +93,6 @@ def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0)
     if tri.dim() == 2 and topology_hash.num_triangles != tri.shape[0]:
         raise ValueError(f"{_OP}: topology_hash was built for {topology_hash.num_triangles} triangles but tri has "
                          f"{tri.shape[0]}; build it with antialias_construct_topology_hash(tri) for this tri")
-    return _Antialias.apply(color.contiguous(), rast.contiguous(), pos.contiguous(), tri.contiguous(),
-                            topology_hash.half_edges, topology_hash.group_of, topology_hash.group_start,
-                            float(pos_gradient_boost))
+    return torch.ops.prerast.antialias_fwd(color.contiguous(), rast.contiguous(), pos.contiguous(), tri.contiguous(),
+                                           topology_hash.half_edges, topology_hash.group_of, topology_hash.group_start,
+                                           float(pos_gradient_boost))[0]

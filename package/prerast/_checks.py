@@ -35,8 +35,8 @@ def tensor(op, name, value, dtype=None):
 
 
 def resolution(op, res):
-    try:
-        h, w = (int(r) for r in res)
+    try:  # a symbolic size (torch.compile with dynamic shapes) stays symbolic: int() would specialize it
+        h, w = (r if isinstance(r, torch.SymInt) else int(r) for r in res)
     except (TypeError, ValueError):
         raise TypeError(f"{op}: resolution must be a pair (height, width) of ints, got {res!r}") from None
     if h <= 0 or w <= 0:

@@ -1,28 +1,11 @@
-"""interpolate: the public API over the prerast::interpolate_* ops, with its autograd."""
+"""interpolate: the public API over the prerast::interpolate_* ops (autograd and fakes: _ops.py)."""
 import torch
-from torch.autograd.function import once_differentiable
 
 from . import _checks, _loader
 
 _OP = "interpolate"
 
 
-class _Interpolate(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, attr, rast, tri, rast_db, diff):
-        out, out_da = torch.ops.prerast.interpolate_fwd(attr, rast, tri, rast_db, diff)
-        ctx.save_for_backward(attr, rast, tri, rast_db)
-        ctx.diff = diff
-        return out, out_da
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, grad_out, grad_da):
-        attr, rast, tri, rast_db = ctx.saved_tensors
-        with_da = rast_db is not None and len(ctx.diff) > 0
-        grad_attr, grad_rast, grad_db = torch.ops.prerast.interpolate_bwd(
-            attr, rast, tri, rast_db, ctx.diff, grad_out.contiguous(), grad_da.contiguous() if with_da else None)
-        return grad_attr, grad_rast, None, grad_db if with_da else None, None
 
 
 def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
@@ -48,4 +31,4 @@ def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     rast_db = _checks.derivatives_input(_OP, diff, rast_db)
     if rast_db is not None:
         rast_db = rast_db.contiguous()
-    return _Interpolate.apply(attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db, diff)
+    return torch.ops.prerast.interpolate_fwd(attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db, diff)

@@ -270,6 +270,9 @@ def load(directory=PACKAGE_DIR, build=True):
 
 def _loaded(info, how):
     _state.update(info=info, path=info["path"], source=how, error=None)
+    from . import _ops  # the ops' fakes and autograd, now that their schemas exist
+
+    _ops.register()
     return info
 
 
@@ -305,6 +308,8 @@ def arch_serves(arch, capability):
 def check_device(device):
     """Raise BinaryMismatchError at first use of a GPU that the plugin has no code for."""
     info = require()
+    if torch.compiler.is_compiling():  # queries of the device do not belong in a graph; eager calls check
+        return
     index = device.index if device.index is not None else torch.cuda.current_device()
     if index in _state["devices"]:
         return

@@ -1,26 +1,8 @@
-"""rasterize and DepthPeeler: the public API over the prerast::rasterize_* ops, with their autograd."""
+"""rasterize and DepthPeeler: the public API over the prerast::rasterize_* ops (autograd and fakes: _ops.py)."""
 import torch
 
 from . import _checks, _loader
 from ._context import _Context
-
-
-class _Rasterize(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, pos, tri, height, width, ranges, grad_db, peel_prev):
-        rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, peel_prev)
-        ctx.save_for_backward(pos, tri, rast)
-        ctx.grad_db = grad_db
-        return rast, rast_db
-
-    @staticmethod
-    def backward(ctx, grad_rast, grad_rast_db):
-        pos, tri, rast = ctx.saved_tensors
-        if grad_rast is None:
-            grad_rast = torch.zeros_like(rast)
-        grad_db = grad_rast_db.contiguous() if (ctx.grad_db and grad_rast_db is not None) else None
-        grad_pos = torch.ops.prerast.rasterize_bwd(pos, tri, rast, grad_rast.contiguous(), grad_db)
-        return grad_pos, None, None, None, None, None, None
 
 
 def _prepare(op, glctx, pos, tri, resolution, ranges):
@@ -54,7 +36,8 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     """
     height, width = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
     glctx._check_free("rasterize")
-    rast, rast_db = _Rasterize.apply(pos, tri, height, width, _checks.ranges_for(pos, ranges), bool(grad_db), None)
+    rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, _checks.ranges_for(pos, ranges), None,
+                                                    bool(grad_db))
     return rast, _checks.derivatives_output(glctx, rast_db)
 
 
@@ -103,26 +86,8 @@ class DepthPeeler:
             raise RuntimeError("DepthPeeler.rasterize_next_layer: use the peeler inside a 'with' block")
         pos, tri, ranges = self._inputs
         height, width = self._size
-        rast, rast_db = _Rasterize.apply(pos, tri, height, width, ranges, self._grad_db, self._prev)
+        rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, self._prev, self._grad_db)
         self._prev = rast.detach()
         self.peeling_idx += 1
         return rast, _checks.derivatives_output(self._glctx, rast_db)
 
-
-def _register_fake_kernels():
-    """Shape-only versions of the ops, so that torch.compile can trace through rasterize."""
-    register = getattr(torch.library, "register_fake", None)
-    if register is None or _loader._state["info"] is None:
-        return
-
-    @register("prerast::rasterize_fwd")
-    def _(pos, tri, height, width, ranges, peel_prev):
-        n = pos.shape[0] if pos.dim() == 3 else ranges.shape[0]
-        return pos.new_empty((n, height, width, 4)), pos.new_empty((n, height, width, 4))
-
-    @register("prerast::rasterize_bwd")
-    def _(pos, tri, rast, grad_rast, grad_db):
-        return torch.empty_like(pos)
-
-
-_register_fake_kernels()

@@ -1,4 +1,4 @@
-"""texture and texture_construct_mip: the public API over the prerast::texture_* ops, with their autograd.
+"""texture and texture_construct_mip: the public API over the prerast::texture_* ops (autograd and fakes: _ops.py).
 
 Conventions (the arithmetic lives in csrc/core/texture.h):
 - 2D textures are [N, Ht, Wt, C]; uv [..., 2] with u along the width, v along the height. Texel i covers
@@ -60,22 +60,14 @@ def _flat(t):
 
 
 def _build_levels(tex, max_mip_level):
+    """Levels 1, 2, ... of tex. Each halving is differentiable, so that gradients of the levels reach tex."""
     levels = []
-    level = tex.detach().contiguous()
+    level = tex.contiguous()
     while (max_mip_level is None or len(levels) < max_mip_level) and max(level.shape[-3:-1]) > 1:
         nxt = torch.ops.prerast.texture_mip_down(_flat(level))
         level = nxt.view(*tex.shape[:-3], *nxt.shape[1:])
         levels.append(level)
     return levels
-
-
-def _fold_level_grads(grad_tex, grad_levels):
-    """Gradient of level 0 including what reached levels 1..n built from it: the adjoint of each halving,
-    accumulated in place from the smallest level up (all of these are fresh tensors from texture_bwd)."""
-    grads = [grad_tex] + list(grad_levels)
-    for k in range(len(grads) - 1, 0, -1):
-        torch.ops.prerast.texture_mip_down_adjoint_(_flat(grads[k]), _flat(grads[k - 1]))
-    return grad_tex
 
 
 def texture_construct_mip(tex, max_mip_level=None, cube_mode=False):
@@ -89,31 +81,6 @@ def texture_construct_mip(tex, max_mip_level=None, cube_mode=False):
     return TextureMipChain(_build_levels(tex, max_mip_level), tex.shape, bool(cube_mode))
 
 
-class _Texture(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, cfg, tex, uv, uv_da, bias, *levels):
-        filter_mode, boundary_mode, built = cfg
-        out = torch.ops.prerast.texture_fwd(tex, uv, uv_da, bias, list(levels), filter_mode, boundary_mode)
-        ctx.save_for_backward(tex, uv, uv_da, bias, *levels)
-        ctx.cfg = cfg
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        filter_mode, boundary_mode, built = ctx.cfg
-        tex, uv, uv_da, bias, *levels = ctx.saved_tensors
-        grads = torch.ops.prerast.texture_bwd(tex, uv, uv_da, bias, levels, filter_mode, boundary_mode,
-                                              grad_out.contiguous())
-        grad_tex, grad_uv, grad_da, grad_bias, *grad_levels = grads
-        if built:
-            grad_tex = _fold_level_grads(grad_tex, grad_levels)
-            grad_levels = [None] * len(levels)
-        lod_grads = filter_mode == _MIP_LINEAR and len(levels) > 0
-        return (None, grad_tex, grad_uv if filter_mode > 0 else None,
-                grad_da if lod_grads and uv_da is not None else None,
-                grad_bias if lod_grads and bias is not None else None, *grad_levels)
-
-
 def _mode(op, name, value, modes):
     if value not in modes:
         raise ValueError(f"{op}: {name} must be one of {', '.join(repr(m) for m in modes)}; got {value!r}")
@@ -121,25 +88,23 @@ def _mode(op, name, value, modes):
 
 
 def _levels_for(op, tex, mip, cube, max_mip_level):
-    """(levels, built): the mip levels below tex to sample, and whether they were built from tex."""
+    """The mip levels below tex to sample."""
     if mip is None:
-        return _build_levels(tex, max_mip_level), True
+        return _build_levels(tex, max_mip_level)
     if isinstance(mip, TextureMipChain):
         if mip._base_shape != tuple(tex.shape) or mip._cube_mode != cube:
             raise ValueError(f"{op}: mip was built for a texture of shape {list(mip._base_shape)} "
                              f"(cube_mode={mip._cube_mode}) but tex has shape {list(tex.shape)} "
                              f"(cube={cube}); rebuild it with texture_construct_mip(tex)")
         levels = mip._levels
-        built = True
     elif isinstance(mip, (list, tuple)):
         for i, t in enumerate(mip):
             _checks.tensor(op, f"mip[{i}]", t, torch.float32)
         levels = [t.contiguous() for t in mip]
-        built = False
     else:
         raise TypeError(f"{op}: mip must be None, the result of texture_construct_mip, or a list of level tensors; "
                         f"got {type(mip).__name__}")
-    return (levels if max_mip_level is None else levels[:max_mip_level]), built
+    return levels if max_mip_level is None else levels[:max_mip_level]
 
 
 def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="auto", boundary_mode="wrap",
@@ -170,8 +135,8 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     max_mip_level = _checks.max_mip_level(op, max_mip_level)
     _checks.same_device(op, tex=tex, uv=uv, uv_da=uv_da, mip_level_bias=mip_level_bias)
 
-    levels, built = [], False
+    levels = []
     if filt in (_MIP_NEAREST, _MIP_LINEAR) and max_mip_level != 0:
-        levels, built = _levels_for(op, tex, mip, cube, max_mip_level)
-    contiguous = [None if t is None else t.contiguous() for t in (tex, uv, uv_da, mip_level_bias)]
-    return _Texture.apply((filt, bound, built), *contiguous, *levels)
+        levels = _levels_for(op, tex, mip, cube, max_mip_level)
+    tex, uv, uv_da, mip_level_bias = (None if t is None else t.contiguous() for t in (tex, uv, uv_da, mip_level_bias))
+    return torch.ops.prerast.texture_fwd(tex, uv, uv_da, mip_level_bias, levels, filt, bound)

@@ -1,0 +1,20 @@
+// Checks of index data on the GPU, for the bindings' CUDA paths: reading a CUDA tensor back to check it on the
+// host would stall the stream (and make the op impossible to capture in a CUDA graph). A failed check prints what
+// was wrong and raises a device-side assert, as torch's own indexing does: kernels queued after it never run, and
+// the error reaches Python at the next call that synchronizes with the GPU.
+#pragma once
+
+#include <cstdint>
+
+#include "common.h"
+
+namespace prerast {
+
+// Every value of tri[0..n) lies in [0, num_vertices).
+const char* check_indices_cuda(const int32_t* tri, int64_t n, int64_t num_vertices, StreamHandle stream);
+
+// The triangle ID channel (3 of 4) of each of the num_pixels pixels of rast lies in [0, num_triangles], not NaN.
+const char* check_triangle_ids_cuda(const float* rast, int64_t num_pixels, int64_t num_triangles,
+                                    StreamHandle stream);
+
+}  // namespace prerast

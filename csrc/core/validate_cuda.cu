@@ -1,0 +1,60 @@
+// Device-side index checks (validate.h): one thread per value, and a device-side assert where one is bad.
+#include <cstdio>
+
+#include "cuda_helpers.cuh"
+#include "validate.h"
+
+// The device half of assert(), declared here because the build defines NDEBUG (which compiles assert() out);
+// torch's CUDA_KERNEL_ASSERT calls it the same way.
+extern "C" __host__ __device__ void __assert_fail(const char* assertion, const char* file, unsigned int line,
+                                                  const char* function) noexcept __attribute__((__noreturn__));
+
+namespace prerast {
+namespace {
+
+__global__ void indices_kernel(const int32_t* tri, int64_t n, int64_t num_vertices) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t v = tri[i];
+  if (v < 0 || v >= num_vertices) {
+    printf("prerast: tri[%lld][%lld] = %d is not a vertex index: there are %lld vertices\n", (long long)(i / 3),
+           (long long)(i % 3), v, (long long)num_vertices);
+    __assert_fail("prerast: tri holds a vertex index outside [0, number of vertices)", __FILE__, __LINE__, __func__);
+  }
+}
+
+__global__ void triangle_ids_kernel(const float* rast, int64_t num_pixels, int64_t num_triangles) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= num_pixels) return;
+  const float id = rast[4 * i + 3];
+  // Stored IDs grow with their float bit patterns (encode_triangle_id), so one comparison bounds them.
+  const float last = encode_triangle_id((int32_t)(num_triangles < kMaxEncodedTriangleId ? num_triangles
+                                                                                          : kMaxEncodedTriangleId));
+  if (!(id >= 0.0f && id <= last)) {  // NaN fails too
+    printf("prerast: rast pixel %lld holds triangle ID %f but tri has %lld triangles (IDs 1..%lld, 0 for "
+           "background); pass the rast that rasterize returned for this tri\n",
+           (long long)i, id, (long long)num_triangles, (long long)num_triangles);
+    __assert_fail("prerast: rast holds a triangle ID outside [0, number of triangles]", __FILE__, __LINE__,
+                  __func__);
+  }
+}
+
+}  // namespace
+
+const char* check_indices_cuda(const int32_t* tri, int64_t n, int64_t num_vertices, StreamHandle stream) {
+  if (n == 0) return nullptr;
+  indices_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(tri, n, num_vertices);
+  PR_CUDA_TRY(cudaGetLastError());
+  return nullptr;
+}
+
+const char* check_triangle_ids_cuda(const float* rast, int64_t num_pixels, int64_t num_triangles,
+                                    StreamHandle stream) {
+  if (num_pixels == 0) return nullptr;
+  triangle_ids_kernel<<<grid_for(num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(rast, num_pixels,
+                                                                                   num_triangles);
+  PR_CUDA_TRY(cudaGetLastError());
+  return nullptr;
+}
+
+}  // namespace prerast

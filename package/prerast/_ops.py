@@ -1,0 +1,198 @@
+"""What makes the compiled prerast::* ops proper custom ops for torch: a fake (shape-only) implementation of each,
+so that torch.compile, torch.export and AOTInductor can trace them, and their autograd, registered through
+torch.library. The public functions in _rasterize.py, _interpolate.py, _texture.py and _antialias.py are plain
+calls of these ops, with nothing for Dynamo to trace around.
+
+The *_bwd ops compute first-order gradients only; differentiating through them raises an error instead of
+silently yielding zeros.
+"""
+import torch
+
+from . import _loader
+
+_registered = []
+
+
+def _mip_size(n):
+    """Side of the next mip level (csrc/core/texture.h mip_size): halved, rounded down, at least 1."""
+    return torch.sym_max(n // 2, 1)
+
+
+def _no_double_backward(op):
+    def backward(ctx, *grads):
+        raise RuntimeError(f"prerast: {op} computes first-order gradients only; double backward (differentiating "
+                           "a gradient of a prerast op, e.g. with create_graph=True) is not supported")
+    return backward
+
+
+def _keep_inputs(ctx, inputs, output):
+    pass
+
+
+# --- rasterize -------------------------------------------------------------------------------------------------
+
+def _rasterize_fwd_fake(pos, tri, height, width, ranges, peel_prev, grad_db=True):
+    n = pos.shape[0] if pos.dim() == 3 else ranges.shape[0]
+    return pos.new_empty((n, height, width, 4)), pos.new_empty((n, height, width, 4))
+
+
+def _rasterize_bwd_fake(pos, tri, rast, grad_rast, grad_db):
+    return torch.empty_like(pos)
+
+
+def _rasterize_setup(ctx, inputs, output):
+    pos, tri = inputs[:2]
+    ctx.save_for_backward(pos, tri, output[0])
+    ctx.grad_db = inputs[6]
+    # rast_db's gradient stays None when nothing used rast_db, so that the backward skips that term instead of
+    # reading a tensor of zeros.
+    ctx.set_materialize_grads(False)
+
+
+def _rasterize_backward(ctx, grad_rast, grad_rast_db):
+    pos, tri, rast = ctx.saved_tensors
+    if grad_rast is None:
+        grad_rast = torch.zeros_like(rast)
+    grad_db = grad_rast_db.contiguous() if ctx.grad_db and grad_rast_db is not None else None
+    grad_pos = torch.ops.prerast.rasterize_bwd(pos, tri, rast, grad_rast.contiguous(), grad_db)
+    return grad_pos, None, None, None, None, None, None
+
+
+# --- interpolate -----------------------------------------------------------------------------------------------
+
+def _interpolate_fwd_fake(attr, rast, tri, rast_db, diff):
+    n, h, w = rast.shape[:3]
+    num_diff = len(diff) if rast_db is not None else 0
+    return attr.new_empty((n, h, w, attr.shape[-1])), attr.new_empty((n, h, w, 2 * num_diff))
+
+
+def _interpolate_bwd_fake(attr, rast, tri, rast_db, diff, grad_out, grad_da):
+    with_db = rast_db is not None and len(diff) > 0
+    grad_db = torch.empty_like(rast_db) if with_db else attr.new_empty((0,))
+    return torch.empty_like(attr), torch.empty_like(rast), grad_db
+
+
+def _interpolate_setup(ctx, inputs, output):
+    attr, rast, tri, rast_db, diff = inputs
+    ctx.save_for_backward(attr, rast, tri, rast_db)
+    ctx.diff = list(diff)
+
+
+def _interpolate_backward(ctx, grad_out, grad_da):
+    attr, rast, tri, rast_db = ctx.saved_tensors
+    with_da = rast_db is not None and len(ctx.diff) > 0
+    grad_attr, grad_rast, grad_db = torch.ops.prerast.interpolate_bwd(
+        attr, rast, tri, rast_db, ctx.diff, grad_out.contiguous(), grad_da.contiguous() if with_da else None)
+    return grad_attr, grad_rast, None, grad_db if with_da else None, None
+
+
+# --- texture ---------------------------------------------------------------------------------------------------
+
+_FILTER_NEAREST, _FILTER_MIP_LINEAR = 0, 3
+
+
+def _texture_fwd_fake(tex, uv, uv_da, bias, mip, filter_mode, boundary_mode):
+    return tex.new_empty((*uv.shape[:3], tex.shape[-1]))
+
+
+def _texture_grads_made(filter_mode, uv_da, bias, mip):
+    """Which of (uv, uv_da, mip_level_bias) texture_bwd returns real gradients for (the others are empty)."""
+    lod = filter_mode == _FILTER_MIP_LINEAR and len(mip) > 0
+    return filter_mode != _FILTER_NEAREST, lod and uv_da is not None, lod and bias is not None
+
+
+def _texture_bwd_fake(tex, uv, uv_da, bias, mip, filter_mode, boundary_mode, grad_out):
+    made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, bias, mip)
+    none = lambda: tex.new_empty((0,))  # noqa: E731  (one each: outputs must not alias)
+    return [torch.empty_like(tex), torch.empty_like(uv) if made_uv else none(),
+            torch.empty_like(uv_da) if made_da else none(), torch.empty_like(bias) if made_bias else none(),
+            *(torch.empty_like(m) for m in mip)]
+
+
+def _texture_setup(ctx, inputs, output):
+    tex, uv, uv_da, bias, mip, filter_mode, boundary_mode = inputs
+    ctx.save_for_backward(tex, uv, uv_da, bias, *mip)
+    ctx.modes = (filter_mode, boundary_mode)
+
+
+def _texture_backward(ctx, grad_out):
+    filter_mode, boundary_mode = ctx.modes
+    tex, uv, uv_da, bias, *mip = ctx.saved_tensors
+    grad_tex, grad_uv, grad_da, grad_bias, *grad_mip = torch.ops.prerast.texture_bwd(
+        tex, uv, uv_da, bias, mip, filter_mode, boundary_mode, grad_out.contiguous())
+    made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, bias, mip)
+    return (grad_tex, grad_uv if made_uv else None, grad_da if made_da else None, grad_bias if made_bias else None,
+            grad_mip, None, None)
+
+
+def _mip_down_fake(level):
+    b, h, w, c = level.shape
+    return level.new_empty((b, _mip_size(h), _mip_size(w), c))
+
+
+def _mip_down_adjoint_fake(grad_next, height, width):
+    return grad_next.new_empty((grad_next.shape[0], height, width, grad_next.shape[3]))
+
+
+# Halving a level and its adjoint are linear maps, each the other's adjoint: their gradients are each other,
+# to any order.
+def _mip_down_setup(ctx, inputs, output):
+    ctx.size = inputs[0].shape[1:3]
+
+
+def _mip_down_backward(ctx, grad_next):
+    return torch.ops.prerast.texture_mip_down_adjoint(grad_next.contiguous(), *ctx.size)
+
+
+def _mip_down_adjoint_backward(ctx, grad):
+    return torch.ops.prerast.texture_mip_down(grad.contiguous()), None, None
+
+
+# --- antialias -------------------------------------------------------------------------------------------------
+
+def _antialias_fwd_fake(color, rast, pos, tri, half_edges, group_of, group_start, pos_gradient_boost=1.0):
+    return torch.empty_like(color), color.new_empty((*rast.shape[:3], 2))
+
+
+def _antialias_bwd_fake(color, rast, pos, tri, half_edges, group_of, group_start, crossing, grad_out,
+                        pos_gradient_boost, with_pos):
+    return torch.empty_like(color), torch.empty_like(pos) if with_pos else pos.new_empty((0,))
+
+
+def _antialias_setup(ctx, inputs, output):
+    color, rast, pos, tri, half_edges, group_of, group_start, boost = inputs
+    ctx.save_for_backward(color, rast, pos, tri, half_edges, group_of, group_start, output[1])
+    ctx.boost = boost
+
+
+def _antialias_backward(ctx, grad_out, grad_crossing):
+    with_pos = ctx.needs_input_grad[2]
+    grad_color, grad_pos = torch.ops.prerast.antialias_bwd(*ctx.saved_tensors, grad_out.contiguous(), ctx.boost,
+                                                           with_pos)
+    return grad_color, None, grad_pos if with_pos else None, None, None, None, None, None
+
+
+# op -> (fake, setup_context, backward); a backward of None makes the op first-order only.
+OPS = {
+    "rasterize_fwd": (_rasterize_fwd_fake, _rasterize_setup, _rasterize_backward),
+    "rasterize_bwd": (_rasterize_bwd_fake, _keep_inputs, None),
+    "interpolate_fwd": (_interpolate_fwd_fake, _interpolate_setup, _interpolate_backward),
+    "interpolate_bwd": (_interpolate_bwd_fake, _keep_inputs, None),
+    "texture_fwd": (_texture_fwd_fake, _texture_setup, _texture_backward),
+    "texture_bwd": (_texture_bwd_fake, _keep_inputs, None),
+    "texture_mip_down": (_mip_down_fake, _mip_down_setup, _mip_down_backward),
+    "texture_mip_down_adjoint": (_mip_down_adjoint_fake, _keep_inputs, _mip_down_adjoint_backward),
+    "antialias_fwd": (_antialias_fwd_fake, _antialias_setup, _antialias_backward),
+    "antialias_bwd": (_antialias_bwd_fake, _keep_inputs, None),
+}
+
+
+def register():
+    """Register the fakes and autograd of every op, once, after the plugin has loaded."""
+    if _registered or _loader._state["info"] is None:
+        return
+    _registered.append(True)
+    for op, (fake, setup, backward) in OPS.items():
+        name = f"prerast::{op}"
+        torch.library.register_fake(name)(fake)
+        torch.library.register_autograd(name, backward or _no_double_backward(op), setup_context=setup)

@@ -1,0 +1,117 @@
+"""prerast.precompile / prerast.load_precompiled: compile a render function once where a compiler is installed
+(the devel image), ship one artifact file, and load it where none is (the runtime image).
+
+Two routes, chosen by `training`:
+- inference (default): torch.export, then AOTInductor (torch._inductor.aoti_compile_and_package) into a .pt2
+  package holding compiled kernels. Loading it (torch._inductor.aoti_load_package) compiles nothing, on the CPU
+  or a GPU. The prerast ops in the graph are called through the dispatcher by name: the runtime imports prerast
+  (load_precompiled does) so that they are registered.
+- training: torch.compile(fn, fullgraph=True).aot_compile(example inputs), saved with save_compiled_function; it
+  loads (torch.compiler.load_compiled_function) as a callable whose backward is compiled too. Inductor's CPU
+  kernels in it are C++ source: loading them needs a C++ compiler on the CPU.
+Either artifact serves only the torch (and Triton) it was made with, and GPU kernels only the GPU model.
+"""
+import importlib
+import os
+import zipfile
+from unittest import mock
+
+import torch
+
+from . import _loader
+
+
+class _AsModule(torch.nn.Module):
+    """A function as a module, for torch.export."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def _all_dims_dynamic(example_inputs):
+    auto = torch.export.Dim.AUTO
+    return tuple({d: auto for d in range(t.dim())} if isinstance(t, torch.Tensor) else None for t in example_inputs)
+
+
+def _require_torch_api(training):
+    """Both routes are recent torch APIs: say which torch is needed instead of failing on a missing name."""
+    needed = ("torch.compile(...).aot_compile", "2.9") if training else \
+        ("torch._inductor.aoti_compile_and_package", "2.6")
+    present = hasattr(torch.compiler, "load_compiled_function") if training else \
+        hasattr(torch._inductor, "aoti_compile_and_package")
+    if not present:
+        raise RuntimeError(f"prerast.precompile(training={training}) uses {needed[0]}, which torch "
+                           f"{torch.__version__} lacks; it needs torch >= {needed[1]}")
+
+
+def precompile(fn, example_inputs, path, training=False, dynamic=False):
+    """Compile fn (a function or torch.nn.Module) for the tuple example_inputs and write one artifact to path.
+
+    training=False: an AOTInductor package for inference (forward only); loads with no compiler at all.
+    dynamic=True lets every dimension of every tensor input vary (as far as fn allows).
+    training=True: a torch.compile artifact with forward and backward; example inputs must require grad as
+    the runtime's will (requires_grad is part of what the artifact checks). Returns path.
+    """
+    _loader.require()
+    _require_torch_api(training)
+    example_inputs = tuple(example_inputs)
+    path = os.fspath(path)
+    if training:
+        if isinstance(fn, torch.nn.Module):
+            raise TypeError("precompile(training=True): pass a function (e.g. one that calls your module)")
+        compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic or None).aot_compile((example_inputs, {}))
+        compiled.save_compiled_function(path)
+        return path
+    module = fn if isinstance(fn, torch.nn.Module) else _AsModule(fn)
+    shapes = _all_dims_dynamic(example_inputs) if dynamic else None
+    program = torch.export.export(module, example_inputs, dynamic_shapes=shapes)
+    torch._inductor.aoti_compile_and_package(program, package_path=path)
+    return path
+
+
+def is_inference_artifact(path):
+    """An AOTInductor package is a zip archive; a training artifact is not."""
+    return zipfile.is_zipfile(path)
+
+
+def _device_information_without_compiling(original):
+    def device_information(device_type):
+        with mock.patch("torch._inductor.cpu_vec_isa.pick_vec_isa", lambda: "(not checked)"):
+            info = original(device_type)
+        info.pop("AOTI_CPU_ISA", None)
+        return info
+    return device_information
+
+
+def load_precompiled(path, fn=None):
+    """The callable that an artifact of precompile() holds. A training artifact also needs fn, the function it
+    was made from (its module's globals are what the compiled code refers to)."""
+    _loader.require()  # the prerast ops must be registered before the graph that calls them is loaded
+    path = os.fspath(path)
+    if is_inference_artifact(path):
+        # After loading, torch compares the machine with the one the package was built on, only to warn on a
+        # mismatch; for the CPU's vector ISA it runs the C++ compiler on test programs. That one entry is left out.
+        from torch._inductor import codecache  # (a heavy import, only here)
+
+        patched = _device_information_without_compiling(codecache.get_device_information)
+        with mock.patch.object(codecache, "get_device_information", patched):
+            return torch._inductor.aoti_load_package(path)
+    if fn is None:
+        raise TypeError("load_precompiled: a training artifact needs fn, the function it was precompiled from")
+    with open(path, "rb") as f:
+        return torch.compiler.load_compiled_function(f, f_globals=fn.__globals__)
+
+
+def import_target(spec):
+    """'package.module:name' -> that object; a class is instantiated without arguments (a module)."""
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"expected MODULE:NAME, got {spec!r}")
+    obj = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj() if isinstance(obj, type) else obj

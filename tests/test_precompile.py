@@ -1,0 +1,124 @@
+"""prerast.precompile in two processes: A (a devel environment, compilers available) precompiles a render module
+with `python -m prerast precompile` and renders it eagerly; B (a runtime environment: no compiler, nvcc or ninja
+on PATH, CC/CXX a program that records any call and fails, a fresh HOME and TMPDIR) loads the artifact and
+renders the same images, calling no compiler (on the CPU, and on CUDA where a GPU is present). The training route
+is checked against eager in one process."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import torch
+
+import prerast
+from render_scene import grid_scene, render
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+PROCESS_A = textwrap.dedent("""
+    import sys, torch
+    from prerast.__main__ import main
+    from render_scene import Renderer, grid_scene
+    device = sys.argv[1]
+    target = torch.rand(1, 20, 24, 3, generator=torch.Generator().manual_seed(3)).to(device)
+    inputs = (*grid_scene(n=4, seed=3, device=device), target)
+    torch.save(inputs, "inputs.pt")
+    # The module: Renderer on the CPU, a subclass that rasterizes on CUDA for CUDA inputs.
+    with open("scene_module.py", "w") as f:
+        f.write("import render_scene\\nclass Renderer(render_scene.Renderer):\\n"
+                f"    def __init__(self):\\n        super().__init__({device!r})\\n")
+    assert main(["precompile", "scene_module:Renderer", "--inputs", "inputs.pt", "--out", "render.pt2"]) == 0
+    torch.save(Renderer(device)(*inputs), "eager.pt")
+""")
+
+PROCESS_B = textwrap.dedent("""
+    import json, shutil, sys, torch
+    import prerast
+    render = prerast.load_precompiled("render.pt2")
+    color, loss = render(*torch.load("inputs.pt"))
+    torch.save((color, loss), "runtime.pt")
+    print(json.dumps({"tools_on_path": [t for t in ("cc", "gcc", "g++", "c++", "clang", "nvcc", "ninja")
+                                        if shutil.which(t)]}))
+""")
+
+
+def recorder(folder):
+    """A compiler stand-in that records each call and fails."""
+    path = os.path.join(folder, "record-compiler")
+    with open(path, "w") as f:
+        f.write(f'#!/bin/sh\necho "$0 $*" >> "{folder}/compiler-calls.log"\nexit 1\n')
+    os.chmod(path, 0o755)
+    return path
+
+
+def runtime_env(folder):
+    home = os.path.join(folder, "home")
+    empty_bin = os.path.join(folder, "bin")
+    for d in (home, os.path.join(home, "tmp"), empty_bin):
+        os.makedirs(d, exist_ok=True)
+    cc = recorder(folder)
+    env = {"PATH": empty_bin, "HOME": home, "TMPDIR": os.path.join(home, "tmp"),
+           "XDG_CACHE_HOME": os.path.join(home, ".cache"), "CC": cc, "CXX": cc, "CUDAHOSTCXX": cc,
+           "PYTORCH_NVCC": cc, "LANG": "C.UTF-8", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
+    return env
+
+
+def run(script, cwd, env, *args):
+    out = subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stdout
+
+
+def test_runtime_loads_inference_artifact_without_compiler(tmp_path, device):
+    devel = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
+    run(PROCESS_A, tmp_path, devel, device)
+    env = runtime_env(str(tmp_path / "runtime"))
+    report = json.loads(run(PROCESS_B, tmp_path, env).strip().splitlines()[-1])
+    assert report["tools_on_path"] == []
+    assert not os.path.exists(tmp_path / "runtime" / "compiler-calls.log"), \
+        open(tmp_path / "runtime" / "compiler-calls.log").read()
+    for got, want in zip(torch.load(tmp_path / "runtime.pt"), torch.load(tmp_path / "eager.pt")):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert (tmp_path / "render.pt2").stat().st_size > 0
+
+
+def test_training_artifact_equals_eager(tmp_path):
+    ctx = prerast.RasterizeCpuContext()
+
+    def step(pos, tri, uv, tex, target):
+        return render(ctx, pos, tri, uv, tex, target)
+
+    def inputs():
+        pos, tri, uv, tex = grid_scene(n=4, seed=5)
+        target = torch.rand(1, 18, 22, 3, generator=torch.Generator().manual_seed(5))
+        return pos.requires_grad_(True), tri, uv, tex.requires_grad_(True), target
+
+    path = prerast.precompile(step, inputs(), tmp_path / "step.bin", training=True)
+    torch._dynamo.reset()
+    loaded = prerast.load_precompiled(path, fn=step)
+    results = []
+    for fn in (loaded, step):
+        args = inputs()
+        color, loss = fn(*args)
+        loss.backward()
+        results.append((color.detach(), loss.detach(), args[0].grad, args[3].grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_dynamic_inference_artifact_serves_other_sizes(tmp_path):
+    from render_scene import Renderer
+
+    pos, tri, uv, tex = grid_scene(n=4)
+    path = prerast.precompile(Renderer(), (pos, tri, uv, tex, torch.rand(1, 20, 24, 3)), tmp_path / "dyn.pt2",
+                              dynamic=True)
+    loaded = prerast.load_precompiled(path)
+    for n, res in ((5, (27, 31)), (6, (33, 17))):  # other vertex counts and resolutions than the example's
+        pos, tri, uv, tex = grid_scene(n=n, seed=n)
+        target = torch.rand(1, *res, 3)
+        for got, want in zip(loaded(pos, tri, uv, tex, target), Renderer()(pos, tri, uv, tex, target)):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
