@@ -1,70 +1,134 @@
-// CPU rasterizer: the same tile-binned design as the CUDA path. Triangles are set up in parallel, binned into
-// kTile x kTile tiles in item order, and tiles are shaded in parallel, each keeping the nearest (z/w, id).
+// CPU rasterizer: the same tile-binned design as the CUDA path, in three parallel passes.
+//
+//  1. Setup and counting: items are split into contiguous chunks. Each chunk sets up its items, keeps those
+//     that can draw (compacted in place, in item order) and counts, per tile, how many it overlaps.
+//  2. Binning: a prefix sum over (tile, chunk) gives every chunk its slots in every tile's bin, so the chunks
+//     fill the bins in parallel and each bin still lists its triangles in item order.
+//  3. Shading: threads take tiles one at a time from a shared counter. A tile keeps only the nearest depth
+//     key per pixel while its triangles are drawn, then writes each output pixel once.
+// The per-pixel decision is frag_eval's (see raster_tile.h), so results do not depend on the path or the
+// thread count.
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <vector>
 
-#include "rasterize.h"
+#include "raster_tile.h"
+#include "raster_tile_avx2.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace prerast {
 
 namespace {
 
-struct Bins {
+constexpr int64_t kItemsPerChunk = 8192;
+constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kMaxCounters = int64_t(1) << 22;  // bounds the (chunk, tile) counters to 32 MiB
+
+// Large outputs are fresh allocations whose pages are faulted in as tiles are written; at 4096^2 those faults
+// cost more than the shading. Asking for transparent huge pages (a hint, harmless where unsupported) makes
+// them 512 times fewer.
+void advise_huge_pages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const uintptr_t begin = ((uintptr_t)p + kHuge - 1) & ~(kHuge - 1), end = ((uintptr_t)p + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise((void*)begin, end - begin, MADV_HUGEPAGE);
+#else
+  (void)p, (void)bytes;
+#endif
+}
+
+// Runs fn(i) for i in [0, n), handing indices to the pool's threads one at a time as they become free.
+template <class Fn>
+void parallel_dynamic(const ParallelFor& pfor, int64_t n, Fn fn) {
+  std::atomic<int64_t> next{0};
+  pfor(n, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
+  });
+}
+
+struct Grid {
   int tiles_x = 0, tiles_y = 0;
-  std::vector<int64_t> start;  // [num_tiles + 1]
-  std::vector<int32_t> items;  // item indices, grouped by tile, in item order
+  int64_t per_image = 0, num_tiles = 0;
 };
 
+// Calls fn(tile) for every tile of image n that the triangle may cover (conservatively: binning a triangle
+// into a tile it misses costs time, never correctness).
 template <class Fn>
-void for_each_tile(const TriSetup& s, int32_t n, const Bins& b, int W, int H, Fn fn) {
-  if (s.x0 > s.x1 || s.y0 > s.y1) return;
+void for_each_tile(const TriSetup& s, int32_t n, const Grid& g, int W, int H, Fn fn) {
   for (int ty = s.y0 / kTile; ty <= s.y1 / kTile; ++ty)
     for (int tx = s.x0 / kTile; tx <= s.x1 / kTile; ++tx) {
       float cx0, cy0, cx1, cy1;
       tile_centres(tx, ty, W, H, cx0, cy0, cx1, cy1);
-      if (rect_may_cover(s, cx0, cy0, cx1, cy1)) fn(((int64_t)n * b.tiles_y + ty) * b.tiles_x + tx);
+      if (rect_may_cover(s, cx0, cy0, cx1, cy1)) fn(n * g.per_image + (int64_t)ty * g.tiles_x + tx);
     }
 }
 
-void shade_tile(const RasterArgs& a, const Bins& b, const std::vector<TriSetup>& setups, int64_t tile) {
+struct Frame {
+  const RasterArgs& a;
+  Grid grid;
+  std::unique_ptr<TriSetup[]> setups;  // drawable setups, compacted at the front of each chunk's range
+  std::unique_ptr<int32_t[]> image;    // the image of each setup
+  std::vector<int64_t> bin_start;      // [num_tiles + 1]
+  std::unique_ptr<int32_t[]> bin_items;
+  std::vector<float> px_ndc;           // pixel_center_ndc(x, W), padded to whole tiles
+  bool avx2 = false;
+};
+
+void write_tile(const Frame& f, const TileKeys& t, int64_t n, int xa, int ya) {
+  const RasterArgs& a = f.a;
   const int W = a.width, H = a.height;
-  const int64_t per_image = (int64_t)b.tiles_x * b.tiles_y;
-  const int64_t n = tile / per_image;
-  const int ty = (int)((tile % per_image) / b.tiles_x), tx = (int)(tile % b.tiles_x);
-  const int xa = tx * kTile, ya = ty * kTile;
   const int xb = std::min(xa + kTile, W), yb = std::min(ya + kTile, H);
-  float bz[kTile * kTile], bu[kTile * kTile], bv[kTile * kTile];
-  int32_t bid[kTile * kTile], bitem[kTile * kTile];
-  std::fill(bid, bid + kTile * kTile, 0);
-  for (int64_t e = b.start[tile]; e < b.start[tile + 1]; ++e) {
-    const int32_t item = b.items[e];
-    const TriSetup& s = setups[item];
-    const int32_t id1 = s.tri + 1;
-    for (int y = std::max(ya, s.y0); y < std::min(yb, s.y1 + 1); ++y) {
-      const float py = pixel_center_ndc(y, H);
-      for (int x = std::max(xa, s.x0); x < std::min(xb, s.x1 + 1); ++x) {
-        float u, v, zw;
-        if (!frag_eval(s, pixel_center_ndc(x, W), py, u, v, zw)) continue;
-        const int k = (y - ya) * kTile + (x - xa);
-        if (a.peel_prev && !behind_prev(a.peel_prev + ((n * H + y) * W + x) * 4, zw, id1)) continue;
-        if (bid[k] != 0 && !key_less(zw, id1, bz[k], bid[k])) continue;
-        bz[k] = zw, bu[k] = u, bv[k] = v, bid[k] = id1, bitem[k] = item;
-      }
-    }
-  }
-  for (int y = ya; y < yb; ++y)
-    for (int x = xa; x < xb; ++x) {
+  for (int y = ya; y < yb; ++y) {
+    const float py = pixel_center_ndc(y, H);
+    const int64_t row = ((n * H + y) * W + xa) * 4;
+    float* r = a.rast + row;
+    float* db = a.rast_db ? a.rast_db + row : nullptr;
+    for (int x = xa; x < xb; ++x, r += 4) {
       const int k = (y - ya) * kTile + (x - xa);
-      const int64_t o = ((n * H + y) * W + x) * 4;
-      float* r = a.rast + o;
-      if (bid[k] == 0) {
+      float* d = db ? db + (x - xa) * 4 : nullptr;
+      if (t.id[k] == 0) {
         r[0] = r[1] = r[2] = r[3] = 0.0f;
-        if (a.rast_db) std::fill(a.rast_db + o, a.rast_db + o + 4, 0.0f);
+        if (d) d[0] = d[1] = d[2] = d[3] = 0.0f;
         continue;
       }
-      r[0] = bu[k], r[1] = bv[k], r[2] = bz[k], r[3] = (float)bid[k];
-      if (a.rast_db) frag_db(setups[bitem[k]], pixel_center_ndc(x, W), pixel_center_ndc(y, H), W, H, a.rast_db + o);
+      // The winner's barycentrics, computed as frag_eval computes them.
+      const TriSetup& s = f.setups[t.item[k]];
+      const float px = f.px_ndc[x];
+      const float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
+      const float S = (l0 + l1) + l2;
+      r[0] = l0 / S, r[1] = l1 / S, r[2] = t.z[k], r[3] = (float)t.id[k];
+      if (d) frag_db(s, px, py, W, H, d);
     }
+  }
+}
+
+void shade_tile(const Frame& f, int64_t tile) {
+  const RasterArgs& a = f.a;
+  const int W = a.width, H = a.height;
+  const int64_t n = tile / f.grid.per_image;
+  const int ty = (int)((tile % f.grid.per_image) / f.grid.tiles_x), tx = (int)(tile % f.grid.tiles_x);
+  const int xa = tx * kTile, ya = ty * kTile;
+  const float* prev = a.peel_prev ? a.peel_prev + n * H * W * 4 : nullptr;
+  TileKeys t;
+  t.clear();
+  for (int64_t e = f.bin_start[tile]; e < f.bin_start[tile + 1]; ++e) {
+    const int32_t k = f.bin_items[e];
+    const TriSetup& s = f.setups[k];
+    TileSpan sp;
+    if (!tile_span(s, xa, ya, W, H, sp)) continue;
+#ifdef PRERAST_HAVE_AVX2_PATH
+    if (f.avx2 && !prev) {
+      draw_span_avx2(s, k, sp, f.px_ndc.data(), H, t);
+      continue;
+    }
+#endif
+    draw_span_scalar(s, k, sp, f.px_ndc.data(), W, H, prev, t);
+  }
+  write_tile(f, t, n, xa, ya);
 }
 
 }  // namespace
@@ -86,28 +150,65 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
     m.num_items = a.num_images * a.num_triangles;
   }
 
-  std::vector<TriSetup> setups(m.num_items);
-  std::vector<int32_t> image(m.num_items);
-  pfor(m.num_items, 4096, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) item_setup(a, m, i, image[i], setups[i]);
+  Frame f{a};
+  Grid& g = f.grid;
+  g.tiles_x = (W + kTile - 1) / kTile;
+  g.tiles_y = (H + kTile - 1) / kTile;
+  g.per_image = (int64_t)g.tiles_x * g.tiles_y;
+  g.num_tiles = a.num_images * g.per_image;
+  f.px_ndc.resize((size_t)g.tiles_x * kTile);
+  for (int x = 0; x < (int)f.px_ndc.size(); ++x) f.px_ndc[x] = pixel_center_ndc(x, W);
+#ifdef PRERAST_HAVE_AVX2_PATH
+  f.avx2 = cpu_has_avx2();
+#endif
+
+  // 1. Setup and per-chunk tile counts.
+  const int64_t items = m.num_items;
+  const int64_t chunks = std::max<int64_t>(
+      1, std::min({kMaxChunks, (items + kItemsPerChunk - 1) / kItemsPerChunk, kMaxCounters / g.num_tiles}));
+  auto chunk_begin = [&](int64_t c) { return items * c / chunks; };
+  f.setups.reset(new TriSetup[std::max<int64_t>(items, 1)]);
+  f.image.reset(new int32_t[std::max<int64_t>(items, 1)]);
+  std::vector<int64_t> chunk_end(chunks);
+  std::vector<int64_t> counts((size_t)(chunks * g.num_tiles), 0);  // later: each (chunk, tile)'s next slot
+  parallel_dynamic(pfor, chunks, [&](int64_t c) {
+    int64_t* count = counts.data() + c * g.num_tiles;
+    int64_t k = chunk_begin(c);
+    for (int64_t i = chunk_begin(c); i < chunk_begin(c + 1); ++i) {
+      int32_t n;
+      if (!item_setup(a, m, i, n, f.setups[k])) continue;
+      f.image[k] = n;
+      for_each_tile(f.setups[k], n, g, W, H, [&](int64_t t) { ++count[t]; });
+      ++k;
+    }
+    chunk_end[c] = k;
   });
 
-  Bins bins;
-  bins.tiles_x = (W + kTile - 1) / kTile;
-  bins.tiles_y = (H + kTile - 1) / kTile;
-  const int64_t num_tiles = a.num_images * bins.tiles_x * bins.tiles_y;
-  bins.start.assign(num_tiles + 1, 0);
-  for (int64_t i = 0; i < m.num_items; ++i)
-    for_each_tile(setups[i], image[i], bins, W, H, [&](int64_t t) { ++bins.start[t + 1]; });
-  for (int64_t t = 0; t < num_tiles; ++t) bins.start[t + 1] += bins.start[t];
-  bins.items.resize(bins.start[num_tiles]);
-  std::vector<int64_t> cursor(bins.start.begin(), bins.start.end() - 1);
-  for (int64_t i = 0; i < m.num_items; ++i)
-    for_each_tile(setups[i], image[i], bins, W, H, [&](int64_t t) { bins.items[cursor[t]++] = (int32_t)i; });
-
-  pfor(num_tiles, 1, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) shade_tile(a, bins, setups, t);
+  // 2. Bins: tile-major, chunk order within a tile, item order within a chunk.
+  f.bin_start.resize(g.num_tiles + 1);
+  int64_t acc = 0;
+  for (int64_t t = 0; t < g.num_tiles; ++t) {
+    f.bin_start[t] = acc;
+    for (int64_t c = 0; c < chunks; ++c) {
+      int64_t& slot = counts[c * g.num_tiles + t];
+      const int64_t count = slot;
+      slot = acc;
+      acc += count;
+    }
+  }
+  f.bin_start[g.num_tiles] = acc;
+  f.bin_items.reset(new int32_t[std::max<int64_t>(acc, 1)]);
+  parallel_dynamic(pfor, chunks, [&](int64_t c) {
+    int64_t* slot = counts.data() + c * g.num_tiles;
+    for (int64_t k = chunk_begin(c); k < chunk_end[c]; ++k)
+      for_each_tile(f.setups[k], f.image[k], g, W, H, [&](int64_t t) { f.bin_items[slot[t]++] = (int32_t)k; });
   });
+
+  // 3. Shading.
+  const size_t out_bytes = (size_t)a.num_images * H * W * 4 * sizeof(float);
+  advise_huge_pages(a.rast, out_bytes);
+  if (a.rast_db) advise_huge_pages(a.rast_db, out_bytes);
+  parallel_dynamic(pfor, g.num_tiles, [&](int64_t tile) { shade_tile(f, tile); });
 }
 
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks) {
