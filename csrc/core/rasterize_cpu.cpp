@@ -10,6 +10,7 @@
 // thread count.
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,14 @@ void advise_huge_pages(void* p, size_t bytes) {
 #endif
 }
 
+inline void prefetch(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p);
+#else
+  (void)p;
+#endif
+}
+
 // Runs fn(i) for i in [0, n), handing indices to the pool's threads one at a time as they become free.
 template <class Fn>
 void parallel_dynamic(const ParallelFor& pfor, int64_t n, Fn fn) {
@@ -67,16 +76,56 @@ void for_each_tile(const TriSetup& s, int32_t n, const Grid& g, int W, int H, Fn
     }
 }
 
+// Uninitialised storage kept from call to call: a fresh multi-megabyte allocation per call pays for the
+// kernel zeroing its pages, which costs as much as the setup written into them.
+template <class T>
+class Scratch {
+ public:
+  T* get(int64_t n) {
+    if (n > capacity_) {
+      data_.reset(new T[n]);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  int64_t capacity_ = 0;
+};
+
+struct ScratchSet {
+  Scratch<TriSetup> setups;
+  Scratch<int32_t> image, bin_items;
+  Scratch<int64_t> counts;
+};
+
 struct Frame {
   const RasterArgs& a;
   Grid grid;
-  std::unique_ptr<TriSetup[]> setups;  // drawable setups, compacted at the front of each chunk's range
-  std::unique_ptr<int32_t[]> image;    // the image of each setup
-  std::vector<int64_t> bin_start;      // [num_tiles + 1]
-  std::unique_ptr<int32_t[]> bin_items;
+  TriSetup* setups = nullptr;  // drawable setups, compacted at the front of each chunk's range
+  int32_t* image = nullptr;    // the image of each setup
+  std::vector<int64_t> bin_start;  // [num_tiles + 1]
+  int32_t* bin_items = nullptr;
   std::vector<float> px_ndc;           // pixel_center_ndc(x, W), padded to whole tiles
   bool avx2 = false;
+  bool avx2_write = false;  // also needs every setup's fields to be addressable by an int32 gather index
 };
+
+// One output pixel from the tile's keys: zeros where nothing is drawn, else the winner's values.
+void write_pixel(const Frame& f, const TileKeys& t, int k, float px, float py, float* r, float* d) {
+  if (t.id[k] == 0) {
+    r[0] = r[1] = r[2] = r[3] = 0.0f;
+    if (d) d[0] = d[1] = d[2] = d[3] = 0.0f;
+    return;
+  }
+  // The winner's barycentrics, computed as frag_eval computes them.
+  const TriSetup& s = f.setups[t.item[k]];
+  const float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
+  const float S = (l0 + l1) + l2;
+  r[0] = l0 / S, r[1] = l1 / S, r[2] = t.z[k], r[3] = (float)t.id[k];
+  if (d) frag_db(s, px, py, f.a.width, f.a.height, d);
+}
 
 void write_tile(const Frame& f, const TileKeys& t, int64_t n, int xa, int ya) {
   const RasterArgs& a = f.a;
@@ -87,21 +136,17 @@ void write_tile(const Frame& f, const TileKeys& t, int64_t n, int xa, int ya) {
     const int64_t row = ((n * H + y) * W + xa) * 4;
     float* r = a.rast + row;
     float* db = a.rast_db ? a.rast_db + row : nullptr;
-    for (int x = xa; x < xb; ++x, r += 4) {
-      const int k = (y - ya) * kTile + (x - xa);
-      float* d = db ? db + (x - xa) * 4 : nullptr;
-      if (t.id[k] == 0) {
-        r[0] = r[1] = r[2] = r[3] = 0.0f;
-        if (d) d[0] = d[1] = d[2] = d[3] = 0.0f;
+    for (int x = xa; x < xb; x += 8) {
+      const int k = (y - ya) * kTile + (x - xa), o = (x - xa) * 4;
+#ifdef PRERAST_HAVE_AVX2_PATH
+      if (f.avx2_write && x + 8 <= xb) {
+        write_group_avx2(t, k, f.setups, f.px_ndc.data(), x, py, 2.0f / (float)W, 2.0f / (float)H, r + o,
+                         db ? db + o : nullptr);
         continue;
       }
-      // The winner's barycentrics, computed as frag_eval computes them.
-      const TriSetup& s = f.setups[t.item[k]];
-      const float px = f.px_ndc[x];
-      const float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
-      const float S = (l0 + l1) + l2;
-      r[0] = l0 / S, r[1] = l1 / S, r[2] = t.z[k], r[3] = (float)t.id[k];
-      if (d) frag_db(s, px, py, W, H, d);
+#endif
+      for (int j = 0; j < std::min(8, xb - x); ++j)
+        write_pixel(f, t, k + j, f.px_ndc[x + j], py, r + o + 4 * j, db ? db + o + 4 * j : nullptr);
     }
   }
 }
@@ -115,7 +160,14 @@ void shade_tile(const Frame& f, int64_t tile) {
   const float* prev = a.peel_prev ? a.peel_prev + n * H * W * 4 : nullptr;
   TileKeys t;
   t.clear();
-  for (int64_t e = f.bin_start[tile]; e < f.bin_start[tile + 1]; ++e) {
+  const int64_t end = f.bin_start[tile + 1];
+  for (int64_t e = f.bin_start[tile]; e < end; ++e) {
+    // A bin's setups are scattered over memory when its triangles are (a soup): fetch ahead.
+    constexpr int64_t kAhead = 6;
+    if (e + kAhead < end) {
+      const char* next = (const char*)(f.setups + f.bin_items[e + kAhead]);
+      for (size_t line = 0; line < sizeof(TriSetup); line += 64) prefetch(next + line);
+    }
     const int32_t k = f.bin_items[e];
     const TriSetup& s = f.setups[k];
     TileSpan sp;
@@ -160,6 +212,7 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
   for (int x = 0; x < (int)f.px_ndc.size(); ++x) f.px_ndc[x] = pixel_center_ndc(x, W);
 #ifdef PRERAST_HAVE_AVX2_PATH
   f.avx2 = cpu_has_avx2();
+  f.avx2_write = f.avx2 && m.num_items < INT32_MAX / (int64_t)(sizeof(TriSetup) / sizeof(float));
 #endif
 
   // 1. Setup and per-chunk tile counts.
@@ -167,12 +220,14 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
   const int64_t chunks = std::max<int64_t>(
       1, std::min({kMaxChunks, (items + kItemsPerChunk - 1) / kItemsPerChunk, kMaxCounters / g.num_tiles}));
   auto chunk_begin = [&](int64_t c) { return items * c / chunks; };
-  f.setups.reset(new TriSetup[std::max<int64_t>(items, 1)]);
-  f.image.reset(new int32_t[std::max<int64_t>(items, 1)]);
+  thread_local ScratchSet scratch;  // per calling thread, so that concurrent calls do not share it
+  f.setups = scratch.setups.get(std::max<int64_t>(items, 1));
+  f.image = scratch.image.get(std::max<int64_t>(items, 1));
   std::vector<int64_t> chunk_end(chunks);
-  std::vector<int64_t> counts((size_t)(chunks * g.num_tiles), 0);  // later: each (chunk, tile)'s next slot
+  int64_t* counts = scratch.counts.get(chunks * g.num_tiles);  // later: each (chunk, tile)'s next slot
   parallel_dynamic(pfor, chunks, [&](int64_t c) {
-    int64_t* count = counts.data() + c * g.num_tiles;
+    int64_t* count = counts + c * g.num_tiles;
+    std::fill(count, count + g.num_tiles, 0);
     int64_t k = chunk_begin(c);
     for (int64_t i = chunk_begin(c); i < chunk_begin(c + 1); ++i) {
       int32_t n;
@@ -197,9 +252,9 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
     }
   }
   f.bin_start[g.num_tiles] = acc;
-  f.bin_items.reset(new int32_t[std::max<int64_t>(acc, 1)]);
+  f.bin_items = scratch.bin_items.get(std::max<int64_t>(acc, 1));
   parallel_dynamic(pfor, chunks, [&](int64_t c) {
-    int64_t* slot = counts.data() + c * g.num_tiles;
+    int64_t* slot = counts + c * g.num_tiles;
     for (int64_t k = chunk_begin(c); k < chunk_end[c]; ++k)
       for_each_tile(f.setups[k], f.image[k], g, W, H, [&](int64_t t) { f.bin_items[slot[t]++] = (int32_t)k; });
   });
