@@ -239,19 +239,25 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
     chunk_end[c] = k;
   });
 
-  // 2. Bins: tile-major, chunk order within a tile, item order within a chunk.
-  f.bin_start.resize(g.num_tiles + 1);
-  int64_t acc = 0;
-  for (int64_t t = 0; t < g.num_tiles; ++t) {
-    f.bin_start[t] = acc;
-    for (int64_t c = 0; c < chunks; ++c) {
-      int64_t& slot = counts[c * g.num_tiles + t];
-      const int64_t count = slot;
-      slot = acc;
-      acc += count;
+  // 2. Bins: tile-major, chunk order within a tile, item order within a chunk. The counters are walked one
+  // chunk at a time (sequential memory), first to size the bins, then to turn counts into slots.
+  f.bin_start.assign(g.num_tiles + 1, 0);
+  int64_t* total = f.bin_start.data() + 1;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t* count = counts + c * g.num_tiles;
+    for (int64_t t = 0; t < g.num_tiles; ++t) total[t] += count[t];
+  }
+  for (int64_t t = 0; t < g.num_tiles; ++t) f.bin_start[t + 1] += f.bin_start[t];
+  const int64_t acc = f.bin_start[g.num_tiles];
+  std::vector<int64_t> next(f.bin_start.begin(), f.bin_start.end() - 1);
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t* slot = counts + c * g.num_tiles;
+    for (int64_t t = 0; t < g.num_tiles; ++t) {
+      const int64_t count = slot[t];
+      slot[t] = next[t];
+      next[t] += count;
     }
   }
-  f.bin_start[g.num_tiles] = acc;
   f.bin_items = scratch.bin_items.get(std::max<int64_t>(acc, 1));
   parallel_dynamic(pfor, chunks, [&](int64_t c) {
     int64_t* slot = counts + c * g.num_tiles;
