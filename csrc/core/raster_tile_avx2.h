@@ -12,12 +12,25 @@
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstdint>
 
 #include "raster_tile.h"
 
 namespace prerast {
 
 inline bool cpu_has_avx2() { return __builtin_cpu_supports("avx2"); }
+
+// The outputs are written once and not read back by the rasterizer: non-temporal stores skip reading every
+// cache line of them from memory first. Aligned addresses only (the outputs' rows of a tile are, whenever the
+// tensor is); a fence (finish_output_stores) orders them before the op returns.
+__attribute__((target("avx2"))) inline void store_output(float* p, __m256 v) {
+  if (((uintptr_t)p & 31) == 0)
+    _mm256_stream_ps(p, v);
+  else
+    _mm256_storeu_ps(p, v);
+}
+
+inline void finish_output_stores() { _mm_sfence(); }
 
 // Stores eight pixels' (p, q, r, s) as 32 consecutive floats p0 q0 r0 s0 p1 q1 ...
 __attribute__((target("avx2"))) inline void store_interleaved_avx2(__m256 p, __m256 q, __m256 r, __m256 s,
@@ -26,10 +39,10 @@ __attribute__((target("avx2"))) inline void store_interleaved_avx2(__m256 p, __m
   const __m256 rs_lo = _mm256_unpacklo_ps(r, s), rs_hi = _mm256_unpackhi_ps(r, s);
   const __m256 px0 = _mm256_shuffle_ps(pq_lo, rs_lo, 0x44), px1 = _mm256_shuffle_ps(pq_lo, rs_lo, 0xEE);  // 0|4, 1|5
   const __m256 px2 = _mm256_shuffle_ps(pq_hi, rs_hi, 0x44), px3 = _mm256_shuffle_ps(pq_hi, rs_hi, 0xEE);  // 2|6, 3|7
-  _mm256_storeu_ps(out, _mm256_permute2f128_ps(px0, px1, 0x20));
-  _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(px2, px3, 0x20));
-  _mm256_storeu_ps(out + 16, _mm256_permute2f128_ps(px0, px1, 0x31));
-  _mm256_storeu_ps(out + 24, _mm256_permute2f128_ps(px2, px3, 0x31));
+  store_output(out, _mm256_permute2f128_ps(px0, px1, 0x20));
+  store_output(out + 8, _mm256_permute2f128_ps(px2, px3, 0x20));
+  store_output(out + 16, _mm256_permute2f128_ps(px0, px1, 0x31));
+  store_output(out + 24, _mm256_permute2f128_ps(px2, px3, 0x31));
 }
 
 // The exact re-decision of edge_test for edge i, in double: the row (ra, rb, rc) of the adjugate recomputed
@@ -145,9 +158,9 @@ __attribute__((target("avx2"))) inline void write_group_avx2(const TileKeys& t, 
   const __m256 drawn = _mm256_castsi256_ps(_mm256_cmpgt_epi32(id, _mm256_setzero_si256()));
   const __m256 zero = _mm256_setzero_ps();
   if (_mm256_movemask_ps(drawn) == 0) {
-    for (int j = 0; j < 4; ++j) _mm256_storeu_ps(rast + 8 * j, zero);
+    for (int j = 0; j < 4; ++j) store_output(rast + 8 * j, zero);
     if (db)
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(db + 8 * j, zero);
+      for (int j = 0; j < 4; ++j) store_output(db + 8 * j, zero);
     return;
   }
   const __m256i base = _mm256_mullo_epi32(_mm256_load_si256((const __m256i*)(t.item + k)), _mm256_set1_epi32(stride));

@@ -27,6 +27,7 @@ namespace {
 
 constexpr int64_t kItemsPerChunk = 8192;
 constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kSerialShadingWork = int64_t(1) << 19;  // ~ pixels + 64 per (triangle, tile) pair
 constexpr int64_t kMaxCounters = int64_t(1) << 22;  // bounds the (chunk, tile) counters to 32 MiB
 
 // Large outputs are fresh allocations whose pages are faulted in as tiles are written; at 4096^2 those faults
@@ -181,6 +182,9 @@ void shade_tile(const Frame& f, int64_t tile) {
     draw_span_scalar(s, k, sp, f.px_ndc.data(), W, H, prev, t);
   }
   write_tile(f, t, n, xa, ya);
+#ifdef PRERAST_HAVE_AVX2_PATH
+  if (f.avx2_write) finish_output_stores();
+#endif
 }
 
 }  // namespace
@@ -269,7 +273,12 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
   const size_t out_bytes = (size_t)a.num_images * H * W * 4 * sizeof(float);
   advise_huge_pages(a.rast, out_bytes);
   if (a.rast_db) advise_huge_pages(a.rast_db, out_bytes);
-  parallel_dynamic(pfor, g.num_tiles, [&](int64_t tile) { shade_tile(f, tile); });
+  // Waking the pool costs more than a small frame's whole shading when the machine is busy: shade those here.
+  const int64_t work = a.num_images * H * W + acc * 64;
+  if (work < kSerialShadingWork)
+    for (int64_t tile = 0; tile < g.num_tiles; ++tile) shade_tile(f, tile);
+  else
+    parallel_dynamic(pfor, g.num_tiles, [&](int64_t tile) { shade_tile(f, tile); });
 }
 
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks) {
