@@ -63,18 +63,52 @@ void parallel_dynamic(const ParallelFor& pfor, int64_t n, Fn fn) {
 struct Grid {
   int tiles_x = 0, tiles_y = 0;
   int64_t per_image = 0, num_tiles = 0;
+  std::vector<float> cx0, cx1, cy0, cy1;  // tile_centres of each tile column and row
+
+  Grid(int W, int H) : tiles_x((W + kTile - 1) / kTile), tiles_y((H + kTile - 1) / kTile) {
+    per_image = (int64_t)tiles_x * tiles_y;
+    cx0.resize(tiles_x), cx1.resize(tiles_x), cy0.resize(tiles_y), cy1.resize(tiles_y);
+    float unused0, unused1;
+    for (int tx = 0; tx < tiles_x; ++tx) tile_centres(tx, 0, W, H, cx0[tx], unused0, cx1[tx], unused1);
+    for (int ty = 0; ty < tiles_y; ++ty) tile_centres(0, ty, W, H, unused0, cy0[ty], unused1, cy1[ty]);
+  }
 };
 
-// Calls fn(tile) for every tile of image n that the triangle may cover (conservatively: binning a triangle
-// into a tile it misses costs time, never correctness).
+// The tiles of image n that the triangle may cover (conservatively: binning a triangle into a tile it misses
+// costs time, never correctness). Counting and filling the bins must agree on them, so the count pass keeps
+// them as a bit mask over the triangle's tile span where that span is at most kMaskSpan tiles square.
+constexpr int kMaskSpan = 4;
+
+inline bool may_cover_tile(const TriSetup& s, const Grid& g, int tx, int ty) {
+  return rect_may_cover(s, g.cx0[tx], g.cy0[ty], g.cx1[tx], g.cy1[ty]);
+}
+
 template <class Fn>
-void for_each_tile(const TriSetup& s, int32_t n, const Grid& g, int W, int H, Fn fn) {
-  for (int ty = s.y0 / kTile; ty <= s.y1 / kTile; ++ty)
-    for (int tx = s.x0 / kTile; tx <= s.x1 / kTile; ++tx) {
-      float cx0, cy0, cx1, cy1;
-      tile_centres(tx, ty, W, H, cx0, cy0, cx1, cy1);
-      if (rect_may_cover(s, cx0, cy0, cx1, cy1)) fn(n * g.per_image + (int64_t)ty * g.tiles_x + tx);
-    }
+uint16_t for_each_tile(const TriSetup& s, int32_t n, const Grid& g, Fn fn) {
+  const int tx0 = s.x0 / kTile, ty0 = s.y0 / kTile, tx1 = s.x1 / kTile, ty1 = s.y1 / kTile;
+  uint16_t mask = 0;
+  const bool small = tx1 - tx0 < kMaskSpan && ty1 - ty0 < kMaskSpan;
+  for (int ty = ty0; ty <= ty1; ++ty)
+    for (int tx = tx0; tx <= tx1; ++tx)
+      if (may_cover_tile(s, g, tx, ty)) {
+        fn(n * g.per_image + (int64_t)ty * g.tiles_x + tx);
+        if (small) mask |= (uint16_t)(1u << ((ty - ty0) * kMaskSpan + (tx - tx0)));
+      }
+  return mask;
+}
+
+// for_each_tile again, from the mask it returned where the span was small.
+template <class Fn>
+void for_each_tile_again(const TriSetup& s, int32_t n, const Grid& g, uint16_t mask, Fn fn) {
+  const int tx0 = s.x0 / kTile, ty0 = s.y0 / kTile, tx1 = s.x1 / kTile, ty1 = s.y1 / kTile;
+  if (tx1 - tx0 >= kMaskSpan || ty1 - ty0 >= kMaskSpan) {
+    for_each_tile(s, n, g, fn);
+    return;
+  }
+  for (; mask; mask &= mask - 1) {
+    const int bit = __builtin_ctz(mask);
+    fn(n * g.per_image + (int64_t)(ty0 + bit / kMaskSpan) * g.tiles_x + (tx0 + bit % kMaskSpan));
+  }
 }
 
 // Uninitialised storage kept from call to call: a fresh multi-megabyte allocation per call pays for the
@@ -98,6 +132,7 @@ class Scratch {
 struct ScratchSet {
   Scratch<TriSetup> setups;
   Scratch<int32_t> image, bin_items;
+  Scratch<uint16_t> tile_mask;
   Scratch<int64_t> counts;
 };
 
@@ -106,6 +141,7 @@ struct Frame {
   Grid grid;
   TriSetup* setups = nullptr;  // drawable setups, compacted at the front of each chunk's range
   int32_t* image = nullptr;    // the image of each setup
+  uint16_t* tile_mask = nullptr;  // for_each_tile's mask for each setup
   std::vector<int64_t> bin_start;  // [num_tiles + 1]
   int32_t* bin_items = nullptr;
   std::vector<float> px_ndc;           // pixel_center_ndc(x, W), padded to whole tiles
@@ -206,11 +242,8 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
     m.num_items = a.num_images * a.num_triangles;
   }
 
-  Frame f{a};
+  Frame f{a, Grid(W, H)};
   Grid& g = f.grid;
-  g.tiles_x = (W + kTile - 1) / kTile;
-  g.tiles_y = (H + kTile - 1) / kTile;
-  g.per_image = (int64_t)g.tiles_x * g.tiles_y;
   g.num_tiles = a.num_images * g.per_image;
   f.px_ndc.resize((size_t)g.tiles_x * kTile);
   for (int x = 0; x < (int)f.px_ndc.size(); ++x) f.px_ndc[x] = pixel_center_ndc(x, W);
@@ -227,6 +260,7 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
   thread_local ScratchSet scratch;  // per calling thread, so that concurrent calls do not share it
   f.setups = scratch.setups.get(std::max<int64_t>(items, 1));
   f.image = scratch.image.get(std::max<int64_t>(items, 1));
+  f.tile_mask = scratch.tile_mask.get(std::max<int64_t>(items, 1));
   std::vector<int64_t> chunk_end(chunks);
   int64_t* counts = scratch.counts.get(chunks * g.num_tiles);  // later: each (chunk, tile)'s next slot
   parallel_dynamic(pfor, chunks, [&](int64_t c) {
@@ -237,7 +271,7 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
       int32_t n;
       if (!item_setup(a, m, i, n, f.setups[k])) continue;
       f.image[k] = n;
-      for_each_tile(f.setups[k], n, g, W, H, [&](int64_t t) { ++count[t]; });
+      f.tile_mask[k] = for_each_tile(f.setups[k], n, g, [&](int64_t t) { ++count[t]; });
       ++k;
     }
     chunk_end[c] = k;
@@ -266,7 +300,8 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
   parallel_dynamic(pfor, chunks, [&](int64_t c) {
     int64_t* slot = counts + c * g.num_tiles;
     for (int64_t k = chunk_begin(c); k < chunk_end[c]; ++k)
-      for_each_tile(f.setups[k], f.image[k], g, W, H, [&](int64_t t) { f.bin_items[slot[t]++] = (int32_t)k; });
+      for_each_tile_again(f.setups[k], f.image[k], g, f.tile_mask[k],
+                          [&](int64_t t) { f.bin_items[slot[t]++] = (int32_t)k; });
   });
 
   // 3. Shading.
