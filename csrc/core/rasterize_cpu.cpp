@@ -16,6 +16,7 @@
 
 #include "raster_tile.h"
 #include "raster_tile_avx2.h"
+#include "scatter_cpu.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>
@@ -317,23 +318,12 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
 }
 
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks) {
-  // Each chunk of pixels accumulates into its own buffer; buffers are summed in a fixed order, so the result
-  // does not depend on thread scheduling.
+  // Deterministic: chunks of pixels accumulate into their own copies, summed in a fixed order.
   const int64_t pixels = a.num_images * a.height * a.width;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
-  num_chunks = (int)std::max<int64_t>(1, std::min<int64_t>(num_chunks, pixels / 4096 + 1));
-  std::vector<float> extra((size_t)(num_chunks - 1) * pos_size, 0.0f);
-  pfor(num_chunks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; ++c) {
-      float* g = c == 0 ? a.grad_pos : extra.data() + (c - 1) * pos_size;
-      const int64_t p0 = pixels * c / num_chunks, p1 = pixels * (c + 1) / num_chunks;
-      for (int64_t p = p0; p < p1; ++p) pixel_backward(a, p, [g](int64_t i, float v) { g[i] += v; });
-    }
+  chunked_scatter(pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, float* g) {
+    for (int64_t p = b; p < e; ++p) pixel_backward(a, p, [g](int64_t i, float v) { g[i] += v; });
   });
-  for (int c = 1; c < num_chunks; ++c) {
-    const float* src = extra.data() + (c - 1) * pos_size;
-    for (int64_t i = 0; i < pos_size; ++i) a.grad_pos[i] += src[i];
-  }
 }
 
 }  // namespace prerast
