@@ -124,6 +124,8 @@ class Scratch {
     }
     return data_.get();
   }
+  int64_t bytes() const { return capacity_ * (int64_t)sizeof(T); }
+  void release() { data_.reset(), capacity_ = 0; }
 
  private:
   std::unique_ptr<T[]> data_;
@@ -135,6 +137,13 @@ struct ScratchSet {
   Scratch<int32_t> image, bin_items;
   Scratch<uint16_t> tile_mask;
   Scratch<int64_t> counts;
+
+  // Scratch beyond this is given back after the call rather than kept for the next one.
+  static constexpr int64_t kKeptBytes = int64_t(512) << 20;
+  void trim() {
+    if (setups.bytes() + image.bytes() + tile_mask.bytes() + bin_items.bytes() + counts.bytes() <= kKeptBytes) return;
+    setups.release(), image.release(), tile_mask.release(), bin_items.release(), counts.release();
+  }
 };
 
 struct Frame {
@@ -315,6 +324,7 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
     for (int64_t tile = 0; tile < g.num_tiles; ++tile) shade_tile(f, tile);
   else
     parallel_dynamic(pfor, g.num_tiles, [&](int64_t tile) { shade_tile(f, tile); });
+  scratch.trim();
 }
 
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks) {
