@@ -28,7 +28,7 @@ namespace {
 
 constexpr int64_t kItemsPerChunk = 8192;
 constexpr int64_t kMaxChunks = 64;
-constexpr int64_t kSerialShadingWork = int64_t(1) << 19;  // ~ pixels + 64 per (triangle, tile) pair
+constexpr int64_t kSerialShadingWork = int64_t(1) << 21;  // ~ pixels + 64 per (triangle, tile) pair: a few ms
 constexpr int64_t kMaxCounters = int64_t(1) << 22;  // bounds the (chunk, tile) counters to 32 MiB
 
 // Large outputs are fresh allocations whose pages are faulted in as tiles are written; at 4096^2 those faults
