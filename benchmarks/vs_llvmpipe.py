@@ -45,12 +45,13 @@ void main() {
 """
 
 
-def timeit(*fns, min_time=1.0, max_reps=20):
-    """Median ms per call of each fn. Calls alternate between the fns so that a change in the machine's load
-    (other processes) affects all of them alike."""
+def timeit(*fns, min_time=2.0, max_reps=20, warmup=2):
+    """Median ms per call of each fn, in steady state. Calls alternate between the fns so that a change in the
+    machine's load (other processes) affects all of them alike."""
     times = [[] for _ in fns]
-    for fn in fns:
-        fn()  # warm-up
+    for _ in range(warmup):  # first calls pay for one-time allocations and page faults
+        for fn in fns:
+            fn()
     start = time.perf_counter()
     while len(times[0]) < 3 or (len(times[0]) < max_reps and time.perf_counter() - start < min_time):
         for fn, ts in zip(fns, times):
