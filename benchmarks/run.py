@@ -1,6 +1,9 @@
 """Benchmarks: ms per call, forward and backward, on CPU and (when present) CUDA. Prints a table, writes JSON.
 
-    python benchmarks/run.py [--device cpu cuda] [--quick] [--only rasterize] [--json out.json]
+    python benchmarks/run.py [--device cpu cuda] [--quick] [--only rasterize] [--scenes vs-llvmpipe] [--json out.json]
+
+--scenes vs-llvmpipe keeps the nine scenes of vs_llvmpipe.py (1k / 100k / 1M triangles at 256², 1024², 4096²,
+batch 1) for every op built on the rasterize scenes.
 
 Each benchmarks/bench_<op>.py defines cases(device, quick) yielding dicts with keys
     name      row label, e.g. "rasterize 100k tris 1024^2 b1"
@@ -14,6 +17,7 @@ import importlib.util
 import json
 import os
 import platform
+import sys
 import time
 
 import torch
@@ -69,10 +73,23 @@ def modules(only):
         name = os.path.basename(path)[6:-3]
         if only and name not in only:
             continue
+        if f"bench_{name}" in sys.modules:  # already imported (bench_rasterize): share its settings
+            yield name, sys.modules[f"bench_{name}"]
+            continue
         spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[f"bench_{name}"] = mod
         spec.loader.exec_module(mod)
         yield name, mod
+
+
+def restrict_scenes(which):
+    """Narrows the rasterize scenes that bench_rasterize and the ops built on it use."""
+    sys.path.insert(0, HERE)
+    import bench_rasterize
+    if which == "vs-llvmpipe":
+        bench_rasterize.TRIS = {k: v for k, v in bench_rasterize.TRIS.items() if k in ("1k", "100k", "1M")}
+        bench_rasterize.BATCH = [1]
 
 
 def main():
@@ -80,8 +97,10 @@ def main():
     p.add_argument("--device", nargs="+", default=["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     p.add_argument("--quick", action="store_true", help="smaller scenes only (for a fast check)")
     p.add_argument("--only", nargs="*", help="op names, e.g. rasterize texture")
+    p.add_argument("--scenes", choices=["all", "vs-llvmpipe"], default="all")
     p.add_argument("--json", default="benchmark.json")
     a = p.parse_args()
+    restrict_scenes(a.scenes)
     rows = []
     print(f"{'case':<52} {'device':<6} {'fwd ms':>9} {'bwd ms':>9}")
     for _, mod in modules(a.only):

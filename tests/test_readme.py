@@ -63,6 +63,8 @@ HOW = {
         "help": "python3.11 -m ci abi-proof --help", "test": "tests/ci/test_abi_proof.py::test_proof_of_one_torch"},
     "python benchmarks/run.py --quick": {"run": True},
     "python benchmarks/run.py --only rasterize --json r.json": {"help": "python benchmarks/run.py --help"},
+    "python benchmarks/run.py --scenes vs-llvmpipe --json ops.json": {"help": "python benchmarks/run.py --help"},
+    "python benchmarks/vs_llvmpipe.py": {"help": "python benchmarks/vs_llvmpipe.py --help"},
     "bash ci/gpu_check.sh": {"syntax": True},
     "python examples/triangle.py": {"test": "tests/examples/test_examples.py::test_triangle"},
     "python examples/cube.py --steps 400": {"help": "python examples/cube.py --help",

@@ -222,13 +222,17 @@ PR_HD void tile_centres(int tx, int ty, int W, int H, float& cx0, float& cy0, fl
 // the barycentrics and (optionally) gdb of (du/dX, du/dY, dv/dX, dv/dY) at pixel centre (px, py).
 // With K = M^-1, lambda = K q, A_x = K e_x, A_y = K e_y, dL/dM = -K^T G K^T where G collects the gradients
 // of the three vectors against q, e_x, e_y.
-PR_HD void frag_grad(const float* p0, const float* p1, const float* p2, float px, float py, int W, int H, float gu,
-                     float gv, const float* gdb, float out[3][4]) {
+// frag_grad is frag_grad_tri (what depends on the triangle only: K) then frag_grad_pixel, so that a loop over
+// pixels of one triangle can compute K once; the arithmetic is the same either way.
+PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, float K[3][3]) {
   V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
   V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
   float det = dot3(v0, r[0]);
-  float K[3][3];
   for (int i = 0; i < 3; ++i) K[i][0] = r[i].x / det, K[i][1] = r[i].y / det, K[i][2] = r[i].z / det;
+}
+
+PR_HD void frag_grad_pixel(const float K[3][3], float px, float py, int W, int H, float gu, float gv,
+                           const float* gdb, float out[3][4]) {
   float lam[3], Ax[3], Ay[3];
   for (int i = 0; i < 3; ++i) lam[i] = (K[i][0] * px + K[i][1] * py) + K[i][2], Ax[i] = K[i][0], Ay[i] = K[i][1];
   float S = lam[0] + lam[1] + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
@@ -261,6 +265,13 @@ PR_HD void frag_grad(const float* p0, const float* p1, const float* p2, float px
       out[b][a == 2 ? 3 : a] = dm;  // rows of M are x, y, w
     }
   for (int b = 0; b < 3; ++b) out[b][2] = 0.0f;
+}
+
+PR_HD void frag_grad(const float* p0, const float* p1, const float* p2, float px, float py, int W, int H, float gu,
+                     float gv, const float* gdb, float out[3][4]) {
+  float K[3][3];
+  frag_grad_tri(p0, p1, p2, K);
+  frag_grad_pixel(K, px, py, W, H, gu, gv, gdb, out);
 }
 
 // --- work items -----------------------------------------------------------------------------------------

@@ -1,70 +1,236 @@
-// CPU rasterizer: the same tile-binned design as the CUDA path. Triangles are set up in parallel, binned into
-// kTile x kTile tiles in item order, and tiles are shaded in parallel, each keeping the nearest (z/w, id).
+// CPU rasterizer: the same tile-binned design as the CUDA path, in three parallel passes.
+//
+//  1. Setup and counting: items are split into contiguous chunks. Each chunk sets up its items, keeps those
+//     that can draw (compacted in place, in item order) and counts, per tile, how many it overlaps.
+//  2. Binning: a prefix sum over (tile, chunk) gives every chunk its slots in every tile's bin, so the chunks
+//     fill the bins in parallel and each bin still lists its triangles in item order.
+//  3. Shading: threads take tiles one at a time from a shared counter. A tile keeps only the nearest depth
+//     key per pixel while its triangles are drawn, then writes each output pixel once.
+// The per-pixel decision is frag_eval's (see raster_tile.h), so results do not depend on the path or the
+// thread count.
 #include <algorithm>
+#include <atomic>
+#include <climits>
+#include <memory>
 #include <vector>
 
-#include "rasterize.h"
+#include "raster_tile.h"
+#include "raster_tile_avx2.h"
+#include "scatter_cpu.h"
+
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 namespace prerast {
 
 namespace {
 
-struct Bins {
-  int tiles_x = 0, tiles_y = 0;
-  std::vector<int64_t> start;  // [num_tiles + 1]
-  std::vector<int32_t> items;  // item indices, grouped by tile, in item order
-};
+constexpr int64_t kItemsPerChunk = 8192;
+constexpr int64_t kMaxChunks = 64;
+constexpr int64_t kSerialShadingWork = int64_t(1) << 21;  // ~ pixels + 64 per (triangle, tile) pair: a few ms
+constexpr int64_t kMaxCounters = int64_t(1) << 22;  // bounds the (chunk, tile) counters to 32 MiB
 
-template <class Fn>
-void for_each_tile(const TriSetup& s, int32_t n, const Bins& b, int W, int H, Fn fn) {
-  if (s.x0 > s.x1 || s.y0 > s.y1) return;
-  for (int ty = s.y0 / kTile; ty <= s.y1 / kTile; ++ty)
-    for (int tx = s.x0 / kTile; tx <= s.x1 / kTile; ++tx) {
-      float cx0, cy0, cx1, cy1;
-      tile_centres(tx, ty, W, H, cx0, cy0, cx1, cy1);
-      if (rect_may_cover(s, cx0, cy0, cx1, cy1)) fn(((int64_t)n * b.tiles_y + ty) * b.tiles_x + tx);
-    }
+// Large outputs are fresh allocations whose pages are faulted in as tiles are written; at 4096^2 those faults
+// cost more than the shading. Asking for transparent huge pages (a hint, harmless where unsupported) makes
+// them 512 times fewer.
+void advise_huge_pages(void* p, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
+  const uintptr_t begin = ((uintptr_t)p + kHuge - 1) & ~(kHuge - 1), end = ((uintptr_t)p + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise((void*)begin, end - begin, MADV_HUGEPAGE);
+#else
+  (void)p, (void)bytes;
+#endif
 }
 
-void shade_tile(const RasterArgs& a, const Bins& b, const std::vector<TriSetup>& setups, int64_t tile) {
-  const int W = a.width, H = a.height;
-  const int64_t per_image = (int64_t)b.tiles_x * b.tiles_y;
-  const int64_t n = tile / per_image;
-  const int ty = (int)((tile % per_image) / b.tiles_x), tx = (int)(tile % b.tiles_x);
-  const int xa = tx * kTile, ya = ty * kTile;
-  const int xb = std::min(xa + kTile, W), yb = std::min(ya + kTile, H);
-  float bz[kTile * kTile], bu[kTile * kTile], bv[kTile * kTile];
-  int32_t bid[kTile * kTile], bitem[kTile * kTile];
-  std::fill(bid, bid + kTile * kTile, 0);
-  for (int64_t e = b.start[tile]; e < b.start[tile + 1]; ++e) {
-    const int32_t item = b.items[e];
-    const TriSetup& s = setups[item];
-    const int32_t id1 = s.tri + 1;
-    for (int y = std::max(ya, s.y0); y < std::min(yb, s.y1 + 1); ++y) {
-      const float py = pixel_center_ndc(y, H);
-      for (int x = std::max(xa, s.x0); x < std::min(xb, s.x1 + 1); ++x) {
-        float u, v, zw;
-        if (!frag_eval(s, pixel_center_ndc(x, W), py, u, v, zw)) continue;
-        const int k = (y - ya) * kTile + (x - xa);
-        if (a.peel_prev && !behind_prev(a.peel_prev + ((n * H + y) * W + x) * 4, zw, id1)) continue;
-        if (bid[k] != 0 && !key_less(zw, id1, bz[k], bid[k])) continue;
-        bz[k] = zw, bu[k] = u, bv[k] = v, bid[k] = id1, bitem[k] = item;
-      }
-    }
+inline void prefetch(const void* p) {
+#if defined(__GNUC__) || defined(__clang__)
+  __builtin_prefetch(p);
+#else
+  (void)p;
+#endif
+}
+
+// Runs fn(i) for i in [0, n), handing indices to the pool's threads one at a time as they become free.
+template <class Fn>
+void parallel_dynamic(const ParallelFor& pfor, int64_t n, Fn fn) {
+  std::atomic<int64_t> next{0};
+  pfor(n, 1, [&](int64_t, int64_t) {
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) fn(i);
+  });
+}
+
+struct Grid {
+  int tiles_x = 0, tiles_y = 0;
+  int64_t per_image = 0, num_tiles = 0;
+  std::vector<float> cx0, cx1, cy0, cy1;  // tile_centres of each tile column and row
+
+  Grid(int W, int H) : tiles_x((W + kTile - 1) / kTile), tiles_y((H + kTile - 1) / kTile) {
+    per_image = (int64_t)tiles_x * tiles_y;
+    cx0.resize(tiles_x), cx1.resize(tiles_x), cy0.resize(tiles_y), cy1.resize(tiles_y);
+    float unused0, unused1;
+    for (int tx = 0; tx < tiles_x; ++tx) tile_centres(tx, 0, W, H, cx0[tx], unused0, cx1[tx], unused1);
+    for (int ty = 0; ty < tiles_y; ++ty) tile_centres(0, ty, W, H, unused0, cy0[ty], unused1, cy1[ty]);
   }
-  for (int y = ya; y < yb; ++y)
-    for (int x = xa; x < xb; ++x) {
-      const int k = (y - ya) * kTile + (x - xa);
-      const int64_t o = ((n * H + y) * W + x) * 4;
-      float* r = a.rast + o;
-      if (bid[k] == 0) {
-        r[0] = r[1] = r[2] = r[3] = 0.0f;
-        if (a.rast_db) std::fill(a.rast_db + o, a.rast_db + o + 4, 0.0f);
+};
+
+// The tiles of image n that the triangle may cover (conservatively: binning a triangle into a tile it misses
+// costs time, never correctness). Counting and filling the bins must agree on them, so the count pass keeps
+// them as a bit mask over the triangle's tile span where that span is at most kMaskSpan tiles square.
+constexpr int kMaskSpan = 4;
+
+inline bool may_cover_tile(const TriSetup& s, const Grid& g, int tx, int ty) {
+  return rect_may_cover(s, g.cx0[tx], g.cy0[ty], g.cx1[tx], g.cy1[ty]);
+}
+
+template <class Fn>
+uint16_t for_each_tile(const TriSetup& s, int32_t n, const Grid& g, Fn fn) {
+  const int tx0 = s.x0 / kTile, ty0 = s.y0 / kTile, tx1 = s.x1 / kTile, ty1 = s.y1 / kTile;
+  uint16_t mask = 0;
+  const bool small = tx1 - tx0 < kMaskSpan && ty1 - ty0 < kMaskSpan;
+  for (int ty = ty0; ty <= ty1; ++ty)
+    for (int tx = tx0; tx <= tx1; ++tx)
+      if (may_cover_tile(s, g, tx, ty)) {
+        fn(n * g.per_image + (int64_t)ty * g.tiles_x + tx);
+        if (small) mask |= (uint16_t)(1u << ((ty - ty0) * kMaskSpan + (tx - tx0)));
+      }
+  return mask;
+}
+
+// for_each_tile again, from the mask it returned where the span was small.
+template <class Fn>
+void for_each_tile_again(const TriSetup& s, int32_t n, const Grid& g, uint16_t mask, Fn fn) {
+  const int tx0 = s.x0 / kTile, ty0 = s.y0 / kTile, tx1 = s.x1 / kTile, ty1 = s.y1 / kTile;
+  if (tx1 - tx0 >= kMaskSpan || ty1 - ty0 >= kMaskSpan) {
+    for_each_tile(s, n, g, fn);
+    return;
+  }
+  for (; mask; mask &= mask - 1) {
+    const int bit = __builtin_ctz(mask);
+    fn(n * g.per_image + (int64_t)(ty0 + bit / kMaskSpan) * g.tiles_x + (tx0 + bit % kMaskSpan));
+  }
+}
+
+// Uninitialised storage kept from call to call: a fresh multi-megabyte allocation per call pays for the
+// kernel zeroing its pages, which costs as much as the setup written into them.
+template <class T>
+class Scratch {
+ public:
+  T* get(int64_t n) {
+    if (n > capacity_) {
+      data_.reset(new T[n]);
+      capacity_ = n;
+    }
+    return data_.get();
+  }
+  int64_t bytes() const { return capacity_ * (int64_t)sizeof(T); }
+  void release() { data_.reset(), capacity_ = 0; }
+
+ private:
+  std::unique_ptr<T[]> data_;
+  int64_t capacity_ = 0;
+};
+
+struct ScratchSet {
+  Scratch<TriSetup> setups;
+  Scratch<int32_t> image, bin_items;
+  Scratch<uint16_t> tile_mask;
+  Scratch<int64_t> counts;
+
+  // Scratch beyond this is given back after the call rather than kept for the next one.
+  static constexpr int64_t kKeptBytes = int64_t(512) << 20;
+  void trim() {
+    if (setups.bytes() + image.bytes() + tile_mask.bytes() + bin_items.bytes() + counts.bytes() <= kKeptBytes) return;
+    setups.release(), image.release(), tile_mask.release(), bin_items.release(), counts.release();
+  }
+};
+
+struct Frame {
+  const RasterArgs& a;
+  Grid grid;
+  TriSetup* setups = nullptr;  // drawable setups, compacted at the front of each chunk's range
+  int32_t* image = nullptr;    // the image of each setup
+  uint16_t* tile_mask = nullptr;  // for_each_tile's mask for each setup
+  std::vector<int64_t> bin_start;  // [num_tiles + 1]
+  int32_t* bin_items = nullptr;
+  std::vector<float> px_ndc;           // pixel_center_ndc(x, W), padded to whole tiles
+  bool avx2 = false;
+  bool avx2_write = false;  // also needs every setup's fields to be addressable by an int32 gather index
+};
+
+// One output pixel from the tile's keys: zeros where nothing is drawn, else the winner's values.
+void write_pixel(const Frame& f, const TileKeys& t, int k, float px, float py, float* r, float* d) {
+  if (t.id[k] == 0) {
+    r[0] = r[1] = r[2] = r[3] = 0.0f;
+    if (d) d[0] = d[1] = d[2] = d[3] = 0.0f;
+    return;
+  }
+  // The winner's barycentrics, computed as frag_eval computes them.
+  const TriSetup& s = f.setups[t.item[k]];
+  const float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
+  const float S = (l0 + l1) + l2;
+  r[0] = l0 / S, r[1] = l1 / S, r[2] = t.z[k], r[3] = encode_triangle_id(t.id[k]);
+  if (d) frag_db(s, px, py, f.a.width, f.a.height, d);
+}
+
+void write_tile(const Frame& f, const TileKeys& t, int64_t n, int xa, int ya) {
+  const RasterArgs& a = f.a;
+  const int W = a.width, H = a.height;
+  const int xb = std::min(xa + kTile, W), yb = std::min(ya + kTile, H);
+  for (int y = ya; y < yb; ++y) {
+    const float py = pixel_center_ndc(y, H);
+    const int64_t row = ((n * H + y) * W + xa) * 4;
+    float* r = a.rast + row;
+    float* db = a.rast_db ? a.rast_db + row : nullptr;
+    for (int x = xa; x < xb; x += 8) {
+      const int k = (y - ya) * kTile + (x - xa), o = (x - xa) * 4;
+#ifdef PRERAST_HAVE_AVX2_PATH
+      if (f.avx2_write && x + 8 <= xb) {
+        write_group_avx2(t, k, f.setups, f.px_ndc.data(), x, py, 2.0f / (float)W, 2.0f / (float)H, r + o,
+                         db ? db + o : nullptr);
         continue;
       }
-      r[0] = bu[k], r[1] = bv[k], r[2] = bz[k], r[3] = encode_triangle_id(bid[k]);
-      if (a.rast_db) frag_db(setups[bitem[k]], pixel_center_ndc(x, W), pixel_center_ndc(y, H), W, H, a.rast_db + o);
+#endif
+      for (int j = 0; j < std::min(8, xb - x); ++j)
+        write_pixel(f, t, k + j, f.px_ndc[x + j], py, r + o + 4 * j, db ? db + o + 4 * j : nullptr);
     }
+  }
+}
+
+void shade_tile(const Frame& f, int64_t tile) {
+  const RasterArgs& a = f.a;
+  const int W = a.width, H = a.height;
+  const int64_t n = tile / f.grid.per_image;
+  const int ty = (int)((tile % f.grid.per_image) / f.grid.tiles_x), tx = (int)(tile % f.grid.tiles_x);
+  const int xa = tx * kTile, ya = ty * kTile;
+  const float* prev = a.peel_prev ? a.peel_prev + n * H * W * 4 : nullptr;
+  TileKeys t;
+  t.clear();
+  const int64_t end = f.bin_start[tile + 1];
+  for (int64_t e = f.bin_start[tile]; e < end; ++e) {
+    // A bin's setups are scattered over memory when its triangles are (a soup): fetch ahead.
+    constexpr int64_t kAhead = 6;
+    if (e + kAhead < end) {
+      const char* next = (const char*)(f.setups + f.bin_items[e + kAhead]);
+      for (size_t line = 0; line < sizeof(TriSetup); line += 64) prefetch(next + line);
+    }
+    const int32_t k = f.bin_items[e];
+    const TriSetup& s = f.setups[k];
+    TileSpan sp;
+    if (!tile_span(s, xa, ya, W, H, sp)) continue;
+#ifdef PRERAST_HAVE_AVX2_PATH
+    if (f.avx2 && !prev) {
+      draw_span_avx2(s, k, sp, f.px_ndc.data(), H, t);
+      continue;
+    }
+#endif
+    draw_span_scalar(s, k, sp, f.px_ndc.data(), W, H, prev, t);
+  }
+  write_tile(f, t, n, xa, ya);
+#ifdef PRERAST_HAVE_AVX2_PATH
+  if (f.avx2_write) finish_output_stores();
+#endif
 }
 
 }  // namespace
@@ -86,48 +252,131 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
     m.num_items = a.num_images * a.num_triangles;
   }
 
-  std::vector<TriSetup> setups(m.num_items);
-  std::vector<int32_t> image(m.num_items);
-  pfor(m.num_items, 4096, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) item_setup(a, m, i, image[i], setups[i]);
+  Frame f{a, Grid(W, H)};
+  Grid& g = f.grid;
+  g.num_tiles = a.num_images * g.per_image;
+  f.px_ndc.resize((size_t)g.tiles_x * kTile);
+  for (int x = 0; x < (int)f.px_ndc.size(); ++x) f.px_ndc[x] = pixel_center_ndc(x, W);
+#ifdef PRERAST_HAVE_AVX2_PATH
+  f.avx2 = cpu_has_avx2();
+  f.avx2_write = f.avx2 && m.num_items < INT32_MAX / (int64_t)(sizeof(TriSetup) / sizeof(float));
+#endif
+
+  // 1. Setup and per-chunk tile counts.
+  const int64_t items = m.num_items;
+  const int64_t chunks = std::max<int64_t>(
+      1, std::min({kMaxChunks, (items + kItemsPerChunk - 1) / kItemsPerChunk, kMaxCounters / g.num_tiles}));
+  auto chunk_begin = [&](int64_t c) { return items * c / chunks; };
+  thread_local ScratchSet scratch;  // per calling thread, so that concurrent calls do not share it
+  f.setups = scratch.setups.get(std::max<int64_t>(items, 1));
+  f.image = scratch.image.get(std::max<int64_t>(items, 1));
+  f.tile_mask = scratch.tile_mask.get(std::max<int64_t>(items, 1));
+  std::vector<int64_t> chunk_end(chunks);
+  int64_t* counts = scratch.counts.get(chunks * g.num_tiles);  // later: each (chunk, tile)'s next slot
+  parallel_dynamic(pfor, chunks, [&](int64_t c) {
+    int64_t* count = counts + c * g.num_tiles;
+    std::fill(count, count + g.num_tiles, 0);
+    int64_t k = chunk_begin(c);
+    for (int64_t i = chunk_begin(c); i < chunk_begin(c + 1); ++i) {
+      int32_t n;
+      if (!item_setup(a, m, i, n, f.setups[k])) continue;
+      f.image[k] = n;
+      f.tile_mask[k] = for_each_tile(f.setups[k], n, g, [&](int64_t t) { ++count[t]; });
+      ++k;
+    }
+    chunk_end[c] = k;
   });
 
-  Bins bins;
-  bins.tiles_x = (W + kTile - 1) / kTile;
-  bins.tiles_y = (H + kTile - 1) / kTile;
-  const int64_t num_tiles = a.num_images * bins.tiles_x * bins.tiles_y;
-  bins.start.assign(num_tiles + 1, 0);
-  for (int64_t i = 0; i < m.num_items; ++i)
-    for_each_tile(setups[i], image[i], bins, W, H, [&](int64_t t) { ++bins.start[t + 1]; });
-  for (int64_t t = 0; t < num_tiles; ++t) bins.start[t + 1] += bins.start[t];
-  bins.items.resize(bins.start[num_tiles]);
-  std::vector<int64_t> cursor(bins.start.begin(), bins.start.end() - 1);
-  for (int64_t i = 0; i < m.num_items; ++i)
-    for_each_tile(setups[i], image[i], bins, W, H, [&](int64_t t) { bins.items[cursor[t]++] = (int32_t)i; });
-
-  pfor(num_tiles, 1, [&](int64_t b, int64_t e) {
-    for (int64_t t = b; t < e; ++t) shade_tile(a, bins, setups, t);
+  // 2. Bins: tile-major, chunk order within a tile, item order within a chunk. The counters are walked one
+  // chunk at a time (sequential memory), first to size the bins, then to turn counts into slots.
+  f.bin_start.assign(g.num_tiles + 1, 0);
+  int64_t* total = f.bin_start.data() + 1;
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t* count = counts + c * g.num_tiles;
+    for (int64_t t = 0; t < g.num_tiles; ++t) total[t] += count[t];
+  }
+  for (int64_t t = 0; t < g.num_tiles; ++t) f.bin_start[t + 1] += f.bin_start[t];
+  const int64_t acc = f.bin_start[g.num_tiles];
+  std::vector<int64_t> next(f.bin_start.begin(), f.bin_start.end() - 1);
+  for (int64_t c = 0; c < chunks; ++c) {
+    int64_t* slot = counts + c * g.num_tiles;
+    for (int64_t t = 0; t < g.num_tiles; ++t) {
+      const int64_t count = slot[t];
+      slot[t] = next[t];
+      next[t] += count;
+    }
+  }
+  f.bin_items = scratch.bin_items.get(std::max<int64_t>(acc, 1));
+  parallel_dynamic(pfor, chunks, [&](int64_t c) {
+    int64_t* slot = counts + c * g.num_tiles;
+    for (int64_t k = chunk_begin(c); k < chunk_end[c]; ++k)
+      for_each_tile_again(f.setups[k], f.image[k], g, f.tile_mask[k],
+                          [&](int64_t t) { f.bin_items[slot[t]++] = (int32_t)k; });
   });
+
+  // 3. Shading.
+  const size_t out_bytes = (size_t)a.num_images * H * W * 4 * sizeof(float);
+  advise_huge_pages(a.rast, out_bytes);
+  if (a.rast_db) advise_huge_pages(a.rast_db, out_bytes);
+  // Waking the pool costs more than a small frame's whole shading when the machine is busy: shade those here.
+  const int64_t work = a.num_images * H * W + acc * 64;
+  if (work < kSerialShadingWork)
+    for (int64_t tile = 0; tile < g.num_tiles; ++tile) shade_tile(f, tile);
+  else
+    parallel_dynamic(pfor, g.num_tiles, [&](int64_t tile) { shade_tile(f, tile); });
+  scratch.trim();
 }
 
+namespace {
+
+// frag_grad's per-triangle part (K), kept while consecutive pixels belong to the same triangle of the same
+// image, which they mostly do.
+struct GradTriCache {
+  int64_t key = -1;
+  float K[3][3];
+};
+
+// pixel_backward of rasterize.h, with K from the cache: the same tests, the same arithmetic (frag_grad is
+// frag_grad_tri then frag_grad_pixel) and the same order of additions.
+void pixel_backward_cached(const RasterGradArgs& a, int64_t pix, float* g, GradTriCache& cache) {
+  const float* r = a.rast + pix * 4;
+  const int32_t id = decode_triangle_id(r[3]);
+  if (id <= 0 || id > a.num_triangles) return;
+  const float* gr = a.grad_rast + pix * 4;
+  const float* gdb = a.grad_db ? a.grad_db + pix * 4 : nullptr;
+  if (gr[0] == 0.0f && gr[1] == 0.0f && (!gdb || (gdb[0] == 0.0f && gdb[1] == 0.0f && gdb[2] == 0.0f && gdb[3] == 0.0f)))
+    return;
+  const int64_t hw = (int64_t)a.height * a.width;
+  const int64_t n = pix / hw, rem = pix % hw;
+  const int y = (int)(rem / a.width), x = (int)(rem % a.width);
+  const int64_t base = a.instanced ? n * a.num_vertices : 0;
+  const int32_t* idx = a.tri + (int64_t)(id - 1) * 3;
+  const int64_t key = (a.instanced ? n : 0) * a.num_triangles + (id - 1);
+  if (key != cache.key) {
+    frag_grad_tri(a.pos + (base + idx[0]) * 4, a.pos + (base + idx[1]) * 4, a.pos + (base + idx[2]) * 4, cache.K);
+    cache.key = key;
+  }
+  float out[3][4];
+  frag_grad_pixel(cache.K, pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, gr[0],
+                  gr[1], gdb, out);
+  for (int j = 0; j < 3; ++j) {
+    float* o = g + (base + idx[j]) * 4;
+    o[0] += out[j][0];
+    o[1] += out[j][1];
+    o[3] += out[j][3];
+  }
+}
+
+}  // namespace
+
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks) {
-  // Each chunk of pixels accumulates into its own buffer; buffers are summed in a fixed order, so the result
-  // does not depend on thread scheduling.
+  // Deterministic: chunks of pixels accumulate into their own copies, summed in a fixed order.
   const int64_t pixels = a.num_images * a.height * a.width;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
-  num_chunks = (int)std::max<int64_t>(1, std::min<int64_t>(num_chunks, pixels / 4096 + 1));
-  std::vector<float> extra((size_t)(num_chunks - 1) * pos_size, 0.0f);
-  pfor(num_chunks, 1, [&](int64_t b, int64_t e) {
-    for (int64_t c = b; c < e; ++c) {
-      float* g = c == 0 ? a.grad_pos : extra.data() + (c - 1) * pos_size;
-      const int64_t p0 = pixels * c / num_chunks, p1 = pixels * (c + 1) / num_chunks;
-      for (int64_t p = p0; p < p1; ++p) pixel_backward(a, p, [g](int64_t i, float v) { g[i] += v; });
-    }
+  chunked_scatter(pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, float* g) {
+    GradTriCache cache;
+    for (int64_t p = b; p < e; ++p) pixel_backward_cached(a, p, g, cache);
   });
-  for (int c = 1; c < num_chunks; ++c) {
-    const float* src = extra.data() + (c - 1) * pos_size;
-    for (int64_t i = 0; i < pos_size; ++i) a.grad_pos[i] += src[i];
-  }
 }
 
 }  // namespace prerast
