@@ -34,13 +34,37 @@ def tensor(op, name, value, dtype=None):
     return value
 
 
+MAX_RESOLUTION = 32768  # per side; the op checks the same limit (csrc/bindings/rasterize.cpp)
+
+
+def _size(op, value, res):
+    """One side of a resolution: a Python or numpy integer, a 0-d integer tensor, or a symbolic size (torch.compile
+    with dynamic shapes, kept symbolic: int() would specialize it). Floats, strings and bools are refused."""
+    if isinstance(value, torch.SymInt):
+        return value
+    if isinstance(value, torch.Tensor):
+        ok = value.ndim == 0 and not (value.dtype.is_floating_point or value.dtype.is_complex
+                                      or value.dtype == torch.bool)
+    elif isinstance(value, numpy.ndarray):
+        ok = value.ndim == 0 and numpy.issubdtype(value.dtype, numpy.integer)
+    else:
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, numpy.bool_))
+    if not ok:
+        raise TypeError(f"{op}: resolution must be a pair (height, width) of integers, got {res!r}")
+    return int(value)
+
+
 def resolution(op, res):
-    try:  # a symbolic size (torch.compile with dynamic shapes) stays symbolic: int() would specialize it
-        h, w = (r if isinstance(r, torch.SymInt) else int(r) for r in res)
-    except (TypeError, ValueError):
-        raise TypeError(f"{op}: resolution must be a pair (height, width) of ints, got {res!r}") from None
-    if h <= 0 or w <= 0:
-        raise ValueError(f"{op}: resolution must be positive, got ({h}, {w})")
+    """(height, width) as ints (or symbolic sizes), each in [1, MAX_RESOLUTION]."""
+    if not isinstance(res, (tuple, list, torch.Size, torch.Tensor, numpy.ndarray)) \
+            or (isinstance(res, (torch.Tensor, numpy.ndarray)) and res.ndim != 1) or len(res) != 2:
+        raise TypeError(f"{op}: resolution must be a pair (height, width) of integers, got {res!r}")
+    h, w = (_size(op, r, res) for r in res)
+    if isinstance(h, int) and isinstance(w, int):
+        if h <= 0 or w <= 0:
+            raise ValueError(f"{op}: resolution must be positive, got ({h}, {w})")
+        if h > MAX_RESOLUTION or w > MAX_RESOLUTION:
+            raise ValueError(f"{op}: resolution ({h}, {w}) exceeds the maximum of {MAX_RESOLUTION} per side")
     return h, w
 
 
@@ -88,10 +112,14 @@ def max_mip_level(op, value):
 def real_number(op, name, value):
     """A real number: a Python or numpy scalar, or a 0-d tensor/array; returned as a float."""
     if isinstance(value, (torch.Tensor, numpy.ndarray)) and value.ndim == 0 and not _is_bool_dtype(value.dtype):
-        return float(value)
-    if isinstance(value, (bool, numpy.bool_)) or not isinstance(value, numbers.Real):
+        value = float(value)
+    elif isinstance(value, (bool, numpy.bool_)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{op}: {name} must be a number, got {type(value).__name__}")
-    return float(value)
+    value = float(value)
+    # Checked eagerly; a compiled graph may hold the value symbolically (math.isfinite would break it).
+    if not torch.compiler.is_compiling() and not math.isfinite(value):
+        raise ValueError(f"{op}: {name} must be finite, got {value}")
+    return value
 
 
 def attribute_indices(op, value, num_attrs):

@@ -30,6 +30,9 @@ def test_dtypes_and_shapes():
         prerast.antialias(color, rast, pos.expand(2, 3, 4), tri)
     with pytest.raises(TypeError, match="pos_gradient_boost must be a number"):
         prerast.antialias(color, rast, pos, tri, pos_gradient_boost="2")
+    for bad in (float("nan"), float("inf"), -float("inf"), torch.tensor(float("nan"))):
+        with pytest.raises(ValueError, match="pos_gradient_boost must be finite"):
+            prerast.antialias(color, rast, pos, tri, pos_gradient_boost=bad)
 
 
 def test_indices():

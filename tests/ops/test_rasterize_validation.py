@@ -1,4 +1,5 @@
 """Bad input to rasterize gets a clear Python exception, never a crash or an out-of-bounds read."""
+import numpy
 import pytest
 import torch
 
@@ -66,6 +67,25 @@ def test_resolution_over_limit(cpu):
     pos, tri = scene()
     with pytest.raises(ValueError, match="exceeds the maximum"):
         prerast.rasterize(cpu, pos, tri, (8, 40000))
+    with pytest.raises(ValueError, match="exceeds the maximum of 32768 per side"):
+        prerast.rasterize(cpu, pos, tri, (2**70, 8))  # too large for the op's int64: refused before it
+
+
+@pytest.mark.parametrize("res", [(2.7, 3.9), (8.0, 8), "64", "ab", (True, True), (8, None), (8,), (8, 8, 8),
+                                 torch.tensor([8.0, 8.0]), torch.tensor(8), (numpy.float32(8), 8)])
+def test_resolution_must_be_two_integers(cpu, res):
+    pos, tri = scene()
+    with pytest.raises(TypeError, match="resolution must be a pair \\(height, width\\) of integers"):
+        prerast.rasterize(cpu, pos, tri, res)
+
+
+@pytest.mark.parametrize("res", [(6, 10), [6, 10], (numpy.int64(6), numpy.int32(10)), (torch.tensor(6), 10),
+                                 torch.tensor([6, 10], dtype=torch.int32), numpy.array([6, 10]), torch.Size([6, 10])])
+def test_resolution_of_integers_in_any_form(cpu, res):
+    pos, tri = scene()
+    rast, _ = prerast.rasterize(cpu, pos, tri, res)
+    reference, _ = prerast.rasterize(cpu, pos, tri, (6, 10))
+    assert rast.shape == (1, 6, 10, 4) and torch.equal(rast, reference)
 
 
 def test_not_a_tensor(cpu):
