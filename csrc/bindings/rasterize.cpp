@@ -50,6 +50,43 @@ Geometry check_geometry(const Tensor& pos, const Tensor& tri, const OptTensor& r
   return g;
 }
 
+// A batch is rasterized in chunks of whole images of at most kItemsPerCall (image, triangle) items each, so that
+// the binning's memory (a setup per item, its tile pairs) follows one chunk's work, not the whole batch's: 1000
+// images of 10000 triangles at 1x1 pixel need no gigabytes. Images are independent, so results do not change.
+constexpr int64_t kItemsPerCall = int64_t(1) << 21;
+
+struct ImageChunk {
+  int64_t first, count;
+};
+
+std::vector<ImageChunk> image_chunks(const Geometry& g, const int32_t* ranges) {
+  std::vector<ImageChunk> chunks;
+  int64_t first = 0, items = 0;
+  for (int64_t n = 0; n < g.num_images; ++n) {
+    const int64_t here = ranges ? ranges[2 * n + 1] : g.num_triangles;
+    if (n > first && items + here > kItemsPerCall) {
+      chunks.push_back({first, n - first});
+      first = n, items = 0;
+    }
+    items += here;
+  }
+  chunks.push_back({first, g.num_images - first});
+  return chunks;
+}
+
+// The core's arguments for images [first, first + count) of the batch described by a.
+RasterArgs chunk_args(const RasterArgs& a, const Geometry& g, const ImageChunk& chunk) {
+  RasterArgs c = a;
+  const int64_t image = (int64_t)a.height * a.width * 4;
+  c.num_images = chunk.count;
+  if (g.instanced) c.pos = a.pos + chunk.first * g.num_vertices * 4;
+  if (a.ranges) c.ranges = a.ranges + 2 * chunk.first;
+  if (a.peel_prev) c.peel_prev = a.peel_prev + chunk.first * image;
+  c.rast = a.rast + chunk.first * image;
+  c.rast_db = a.rast_db + chunk.first * image;
+  return c;
+}
+
 void check_resolution(int64_t height, int64_t width) {
   PR_CHECK_VALUE(height > 0 && width > 0, kOp, ": resolution must be positive, got (", height, ", ", width, ")");
   PR_CHECK_VALUE(height <= kMaxResolution && width <= kMaxResolution, kOp, ": resolution (", height, ", ", width,
@@ -85,13 +122,20 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   a.rast = data<float>(rast);
   a.rast_db = data<float>(rast_db);
   if (rast.numel() == 0) return {rast, rast_db};
-  run_on_device(
-      kOp, pos, [&] { rasterize_forward_cpu(a, torch_parallel_for()); },
-      [&](StreamHandle stream) {
-        if (const char* err = check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream)) return err;
-        TensorWorkspace ws{pos, {}};
-        return rasterize_forward_cuda(a, stream, ws.handle());
-      });
+  bool indices_checked = false;
+  for (const ImageChunk& chunk : image_chunks(g, a.ranges)) {
+    const RasterArgs c = chunk_args(a, g, chunk);
+    run_on_device(
+        kOp, pos, [&] { rasterize_forward_cpu(c, torch_parallel_for()); },
+        [&](StreamHandle stream) {
+          if (!indices_checked) {
+            if (const char* err = check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream)) return err;
+            indices_checked = true;
+          }
+          TensorWorkspace ws{pos, {}};
+          return rasterize_forward_cuda(c, stream, ws.handle());
+        });
+  }
   return {rast, rast_db};
 }
 

@@ -136,3 +136,47 @@ def test_cuda_context_without_gpu():
         pytest.skip("a GPU is present")
     with pytest.raises(RuntimeError, match="CUDA is not available"):
         prerast.RasterizeCudaContext()
+
+
+@pytest.mark.parametrize("mode", ["instanced", "range"])
+def test_a_large_batch_is_rasterized_in_chunks_with_the_same_result(cpu, mode):
+    """40 images of 60000 triangles are more (image, triangle) items than one call of the core takes (2^21): the
+    batch is split into chunks of whole images, and every image equals the same image rendered alone."""
+    g = torch.Generator().manual_seed(3)
+    images, triangles = 40, 60000
+    pos = torch.rand(images if mode == "instanced" else 1, 3 * triangles, 4, generator=g) * 2 - 1
+    pos[..., 3] = 1.0
+    tri = torch.randperm(3 * triangles, generator=g).to(torch.int32).reshape(triangles, 3)
+    if mode == "instanced":
+        rast, db = prerast.rasterize(cpu, pos, tri, (8, 6))
+        alone = [prerast.rasterize(cpu, pos[n:n + 1], tri, (8, 6)) for n in (0, 17, 39)]
+    else:
+        ranges = torch.tensor([[(n * 997) % 1000, triangles - 1000] for n in range(images)], dtype=torch.int32)
+        rast, db = prerast.rasterize(cpu, pos[0], tri, (8, 6), ranges=ranges)
+        alone = [prerast.rasterize(cpu, pos[0], tri, (8, 6), ranges=ranges[n:n + 1]) for n in (0, 17, 39)]
+    assert rast.shape == (images, 8, 6, 4) and (rast[..., 3] > 0).float().mean() > 0.9
+    for n, (r, d) in zip((0, 17, 39), alone):
+        assert torch.equal(rast[n:n + 1], r) and torch.equal(db[n:n + 1], d)
+
+
+MEMORY_PROBE = """
+import resource, torch, prerast
+pos = torch.empty(1000, 30000, 4).uniform_(-1, 1, generator=torch.Generator().manual_seed(0))
+pos[..., 3] = 1.0
+tri = torch.arange(30000, dtype=torch.int32).reshape(10000, 3)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+rast, _ = prerast.rasterize(prerast.RasterizeCpuContext(), pos, tri, (1, 1))
+assert rast.shape == (1000, 1, 1, 4)
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+def test_memory_follows_the_work_of_one_chunk():
+    """1000 images x 10000 triangles at 1x1 pixel (10^7 items, 32 KB of output): the core sees 2^21 items at a
+    time, so rasterize needs far less than the gigabytes a setup per item of the whole batch would take."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", MEMORY_PROBE], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.strip()) < 400, f"rasterize raised the peak RSS by {out.stdout.strip()} MB"
