@@ -11,6 +11,33 @@ constexpr const char* kOp = "antialias";
 // [N, H, W] of an image-shaped tensor.
 std::vector<int64_t> first3(const Tensor& t) { return {t.size(0), t.size(1), t.size(2)}; }
 
+// The topology tables' contents bound every read through them: group_of[h] indexes group_start, whose
+// entries slice half_edges, whose entries are half-edge numbers. Read here for CPU tensors; on a GPU the op
+// checks them on the device ahead of its kernels (check_topology_on_device), without a host sync.
+void check_topology_contents(int64_t T, const Tensor& half_edges, const Tensor& group_of, const Tensor& group_start) {
+  const int64_t groups = group_start.size(0) - 1;
+  const struct {
+    const char* name;
+    const Tensor* t;
+    int64_t bound;  // values in [0, bound)
+  } tables[] = {{"half_edges", &half_edges, 3 * T}, {"group_of", &group_of, groups}, {"group_start", &group_start,
+                                                                                     3 * T + 1}};
+  for (const auto& table : tables) {
+    if (table.t->numel() == 0) continue;
+    const Range<int32_t> r = value_range<int32_t>(*table.t);
+    PR_CHECK_INDEX(r.lo >= 0 && r.hi < table.bound, kOp, ": topology_hash is corrupt (its ", table.name,
+                   " holds values in [", r.lo, ", ", r.hi, "], outside [0, ", table.bound,
+                   ")); build it with antialias_construct_topology_hash(tri)");
+  }
+}
+
+const char* check_topology_on_device(const AntialiasArgs& a, int64_t group_start_size, StreamHandle s) {
+  const int64_t T = a.num_triangles;
+  if (const char* err = check_indices_cuda(a.half_edges, 3 * T, 3 * T, s)) return err;
+  if (const char* err = check_indices_cuda(a.group_of, 3 * T, group_start_size - 1, s)) return err;
+  return check_indices_cuda(a.group_start, group_start_size, 3 * T + 1, s);
+}
+
 AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor& pos,
                            const Tensor& tri, const Tensor& half_edges, const Tensor& group_of,
                            const Tensor& group_start) {
@@ -45,6 +72,7 @@ AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor
                         group_start.size(0) <= 3 * T + 1,
                     kOp, ": ", what, " was built for ", half_edges.size(0) / 3, " triangles but tri has ", T,
                     "; build it with antialias_construct_topology_hash(tri) for this tri");
+  if (color.is_cpu()) check_topology_contents(T, half_edges, group_of, group_start);
   a.color = data<float>(color);
   a.rast = data<float>(rast);
   a.pos = data<float>(pos);
@@ -73,6 +101,7 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
       [&](StreamHandle s) {
         const int64_t pixels = a.num_images * a.height * a.width;
         const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, pixels, s);
+        if (!err) err = check_topology_on_device(a, group_start.size(0), s);
         return err ? err : antialias_forward_cuda(a, s);
       });
   return {out, crossing};
@@ -107,6 +136,7 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
       [&](StreamHandle s) {
         const int64_t pixels = a.num_images * a.height * a.width;
         const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, pixels, s);
+        if (!err) err = check_topology_on_device(a, group_start.size(0), s);
         return err ? err : antialias_backward_cuda(a, s);
       });
   return {grad_color, grad_pos};

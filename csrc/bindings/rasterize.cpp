@@ -167,9 +167,14 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
   a.grad_rast = data<float>(grad_rast);
   a.grad_db = grad_db.has_value() ? data<float>(*grad_db) : nullptr;
   a.grad_pos = data<float>(grad_pos);
+  // Every read through tri stays inside pos: on the host for CPU tensors, on the device (no sync) for CUDA.
+  check_indices(kOp, tri, a.num_vertices);
   run_on_device(
       kOp, pos, [&] { rasterize_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
-      [&](StreamHandle stream) { return rasterize_backward_cuda(a, stream); });
+      [&](StreamHandle stream) {
+        const char* err = check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream);
+        return err ? err : rasterize_backward_cuda(a, stream);
+      });
   return grad_pos;
 }
 

@@ -165,6 +165,9 @@ void check_level(const char* name, const Tensor& t) {
 // [B, h, w, C] -> the next mip level [B, mip_size(h), mip_size(w), C].
 Tensor texture_mip_down(const Tensor& level) {
   check_level("level", level);
+  // A level with no texels has no level below it (mip_size would invent one texel to read from nothing).
+  PR_CHECK_VALUE(level.size(1) > 0 && level.size(2) > 0, kMipOp, ": level of shape ", shape_str(level),
+                 " has no texels to halve");
   const int h = (int)level.size(1), w = (int)level.size(2), C = (int)level.size(3);
   auto out = facade::new_empty(level, {level.size(0), mip_size(h), mip_size(w), C}, Dtype::Float);
   if (out.numel() == 0) return out;
