@@ -222,8 +222,8 @@ PR_HD void tile_centres(int tx, int ty, int W, int H, float& cx0, float& cy0, fl
 // the barycentrics and (optionally) gdb of (du/dX, du/dY, dv/dX, dv/dY) at pixel centre (px, py).
 // With K = M^-1, lambda = K q, A_x = K e_x, A_y = K e_y, dL/dM = -K^T G K^T where G collects the gradients
 // of the three vectors against q, e_x, e_y.
-// frag_grad is frag_grad_tri (what depends on the triangle only: K) then frag_grad_pixel, so that a loop over
-// pixels of one triangle can compute K once; the arithmetic is the same either way.
+// It comes in two parts: frag_grad_tri (what depends on the triangle only: K) and frag_grad_pixel, so that a
+// loop over pixels of one triangle computes K once (GradTriCache).
 PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, float K[3][3]) {
   V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
   V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
@@ -265,13 +265,6 @@ PR_HD void frag_grad_pixel(const float K[3][3], float px, float py, int W, int H
       out[b][a == 2 ? 3 : a] = dm;  // rows of M are x, y, w
     }
   for (int b = 0; b < 3; ++b) out[b][2] = 0.0f;
-}
-
-PR_HD void frag_grad(const float* p0, const float* p1, const float* p2, float px, float py, int W, int H, float gu,
-                     float gv, const float* gdb, float out[3][4]) {
-  float K[3][3];
-  frag_grad_tri(p0, p1, p2, K);
-  frag_grad_pixel(K, px, py, W, H, gu, gv, gdb, out);
 }
 
 // --- work items -----------------------------------------------------------------------------------------
@@ -318,10 +311,17 @@ PR_HD bool behind_prev(const float* prev, float zw, int32_t /*id1*/) {
   return pid > 0 && zw > prev[2];
 }
 
+// frag_grad_tri's K of the last triangle a pixel_backward loop met, kept while consecutive pixels belong to the
+// same triangle of the same image (on the CPU, pixels in order mostly do; a GPU thread starts empty).
+struct GradTriCache {
+  int64_t key = -1;
+  float K[3][3];
+};
+
 // Accumulates one covered pixel's gradient into grad_pos through add(flat_index, value): a plain add on the
 // CPU (per-chunk buffers) and atomicAdd on the GPU.
 template <class Add>
-PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add) {
+PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add, GradTriCache& cache) {
   const float* r = a.rast + pix * 4;
   int32_t id = decode_triangle_id(r[3]);
   if (id <= 0 || id > a.num_triangles) return;
@@ -334,11 +334,14 @@ PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add) {
   const int y = (int)(rem / a.width), x = (int)(rem % a.width);
   const int64_t base = a.instanced ? n * a.num_vertices : 0;
   const int32_t* idx = a.tri + (int64_t)(id - 1) * 3;
-  const float* p[3];
-  for (int j = 0; j < 3; ++j) p[j] = a.pos + (base + idx[j]) * 4;
+  const int64_t key = (a.instanced ? n : 0) * a.num_triangles + (id - 1);
+  if (key != cache.key) {
+    frag_grad_tri(a.pos + (base + idx[0]) * 4, a.pos + (base + idx[1]) * 4, a.pos + (base + idx[2]) * 4, cache.K);
+    cache.key = key;
+  }
   float out[3][4];
-  frag_grad(p[0], p[1], p[2], pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, g[0],
-            g[1], gdb, out);
+  frag_grad_pixel(cache.K, pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, g[0],
+                  g[1], gdb, out);
   for (int j = 0; j < 3; ++j) {
     const int64_t o = (base + idx[j]) * 4;
     add(o + 0, out[j][0]);

@@ -327,55 +327,13 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
   scratch.trim();
 }
 
-namespace {
-
-// frag_grad's per-triangle part (K), kept while consecutive pixels belong to the same triangle of the same
-// image, which they mostly do.
-struct GradTriCache {
-  int64_t key = -1;
-  float K[3][3];
-};
-
-// pixel_backward of rasterize.h, with K from the cache: the same tests, the same arithmetic (frag_grad is
-// frag_grad_tri then frag_grad_pixel) and the same order of additions.
-void pixel_backward_cached(const RasterGradArgs& a, int64_t pix, float* g, GradTriCache& cache) {
-  const float* r = a.rast + pix * 4;
-  const int32_t id = decode_triangle_id(r[3]);
-  if (id <= 0 || id > a.num_triangles) return;
-  const float* gr = a.grad_rast + pix * 4;
-  const float* gdb = a.grad_db ? a.grad_db + pix * 4 : nullptr;
-  if (gr[0] == 0.0f && gr[1] == 0.0f && (!gdb || (gdb[0] == 0.0f && gdb[1] == 0.0f && gdb[2] == 0.0f && gdb[3] == 0.0f)))
-    return;
-  const int64_t hw = (int64_t)a.height * a.width;
-  const int64_t n = pix / hw, rem = pix % hw;
-  const int y = (int)(rem / a.width), x = (int)(rem % a.width);
-  const int64_t base = a.instanced ? n * a.num_vertices : 0;
-  const int32_t* idx = a.tri + (int64_t)(id - 1) * 3;
-  const int64_t key = (a.instanced ? n : 0) * a.num_triangles + (id - 1);
-  if (key != cache.key) {
-    frag_grad_tri(a.pos + (base + idx[0]) * 4, a.pos + (base + idx[1]) * 4, a.pos + (base + idx[2]) * 4, cache.K);
-    cache.key = key;
-  }
-  float out[3][4];
-  frag_grad_pixel(cache.K, pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, gr[0],
-                  gr[1], gdb, out);
-  for (int j = 0; j < 3; ++j) {
-    float* o = g + (base + idx[j]) * 4;
-    o[0] += out[j][0];
-    o[1] += out[j][1];
-    o[3] += out[j][3];
-  }
-}
-
-}  // namespace
-
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks) {
   // Deterministic: chunks of pixels accumulate into their own copies, summed in a fixed order.
   const int64_t pixels = a.num_images * a.height * a.width;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
   chunked_scatter(pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, float* g) {
     GradTriCache cache;
-    for (int64_t p = b; p < e; ++p) pixel_backward_cached(a, p, g, cache);
+    for (int64_t p = b; p < e; ++p) pixel_backward(a, p, [g](int64_t i, float v) { g[i] += v; }, cache);
   });
 }
 

@@ -117,7 +117,8 @@ __global__ void backward_kernel(RasterGradArgs a, int64_t pixels) {
   int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (p >= pixels) return;
   float* g = a.grad_pos;
-  pixel_backward(a, p, [g](int64_t i, float v) { atomicAdd(g + i, v); });
+  GradTriCache cache;
+  pixel_backward(a, p, [g](int64_t i, float v) { atomicAdd(g + i, v); }, cache);
 }
 
 inline unsigned blocks(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
