@@ -7,13 +7,12 @@ namespace {
 
 constexpr const char* kOp = "antialias";
 
-// Checks every input and describes them in an AntialiasArgs (pointers filled in here too).
 // [N, H, W] of an image-shaped tensor.
 std::vector<int64_t> first3(const Tensor& t) { return {t.size(0), t.size(1), t.size(2)}; }
 
 // The topology tables' contents bound every read through them: group_of[h] indexes group_start, whose
 // entries slice half_edges, whose entries are half-edge numbers. Read here for CPU tensors; on a GPU the op
-// checks them on the device ahead of its kernels (check_topology_on_device), without a host sync.
+// checks them on the device ahead of its kernels (check_inputs_on_device), without a host sync.
 void check_topology_contents(int64_t T, const Tensor& half_edges, const Tensor& group_of, const Tensor& group_start) {
   const int64_t groups = group_start.size(0) - 1;
   const struct {
@@ -31,13 +30,16 @@ void check_topology_contents(int64_t T, const Tensor& half_edges, const Tensor& 
   }
 }
 
-const char* check_topology_on_device(const AntialiasArgs& a, int64_t group_start_size, StreamHandle s) {
-  const int64_t T = a.num_triangles;
-  if (const char* err = check_indices_cuda(a.half_edges, 3 * T, 3 * T, s)) return err;
-  if (const char* err = check_indices_cuda(a.group_of, 3 * T, group_start_size - 1, s)) return err;
-  return check_indices_cuda(a.group_start, group_start_size, 3 * T + 1, s);
+// The CUDA half of the checks of tri, rast's IDs and the topology tables, queued ahead of the op's kernels.
+const char* check_inputs_on_device(const AntialiasArgs& a, int64_t group_start_size, StreamHandle s) {
+  const int64_t T = a.num_triangles, pixels = a.num_images * a.height * a.width;
+  if (const char* err = check_on_device(a.tri, T, a.num_vertices, a.rast, pixels, s)) return err;
+  if (const char* err = check_topology_table_cuda(a.half_edges, 3 * T, 3 * T, s)) return err;
+  if (const char* err = check_topology_table_cuda(a.group_of, 3 * T, group_start_size - 1, s)) return err;
+  return check_topology_table_cuda(a.group_start, group_start_size, 3 * T + 1, s);
 }
 
+// Checks every input and describes them in an AntialiasArgs (pointers filled in here too).
 AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor& pos,
                            const Tensor& tri, const Tensor& half_edges, const Tensor& group_of,
                            const Tensor& group_start) {
@@ -99,9 +101,7 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
   run_on_device(
       kOp, color, [&] { antialias_forward_cpu(a, torch_parallel_for()); },
       [&](StreamHandle s) {
-        const int64_t pixels = a.num_images * a.height * a.width;
-        const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, pixels, s);
-        if (!err) err = check_topology_on_device(a, group_start.size(0), s);
+        const char* err = check_inputs_on_device(a, group_start.size(0), s);
         return err ? err : antialias_forward_cuda(a, s);
       });
   return {out, crossing};
@@ -134,9 +134,7 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
   run_on_device(
       kOp, color, [&] { antialias_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
       [&](StreamHandle s) {
-        const int64_t pixels = a.num_images * a.height * a.width;
-        const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, pixels, s);
-        if (!err) err = check_topology_on_device(a, group_start.size(0), s);
+        const char* err = check_inputs_on_device(a, group_start.size(0), s);
         return err ? err : antialias_backward_cuda(a, s);
       });
   return {grad_color, grad_pos};

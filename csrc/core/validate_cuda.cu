@@ -23,6 +23,17 @@ __global__ void indices_kernel(const int32_t* tri, int64_t n, int64_t num_vertic
   }
 }
 
+__global__ void topology_table_kernel(const int32_t* table, int64_t n, int64_t bound) {
+  const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t v = table[i];
+  if (v < 0 || v >= bound) {
+    printf("prerast: topology_hash entry %lld = %d is outside [0, %lld); build it with "
+           "antialias_construct_topology_hash(tri)\n", (long long)i, v, (long long)bound);
+    __assert_fail("prerast: topology_hash is corrupt", __FILE__, __LINE__, __func__);
+  }
+}
+
 __global__ void triangle_ids_kernel(const float* rast, int64_t num_pixels, int64_t num_triangles) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= num_pixels) return;
@@ -44,6 +55,13 @@ __global__ void triangle_ids_kernel(const float* rast, int64_t num_pixels, int64
 const char* check_indices_cuda(const int32_t* tri, int64_t n, int64_t num_vertices, StreamHandle stream) {
   if (n == 0) return nullptr;
   indices_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(tri, n, num_vertices);
+  PR_CUDA_TRY(cudaGetLastError());
+  return nullptr;
+}
+
+const char* check_topology_table_cuda(const int32_t* table, int64_t n, int64_t bound, StreamHandle stream) {
+  if (n == 0) return nullptr;
+  topology_table_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(table, n, bound);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }
