@@ -8,6 +8,11 @@
 // the CUDA kernels only, so that the CUDA kernels load only into a CUDA build of torch.
 #pragma once
 
+namespace prerast {
+// The element types the bindings allocate and check; each facade maps them to its own scalar types.
+enum class Dtype { Float, Int, Byte };
+}  // namespace prerast
+
 #ifdef PRERAST_STABLE_ABI
 #include "facade_stable.h"
 #else
@@ -47,22 +52,14 @@ inline bool has_shape(const Tensor& t, const std::vector<int64_t>& shape) { retu
 
 // Checks that raise the Python exception type their name says (TypeError, ValueError, IndexError) or
 // RuntimeError, with the message built from the remaining arguments.
-#define PR_CHECK_TYPE(cond, ...) \
-  do {                           \
-    if (!(cond)) ::prerast::facade::raise_type(::prerast::str(__VA_ARGS__)); \
+#define PR_CHECK_WITH(raise, cond, ...)                                        \
+  do {                                                                         \
+    if (!(cond)) ::prerast::facade::raise(::prerast::str(__VA_ARGS__));        \
   } while (0)
-#define PR_CHECK_VALUE(cond, ...) \
-  do {                            \
-    if (!(cond)) ::prerast::facade::raise_value(::prerast::str(__VA_ARGS__)); \
-  } while (0)
-#define PR_CHECK_INDEX(cond, ...) \
-  do {                            \
-    if (!(cond)) ::prerast::facade::raise_index(::prerast::str(__VA_ARGS__)); \
-  } while (0)
-#define PR_CHECK(cond, ...) \
-  do {                      \
-    if (!(cond)) ::prerast::facade::raise_runtime(::prerast::str(__VA_ARGS__)); \
-  } while (0)
+#define PR_CHECK_TYPE(cond, ...) PR_CHECK_WITH(raise_type, cond, __VA_ARGS__)
+#define PR_CHECK_VALUE(cond, ...) PR_CHECK_WITH(raise_value, cond, __VA_ARGS__)
+#define PR_CHECK_INDEX(cond, ...) PR_CHECK_WITH(raise_index, cond, __VA_ARGS__)
+#define PR_CHECK(cond, ...) PR_CHECK_WITH(raise_runtime, cond, __VA_ARGS__)
 
 namespace prerast {
 

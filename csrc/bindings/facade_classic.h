@@ -27,8 +27,6 @@ using TensorListArg = at::TensorList;      // a Tensor[] argument
 using IntListArg = at::IntArrayRef;        // an int[] argument
 constexpr const char* kAbi = "classic";
 
-enum class Dtype { Float, Int, Byte };
-
 namespace facade {
 
 inline at::ScalarType native(Dtype d) {

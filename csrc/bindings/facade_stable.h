@@ -32,8 +32,6 @@ using TensorListArg = std::vector<torch::stable::Tensor>;
 using IntListArg = std::vector<int64_t>;
 constexpr const char* kAbi = "stable";
 
-enum class Dtype { Float, Int, Byte };
-
 namespace facade {
 
 using torch::headeronly::ScalarType;

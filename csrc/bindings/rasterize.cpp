@@ -122,16 +122,14 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   a.rast = data<float>(rast);
   a.rast_db = data<float>(rast_db);
   if (rast.numel() == 0) return {rast, rast_db};
-  bool indices_checked = false;
   for (const ImageChunk& chunk : image_chunks(g, a.ranges)) {
     const RasterArgs c = chunk_args(a, g, chunk);
     run_on_device(
         kOp, pos, [&] { rasterize_forward_cpu(c, torch_parallel_for()); },
         [&](StreamHandle stream) {
-          if (!indices_checked) {
+          // tri is the same for every chunk: checked once, ahead of the first chunk's kernels.
+          if (chunk.first == 0)
             if (const char* err = check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream)) return err;
-            indices_checked = true;
-          }
           TensorWorkspace ws{pos, {}};
           return rasterize_forward_cuda(c, stream, ws.handle());
         });
@@ -143,7 +141,10 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
                          const Tensor& grad_rast, const OptTensor& grad_db) {
   check_tensor(kOp, "pos", pos, Dtype::Float, {2, 3});
   check_tensor(kOp, "tri", tri, Dtype::Int, {2});
+  check_dim(kOp, "pos", pos, pos.dim() - 1, 4);
+  check_dim(kOp, "tri", tri, 1, 3);
   check_tensor(kOp, "rast", rast, Dtype::Float, {4});
+  check_dim(kOp, "rast", rast, 3, 4);
   check_tensor(kOp, "grad of rast", grad_rast, Dtype::Float, {4});
   PR_CHECK_VALUE(sizes(grad_rast) == sizes(rast), kOp, ": grad of rast has shape ", shape_str(grad_rast),
                     ", expected ", shape_str(rast));
@@ -160,6 +161,8 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
   a.num_vertices = pos.size(pos.dim() - 2), a.num_triangles = tri.size(0);
   PR_CHECK_VALUE(!a.instanced || pos.size(0) == a.num_images, kOp, ": pos has ", pos.size(0),
                     " images but rast has ", a.num_images);
+  // Every read through tri stays inside pos: on the host for CPU tensors, on the device (no sync) for CUDA.
+  check_indices(kOp, tri, a.num_vertices);
   auto grad_pos = facade::new_zeros(pos, sizes(pos), Dtype::Float);
   a.pos = data<float>(pos);
   a.tri = data<int32_t>(tri);
@@ -167,8 +170,6 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
   a.grad_rast = data<float>(grad_rast);
   a.grad_db = grad_db.has_value() ? data<float>(*grad_db) : nullptr;
   a.grad_pos = data<float>(grad_pos);
-  // Every read through tri stays inside pos: on the host for CPU tensors, on the device (no sync) for CUDA.
-  check_indices(kOp, tri, a.num_vertices);
   run_on_device(
       kOp, pos, [&] { rasterize_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
       [&](StreamHandle stream) {

@@ -183,13 +183,15 @@ Tensor texture_mip_down(const Tensor& level) {
 // ([B, mip_size(h), mip_size(w), C]). A new tensor, so that the op is functional (and traceable).
 Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t width) {
   check_level("gradient of the next level", grad_next);
+  // The level's size is checked before anything is allocated for it (and before it is narrowed to int).
+  PR_CHECK_VALUE(height <= kMaxTextureSide && width <= kMaxTextureSide, kMipOp, ": a level of ", height, " x ",
+                 width, " texels exceeds the limit of ", kMaxTextureSide, " texels per side");
   PR_CHECK_VALUE(height > 0 && width > 0 && mip_size((int)height) == grad_next.size(1) &&
                      mip_size((int)width) == grad_next.size(2),
                  kMipOp, ": gradient of the next level has shape ", shape_str(grad_next), ", which is not the level below ",
                  height, " x ", width, " texels");
   const int h = (int)height, w = (int)width, C = (int)grad_next.size(3);
   auto grad = facade::new_zeros(grad_next, {grad_next.size(0), height, width, C}, Dtype::Float);
-  check_level("gradient", grad);
   if (grad.numel() == 0) return grad;
   const float* next = data<float>(grad_next);
   float* dst = data<float>(grad);
