@@ -268,11 +268,10 @@ def serves(wheel_cell, runtime_cell):
     from ci import matrix
 
     w, rt = matrix.find(wheel_cell), matrix.find(runtime_cell)
-    if w.kind == "stable":
-        floor = min(matrix._vkey(r) for r, _ in w.serves)[:2] if w.serves else (99,)
-        return matrix._vkey(rt.torch)[:2] >= floor
-    return matrix.minor(w.torch) == matrix.minor(rt.torch) and "cpu" in (w.platform, rt.platform) \
-        or (matrix.minor(w.torch) == matrix.minor(rt.torch) and w.platform == rt.platform)
+    if w.kind == "stable":  # its floor is the oldest release it serves
+        return matrix._vkey(rt.torch)[:2] >= min(matrix._vkey(r)[:2] for r, _ in w.serves)
+    return matrix.minor(w.torch) == matrix.minor(rt.torch) and (w.platform == rt.platform or
+                                                                "cpu" in (w.platform, rt.platform))
 
 
 def cross_check_all(results, out_root=DEFAULT_OUT):

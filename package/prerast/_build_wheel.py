@@ -105,8 +105,7 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
         env = _source_build.build_environment(archs, cuda_home, tree, _sources.source_commit(root))
         # What it compiles, and a heartbeat while the compiler is quiet; the whole output goes to the log.
         build_log = os.path.join(work, "build.log")
-        rc, _ = _progress.run_logged(cmd, build_log, "build", lambda text: log(text), show=_progress.compile_step,
-                                     env=env)
+        rc, _ = _progress.run_logged(cmd, build_log, "build", log, show=_progress.compile_step, env=env)
         if rc != 0:
             with open(build_log) as f:
                 tail = "".join(f.readlines()[-60:])

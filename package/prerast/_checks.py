@@ -42,11 +42,8 @@ def _size(op, value, res):
     with dynamic shapes, kept symbolic: int() would specialize it). Floats, strings and bools are refused."""
     if isinstance(value, torch.SymInt):
         return value
-    if isinstance(value, torch.Tensor):
-        ok = value.ndim == 0 and not (value.dtype.is_floating_point or value.dtype.is_complex
-                                      or value.dtype == torch.bool)
-    elif isinstance(value, numpy.ndarray):
-        ok = value.ndim == 0 and numpy.issubdtype(value.dtype, numpy.integer)
+    if isinstance(value, (torch.Tensor, numpy.ndarray)):
+        ok = value.ndim == 0 and _integer_dtype(value.dtype)
     else:
         ok = isinstance(value, numbers.Integral) and not isinstance(value, (bool, numpy.bool_))
     if not ok:

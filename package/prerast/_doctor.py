@@ -95,7 +95,7 @@ def collect():
             "source": state["source"],
             "path": state["path"],
             "build_info": {k: v for k, v in (info or {}).items() if k not in ("path", "cuda_path")} or None,
-            "kind": (info or {}).get("abi", "classic") if info else None,
+            "kind": info.get("abi", "classic") if info else None,
             "fits": _loader.why_fits(info, run) if info else None,
             "cuda_kernels": None if info is None else ("loaded" if state["cuda"] is None else
                                                        f"not loaded: {state['cuda']}"),

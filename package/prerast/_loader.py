@@ -99,10 +99,15 @@ def is_stable(info):
     return info.get("abi") == "stable"
 
 
+def floor(info):
+    """The oldest torch a stable-ABI binary serves, as 'major.minor'."""
+    return info.get("torch_floor") or "%d.%d" % STABLE_FLOOR
+
+
 def serves(info):
     """Which torch releases a binary serves, in words: 'torch >= 2.10 (stable ABI)' or 'torch 2.4.x'."""
     if is_stable(info):
-        return f"torch >= {info.get('torch_floor') or '%d.%d' % STABLE_FLOOR} (stable ABI)"
+        return f"torch >= {floor(info)} (stable ABI)"
     return f"torch {minor(info.get('torch_version', '0.0'))}.x"
 
 
@@ -126,9 +131,9 @@ def problems(info, run=None):
     run = run or running()
     found = []
     if is_stable(info):
-        floor = info.get("torch_floor") or "%d.%d" % STABLE_FLOOR
-        if release(run["torch_version"])[:2] < release(floor)[:2]:
-            found.append(f"torch {run['torch_version']} (running) is older than {floor}, the oldest torch this "
+        oldest = floor(info)
+        if release(run["torch_version"])[:2] < release(oldest)[:2]:
+            found.append(f"torch {run['torch_version']} (running) is older than {oldest}, the oldest torch this "
                          "stable-ABI binary serves")
     else:
         if minor(info.get("torch_version", "0.0")) != minor(run["torch_version"]):
@@ -180,7 +185,7 @@ def why_fits(info, run=None):
     run = run or running()
     if is_stable(info):
         return (f"stable-ABI binary (torch's stable C ABI): serves every torch from "
-                f"{info.get('torch_floor') or '%d.%d' % STABLE_FLOOR} on; torch {run['torch_version']} is one")
+                f"{floor(info)} on; torch {run['torch_version']} is one")
     cuda = f" with CUDA {info['cuda_version']}" if info.get("cuda_version") else ""
     return (f"classic binary built with torch {info.get('torch_version')}: serves every torch "
             f"{minor(info.get('torch_version', '0.0'))}.x{cuda} (C++11 ABI {int(bool(info.get('cxx11_abi')))}); "

@@ -19,7 +19,7 @@ def _prepare(op, glctx, pos, tri, resolution, ranges):
             raise ValueError(f"{op}: ranges must be a CPU tensor, got one on {ranges.device}")
     height, width = _checks.resolution(op, resolution)
     _checks.on_device(op, glctx.device, pos=pos, tri=tri)
-    return height, width
+    return height, width, ranges
 
 
 def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
@@ -34,10 +34,9 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     output_db=False).
     Gradients flow to pos from u, v and, when grad_db is True, from rast_db.
     """
-    height, width = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
+    height, width, ranges = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
     glctx._check_free("rasterize")
-    rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, _checks.ranges_for(pos, ranges), None,
-                                                    bool(grad_db))
+    rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, None, bool(grad_db))
     return rast, _checks.derivatives_output(glctx, rast_db)
 
 
@@ -50,9 +49,10 @@ class DepthPeeler:
     """
 
     def __init__(self, glctx, pos, tri, resolution, ranges=None, grad_db=True):
-        self._inputs = (pos, tri, _checks.ranges_for(pos, ranges))
+        height, width, ranges = _prepare("DepthPeeler", glctx, pos, tri, resolution, ranges)
+        self._inputs = (pos, tri, ranges)
         self._grad_db = bool(grad_db)
-        self._size = _prepare("DepthPeeler", glctx, pos, tri, resolution, ranges)
+        self._size = (height, width)
         self._glctx = glctx
         self._prev = None
         self._active = False
