@@ -2,10 +2,11 @@
 # GPU check, for a machine with an NVIDIA GPU, torch (CUDA build) and a CUDA toolkit (nvcc) of the same major
 # version: builds and installs the wheel for the local torch and this GPU's arch, runs the CUDA-vs-CPU tests and
 # every op test on both devices, the benchmark, and a small case under compute-sanitizer when it is installed.
-# Writes its logs to ${OUT:-gpu-check}/. Meant to finish within 8 minutes.
+# Writes its logs to ${GPU_CHECK_OUT:-gpu-check}/. Meant to finish within 6 minutes on 16 cores.
+# PRERAST_WHEEL=path installs that wheel instead of building one (a stable-ABI wheel built elsewhere).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${OUT:-gpu-check}
+out=$(mkdir -p "${GPU_CHECK_OUT:-gpu-check}" && cd "${GPU_CHECK_OUT:-gpu-check}" && pwd)
 mkdir -p "$out"
 PY=${PYTHON:-python3}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
@@ -19,12 +20,18 @@ echo "torch: $($PY -c 'import torch; print(torch.__version__)')  arch: $PRERAST_
 step() { echo; echo "=== $1 ($(date +%T))"; }
 status=0
 
-step "build wheel for sm_${cap/./}"
 start=$(date +%s)
-rm -rf "$out/wheel" && $PY -m pip wheel -q --no-build-isolation --no-deps -w "$out/wheel" . > "$out/build.log" 2>&1 \
-  || { tail -50 "$out/build.log"; exit 1; }
-$PY -m pip install -q --no-deps --force-reinstall "$out"/wheel/prerast-*.whl || exit 1
-echo "built and installed in $(( $(date +%s) - start )) s"
+if [ -n "${PRERAST_WHEEL:-}" ]; then
+  step "install $PRERAST_WHEEL"
+  wheel=$PRERAST_WHEEL
+else
+  step "build wheel for sm_${cap/./}"
+  rm -rf "$out/wheel" && $PY -m pip wheel -q --no-build-isolation --no-deps -w "$out/wheel" . > "$out/build.log" 2>&1 \
+    || { tail -50 "$out/build.log"; exit 1; }
+  wheel=$(ls "$out"/wheel/prerast-*.whl)
+fi
+$PY -m pip install -q --no-deps --force-reinstall "$wheel" || exit 1
+echo "installed $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KB) in $(( $(date +%s) - start )) s"
 
 step "doctor: kind of binary, CUDA kernels loaded"
 $PY -m prerast doctor | tee "$out/doctor.txt"
@@ -32,13 +39,15 @@ grep -q "CUDA kernels loaded" "$out/doctor.txt" || { echo "the CUDA library did 
 
 step "tests on CPU and CUDA"
 # test_no_sync: every op under torch.cuda.set_sync_debug_mode("error"), and the device-side index checks.
-$PY -m pytest -q -p no:cacheprovider tests/ops tests/test_loader.py tests/test_custom_ops.py tests/test_compile.py \
-  tests/test_no_sync.py tests/test_precompile.py -x 2>&1 | tee "$out/tests.log" | tail -30
+# Spread over worker processes when pytest-xdist is there; a per-test limit when pytest-timeout is.
+par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 8) && export OMP_NUM_THREADS=2
+$PY -c "import pytest_timeout" 2> /dev/null && par+=(--timeout 120)
+timeout 200 $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
+  tests/test_custom_ops.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py \
+  --junitxml "$out/tests.xml" 2>&1 | tee "$out/tests.log" | tail -60
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+unset OMP_NUM_THREADS
 
-step "benchmark"
-timeout 240 $PY benchmarks/run.py --device cuda cpu --quick --json "$out/bench-quick.json" | tee "$out/bench-quick.txt"
-timeout 240 $PY benchmarks/run.py --device cuda --json "$out/bench-cuda.json" | tee "$out/bench-cuda.txt"
 
 if command -v compute-sanitizer > /dev/null || [ -x "$CUDA_HOME/bin/compute-sanitizer" ]; then
   step "compute-sanitizer (memcheck) on a small scene"
@@ -66,8 +75,15 @@ torch.cuda.synchronize()
 torch.cuda.synchronize()
 print("ok")
 PYEOF
-  timeout 180 compute-sanitizer --tool memcheck --error-exitcode 9 $PY "$out/sanitize.py" 2>&1 | tail -20 | tee "$out/sanitizer.txt"
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $PY "$out/sanitize.py" 2>&1 | tail -20 | tee "$out/sanitizer.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
+step "CUDA graph capture of every op, forward and backward"
+timeout 60 $PY ci/gpu_graph_probe.py 2>&1 | tee "$out/graph.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+step "benchmark"
+timeout 100 $PY benchmarks/run.py --device cuda --json "$out/bench-cuda.json" | tee "$out/bench-cuda.txt"
+timeout 60 $PY benchmarks/run.py --device cuda cpu --quick --json "$out/bench-quick.json" | tee "$out/bench-quick.txt"
 step "done: status $status"
 exit $status
