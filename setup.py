@@ -77,6 +77,7 @@ CUDA_SOURCES = [
     "csrc/core/antialias_cuda.cu",
     "csrc/core/texture_cuda.cu",
     "csrc/core/validate_cuda.cu",
+    "csrc/core/upload_cuda.cu",
 ]
 
 
@@ -131,6 +132,10 @@ def extensions():
     # libtorch_python nor a per-Python build: one abi3 binary serves every CPython.
     for ext, libs in zip(exts, (CPU_LIBS, CUDA_LIBS)):
         ext.libraries = libs if libs is not None else [lib for lib in ext.libraries if lib != "torch_python"]
+        # Whatever a toolchain links in statically (libstdc++_nonshared.a of gcc-toolset, or all of libstdc++
+        # where a compiler links it statically) stays private to the plugin: exported, those copies would be
+        # mixed with the process's libstdc++ one symbol at a time, and crash (e.g. formatting an error message).
+        ext.extra_link_args = ["-Wl,--exclude-libs,ALL"]
     return exts
 
 

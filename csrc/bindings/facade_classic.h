@@ -63,13 +63,6 @@ inline Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length
 inline Tensor view(const Tensor& t, const std::vector<int64_t>& shape) { return t.view(shape); }
 inline Tensor select(const Tensor& t, int64_t dim, int64_t index) { return t.select(dim, index); }
 inline Tensor clone(const Tensor& t) { return t.clone(); }
-// n int32 values copied into a tensor on like's device. The copy to a GPU does not wait for it: CUDA stages
-// pageable host memory before the call returns.
-inline Tensor from_host(const int32_t* values, int64_t n, const Tensor& like) {
-  auto host = at::empty({n}, at::TensorOptions().dtype(at::kInt));
-  std::copy(values, values + n, host.data_ptr<int32_t>());
-  return host.to(like.device(), /*non_blocking=*/true);
-}
 
 inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   at::parallel_for(0, n, grain, fn);

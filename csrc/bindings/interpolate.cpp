@@ -1,5 +1,6 @@
 // interpolate_fwd / interpolate_bwd: validation, allocation and dispatch to the core on CPU or CUDA.
 #include "../core/interpolate.h"
+#include "../core/upload.h"
 #include "shading_common.h"
 
 namespace prerast {
@@ -16,11 +17,17 @@ struct Inputs {
   Tensor diff_idx;
 };
 
-// The listed attribute indices as an int32 tensor on attr's device.
+// The listed attribute indices as an int32 tensor on attr's device (on a GPU through a kernel launch, which
+// neither waits for the GPU nor breaks a CUDA graph capture).
 Tensor upload_indices(const Tensor& attr, const IntListArg& diff) {
   const int64_t n = (int64_t)diff.size();
   std::vector<int32_t> host(diff.begin(), diff.end());
-  return facade::from_host(host.data(), n, attr);
+  Tensor idx = facade::new_empty(attr, {n}, Dtype::Int);
+  if (n == 0) return idx;
+  run_on_device(
+      kOp, attr, [&] { std::copy(host.begin(), host.end(), data<int32_t>(idx)); },
+      [&](StreamHandle s) { return upload_int32_cuda(host.data(), n, data<int32_t>(idx), s); });
+  return idx;
 }
 
 Inputs check_inputs(const Tensor& attr, const Tensor& rast, const Tensor& tri,

@@ -52,7 +52,8 @@ Geometry check_geometry(const Tensor& pos, const Tensor& tri, const OptTensor& r
 
 // A batch is rasterized in chunks of whole images of at most kItemsPerCall (image, triangle) items each, so that
 // the binning's memory (a setup per item, its tile pairs) follows one chunk's work, not the whole batch's: 1000
-// images of 10000 triangles at 1x1 pixel need no gigabytes. Images are independent, so results do not change.
+// images of 10000 triangles at 1x1 pixel need no gigabytes. Range mode also takes at most kRangeImagesPerCall
+// images per chunk. Images are independent, so results do not change.
 constexpr int64_t kItemsPerCall = int64_t(1) << 21;
 
 struct ImageChunk {
@@ -64,7 +65,7 @@ std::vector<ImageChunk> image_chunks(const Geometry& g, const int32_t* ranges) {
   int64_t first = 0, items = 0;
   for (int64_t n = 0; n < g.num_images; ++n) {
     const int64_t here = ranges ? ranges[2 * n + 1] : g.num_triangles;
-    if (n > first && items + here > kItemsPerCall) {
+    if (n > first && (items + here > kItemsPerCall || (ranges && n - first == kRangeImagesPerCall))) {
       chunks.push_back({first, n - first});
       first = n, items = 0;
     }

@@ -32,7 +32,7 @@ __global__ void pos_grad_kernel(AntialiasArgs a, int64_t pixels) {
   const int64_t pix = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (pix >= pixels) return;
   float* g = a.grad_pos;
-  for (int dir = 0; dir < 2; ++dir) antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { atomicAdd(g + i, v); });
+  for (int dir = 0; dir < 2; ++dir) antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { add_grouped(g + i, v); });
 }
 
 }  // namespace

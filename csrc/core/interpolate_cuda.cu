@@ -48,9 +48,9 @@ __global__ void backward_kernel(InterpArgs a) {
       for (int off = 16; off > 0; off >>= 1)
         for (int j = 0; j < 3; ++j) s[j] += __shfl_xor_sync(kFullMask, s[j], off);
       if (lane == leader)
-        for (int j = 0; j < 3; ++j) atomicAdd(g + p.row[j] + c, s[j]);
+        for (int j = 0; j < 3; ++j) add_grouped(g + p.row[j] + c, s[j]);
     } else if (hit) {
-      for (int j = 0; j < 3; ++j) atomicAdd(g + p.row[j] + c, w[j]);
+      for (int j = 0; j < 3; ++j) add_grouped(g + p.row[j] + c, w[j]);
     }
   });
 }

@@ -14,6 +14,7 @@ namespace prerast {
 
 constexpr int kTile = 16;                 // pixels per tile side; one CUDA block of kTile*kTile threads
 constexpr int64_t kMaxTriangles = (int64_t)kMaxEncodedTriangleId + 1;  // every ID fits rast (common.h)
+constexpr int64_t kRangeImagesPerCall = 256;  // range mode: images per core call (the CUDA path's kernel argument)
 
 // Everything needed to evaluate one (image, triangle) work item at a pixel.
 struct TriSetup {

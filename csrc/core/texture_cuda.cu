@@ -9,7 +9,7 @@ namespace {
 
 struct AtomicAdd {
   float* const* levels;
-  __device__ void operator()(int level, int64_t i, float v) const { atomicAdd(levels[level] + i, v); }
+  __device__ void operator()(int level, int64_t i, float v) const { add_grouped(levels[level] + i, v); }
 };
 
 __global__ void forward_kernel(TextureArgs a) {

@@ -63,7 +63,9 @@ def precompile(fn, example_inputs, path, training=False, dynamic=False):
     if training:
         if isinstance(fn, torch.nn.Module):
             raise TypeError("precompile(training=True): pass a function (e.g. one that calls your module)")
-        compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic or None).aot_compile((example_inputs, {}))
+        # torch 2.11 attaches .aot_compile only under this switch (later releases turn it on by default).
+        with torch._dynamo.config.patch(enable_aot_compile=True):
+            compiled = torch.compile(fn, fullgraph=True, dynamic=dynamic or None).aot_compile((example_inputs, {}))
         compiled.save_compiled_function(path)
         return path
     module = fn if isinstance(fn, torch.nn.Module) else _AsModule(fn)

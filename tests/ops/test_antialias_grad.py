@@ -118,7 +118,7 @@ def test_cpu_and_cuda_agree(device):
     weight = torch.randn(2, 40, 36, 3, generator=torch.Generator().manual_seed(2))
     runs = []
     for dev in ("cpu", device):
-        p, c = pos.to(dev).requires_grad_(True), color.to(dev).requires_grad_(True)
+        p, c = (t.detach().to(dev).clone().requires_grad_(True) for t in (pos, color))
         rast, _ = prerast.rasterize(make_ctx(dev), p.detach(), tri.to(dev), (40, 36))
         out = prerast.antialias(c, rast, p, tri.to(dev))
         (out * weight.to(dev)).sum().backward()

@@ -78,6 +78,18 @@ def test_range_mode_equals_instanced(ctx):
     assert torch.equal(inst, rng_rast) and torch.equal(inst_db, rng_db)
 
 
+def test_range_mode_with_more_images_than_one_core_call_takes(ctx):
+    # Range mode hands the core at most 256 images at a time (the CUDA path passes their table as a kernel
+    # argument): 600 images, each checked against the reference.
+    rng = np.random.default_rng(11)
+    pos, tri = random_scene(rng, num_images=1, num_tris=40, perspective=True)
+    first = rng.integers(0, 40, 600)
+    ranges = np.stack([first, rng.integers(0, 41 - first)], 1).astype(np.int32)
+    p, t = to_torch(pos[0], tri, ctx.device)
+    rast, _ = prerast.rasterize(ctx, p, t, (9, 7), ranges=torch.from_numpy(ranges))
+    check_against_reference(rast.cpu().numpy(), pos[0], tri, 9, 7, ranges)
+
+
 @pytest.mark.parametrize("perspective", [False, True])
 def test_rast_db_matches_reference(ctx, perspective):
     rng = np.random.default_rng(11)
