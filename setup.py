@@ -78,6 +78,7 @@ CUDA_SOURCES = [
     "csrc/core/texture_cuda.cu",
     "csrc/core/validate_cuda.cu",
     "csrc/core/upload_cuda.cu",
+    "csrc/core/wide_sum_cuda.cu",
 ]
 
 

@@ -135,7 +135,8 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
       kOp, color, [&] { antialias_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
       [&](StreamHandle s) {
         const char* err = check_inputs_on_device(a, group_start.size(0), s);
-        return err ? err : antialias_backward_cuda(a, s);
+        TensorWorkspace ws{color, {}};
+        return err ? err : antialias_backward_cuda(a, s, ws.handle());
       });
   return {grad_color, grad_pos};
 }

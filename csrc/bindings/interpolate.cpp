@@ -123,7 +123,8 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
         kOp, attr, [&] { interpolate_backward_cpu(a, torch_parallel_for(), facade::num_threads(), kMaxChunkBytes); },
         [&](StreamHandle s) {
           const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, a.num_pixels, s);
-          return err ? err : interpolate_backward_cuda(a, s);
+          TensorWorkspace ws{attr, {}};
+          return err ? err : interpolate_backward_cuda(a, s, ws.handle());
         });
   }
   return {grad_attr, grad_rast, grad_db};

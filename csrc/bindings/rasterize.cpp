@@ -175,7 +175,8 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
       kOp, pos, [&] { rasterize_backward_cpu(a, torch_parallel_for(), facade::num_threads()); },
       [&](StreamHandle stream) {
         const char* err = check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream);
-        return err ? err : rasterize_backward_cuda(a, stream);
+        TensorWorkspace ws{pos, {}};
+        return err ? err : rasterize_backward_cuda(a, stream, ws.handle());
       });
   return grad_pos;
 }

@@ -149,7 +149,10 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
   }
   run_on_device(
       kOp, tex, [&] { texture_backward_cpu(g, torch_parallel_for(), facade::num_threads()); },
-      [&](StreamHandle s) { return texture_backward_cuda(g, s); });
+      [&](StreamHandle s) {
+        TensorWorkspace ws{tex, {}};
+        return texture_backward_cuda(g, s, ws.handle());
+      });
   // The levels' gradients (a third of level 0's size at most) move out of the shared buffer; level 0 stays a
   // view of its start.
   for (size_t k = 4; k < result.size(); ++k) result[k] = facade::clone(result[k]);

@@ -249,6 +249,6 @@ void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int
 
 // CUDA entry points return nullptr on success or a message describing the failure.
 const char* antialias_forward_cuda(const AntialiasArgs& a, StreamHandle stream);
-const char* antialias_backward_cuda(const AntialiasArgs& a, StreamHandle stream);
+const char* antialias_backward_cuda(const AntialiasArgs& a, StreamHandle stream, const Workspace& ws);
 
 }  // namespace prerast

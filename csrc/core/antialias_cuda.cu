@@ -28,11 +28,11 @@ __global__ void color_grad_kernel(AntialiasArgs a, int64_t total) {
   antialias_color_grads<1>(a, pix, c, a.grad_color + pix * a.channels);
 }
 
-__global__ void pos_grad_kernel(AntialiasArgs a, int64_t pixels) {
+__global__ void pos_grad_kernel(AntialiasArgs a, int64_t pixels, double* g) {
   const int64_t pix = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (pix >= pixels) return;
-  float* g = a.grad_pos;
-  for (int dir = 0; dir < 2; ++dir) antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { add_grouped(g + i, v); });
+  for (int dir = 0; dir < 2; ++dir)
+    antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { add_grouped(g + i, (double)v); });
 }
 
 }  // namespace
@@ -50,7 +50,7 @@ const char* antialias_forward_cuda(const AntialiasArgs& a, StreamHandle stream_h
   return nullptr;
 }
 
-const char* antialias_backward_cuda(const AntialiasArgs& a, StreamHandle stream_handle) {
+const char* antialias_backward_cuda(const AntialiasArgs& a, StreamHandle stream_handle, const Workspace& ws) {
   cudaStream_t stream = (cudaStream_t)stream_handle;
   const int64_t pixels = a.num_images * a.height * a.width, total = pixels * a.channels;
   if (total > 0) {
@@ -58,8 +58,11 @@ const char* antialias_backward_cuda(const AntialiasArgs& a, StreamHandle stream_
     PR_CUDA_TRY(cudaGetLastError());
   }
   if (a.grad_pos && pixels > 0) {
-    pos_grad_kernel<<<grid_for(pixels, 256), 256, 0, stream>>>(a, pixels);
+    WideSum sum;
+    PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_pos, (a.instanced ? a.num_images : 1) * a.num_vertices * 4, ws, stream));
+    pos_grad_kernel<<<grid_for(pixels, 256), 256, 0, stream>>>(a, pixels, sum.acc);
     PR_CUDA_TRY(cudaGetLastError());
+    return wide_sum_finish(sum, stream);
   }
   return nullptr;
 }

@@ -7,11 +7,19 @@
 
 #include <cstdint>
 
+#include "common.h"
+
 // Returns the CUDA error string from the enclosing entry point when expr fails.
 #define PR_CUDA_TRY(expr)                                     \
   do {                                                        \
     cudaError_t err_ = (expr);                                \
     if (err_ != cudaSuccess) return cudaGetErrorString(err_); \
+  } while (0)
+
+// Returns from the enclosing entry point the message of a helper that failed (nullptr is success).
+#define PR_CUDA_TRY_MSG(expr)             \
+  do {                                    \
+    if (const char* msg_ = (expr)) return msg_; \
   } while (0)
 
 namespace prerast {
@@ -21,12 +29,24 @@ inline unsigned grid_for(int64_t n, int per_block) { return (unsigned)((n + per_
 // *p += v for the backward kernels' scatter-adds. Every pixel of a large triangle adds into the same three
 // vertices (and a magnified texture's pixels into the same texels): plain atomics on one address serialize. Lanes
 // of a warp that add to the same address first sum their values (a shuffle reduction); one issues the atomic.
-__device__ inline void add_grouped(float* p, float v) {
+template <class T>
+__device__ inline void add_grouped(T* p, T v) {
   namespace cg = cooperative_groups;
   const cg::coalesced_group active = cg::coalesced_threads();
   const cg::coalesced_group same = cg::labeled_partition(active, (unsigned long long)p);
-  const float sum = same.size() == 1 ? v : cg::reduce(same, v, cg::plus<float>());
+  const T sum = same.size() == 1 ? v : cg::reduce(same, v, cg::plus<T>());
   if (same.thread_rank() == 0) atomicAdd(p, sum);
 }
+
+// A float gradient of n elements summed in double on the device: the backward kernels add into acc (zeroed by
+// begin), and finish rounds it once into out. Millions of float atomics into one element (every pixel of a large
+// triangle adds into its three vertices) would lose digits; in double they do not.
+struct WideSum {
+  double* acc = nullptr;
+  float* out = nullptr;
+  int64_t n = 0;
+};
+const char* wide_sum_begin(WideSum& w, float* out, int64_t n, const Workspace& ws, cudaStream_t stream);
+const char* wide_sum_finish(const WideSum& w, cudaStream_t stream);
 
 }  // namespace prerast

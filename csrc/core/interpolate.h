@@ -111,6 +111,6 @@ void interpolate_backward_cpu(const InterpArgs& a, const ParallelFor& pfor, int 
 
 // CUDA entry points return nullptr on success or a message describing the failure.
 const char* interpolate_forward_cuda(const InterpArgs& a, StreamHandle stream);
-const char* interpolate_backward_cuda(const InterpArgs& a, StreamHandle stream);
+const char* interpolate_backward_cuda(const InterpArgs& a, StreamHandle stream, const Workspace& ws);
 
 }  // namespace prerast

@@ -31,7 +31,7 @@ __global__ void deriv_kernel(InterpArgs a, int64_t total) {
 }
 
 // Block size must be a multiple of 32 and every lane must reach the shuffles: no early return.
-__global__ void backward_kernel(InterpArgs a) {
+__global__ void backward_kernel(InterpArgs a, double* g) {
   const int64_t pix = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   const bool in = pix < a.num_pixels;
   InterpPixel p{};
@@ -41,16 +41,15 @@ __global__ void backward_kernel(InterpArgs a) {
   const int leader = hits ? __ffs(hits) - 1 : 0;
   const int64_t leader_key = __shfl_sync(kFullMask, hit ? p.key : -1, leader);
   const bool uniform = hits != 0 && __all_sync(kFullMask, !hit || p.key == leader_key);
-  float* g = a.grad_attr;
   interp_backward_pixel(a, in ? pix : -1, hit, p, [&](int64_t c, const float* w) {
     if (uniform) {
       float s[3] = {w[0], w[1], w[2]};
       for (int off = 16; off > 0; off >>= 1)
         for (int j = 0; j < 3; ++j) s[j] += __shfl_xor_sync(kFullMask, s[j], off);
       if (lane == leader)
-        for (int j = 0; j < 3; ++j) add_grouped(g + p.row[j] + c, s[j]);
+        for (int j = 0; j < 3; ++j) add_grouped(g + p.row[j] + c, (double)s[j]);
     } else if (hit) {
-      for (int j = 0; j < 3; ++j) add_grouped(g + p.row[j] + c, w[j]);
+      for (int j = 0; j < 3; ++j) add_grouped(g + p.row[j] + c, (double)w[j]);
     }
   });
 }
@@ -71,11 +70,15 @@ const char* interpolate_forward_cuda(const InterpArgs& a, StreamHandle stream_ha
   return nullptr;
 }
 
-const char* interpolate_backward_cuda(const InterpArgs& a, StreamHandle stream_handle) {
+const char* interpolate_backward_cuda(const InterpArgs& a, StreamHandle stream_handle, const Workspace& ws) {
+  cudaStream_t stream = (cudaStream_t)stream_handle;
   if (a.num_pixels == 0) return nullptr;
-  backward_kernel<<<grid_for(a.num_pixels, 256), 256, 0, (cudaStream_t)stream_handle>>>(a);
+  const int64_t blocks = a.attr_per_image ? a.num_pixels / (a.pixels_per_image > 0 ? a.pixels_per_image : 1) : 1;
+  WideSum sum;
+  PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_attr, blocks * a.num_vertices * a.num_attrs, ws, stream));
+  backward_kernel<<<grid_for(a.num_pixels, 256), 256, 0, stream>>>(a, sum.acc);
   PR_CUDA_TRY(cudaGetLastError());
-  return nullptr;
+  return wide_sum_finish(sum, stream);
 }
 
 }  // namespace prerast

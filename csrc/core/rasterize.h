@@ -370,6 +370,6 @@ void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, in
 
 // CUDA entry points return nullptr on success or a message describing the failure.
 const char* rasterize_forward_cuda(const RasterArgs& a, StreamHandle stream, const Workspace& ws);
-const char* rasterize_backward_cuda(const RasterGradArgs& a, StreamHandle stream);
+const char* rasterize_backward_cuda(const RasterGradArgs& a, StreamHandle stream, const Workspace& ws);
 
 }  // namespace prerast

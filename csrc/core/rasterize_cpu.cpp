@@ -328,10 +328,10 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
 }
 
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks) {
-  // Deterministic: chunks of pixels accumulate into their own copies, summed in a fixed order.
+  // Deterministic: chunks of pixels accumulate into their own double copies, summed in a fixed order.
   const int64_t pixels = a.num_images * a.height * a.width;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
-  chunked_scatter(pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, float* g) {
+  chunked_scatter<double>(pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, double* g) {
     GradTriCache cache;
     for (int64_t p = b; p < e; ++p) pixel_backward(a, p, [g](int64_t i, float v) { g[i] += v; }, cache);
   });

@@ -191,12 +191,11 @@ __global__ void __launch_bounds__(kTile* kTile) shade_kernel(RasterArgs a, ItemM
   }
 }
 
-__global__ void backward_kernel(RasterGradArgs a, int64_t pixels) {
+__global__ void backward_kernel(RasterGradArgs a, int64_t pixels, double* g) {
   int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (p >= pixels) return;
-  float* g = a.grad_pos;
   GradTriCache cache;
-  pixel_backward(a, p, [g](int64_t i, float v) { add_grouped(g + i, v); }, cache);
+  pixel_backward(a, p, [g](int64_t i, float v) { add_grouped(g + i, (double)v); }, cache);
 }
 
 constexpr int kMaxDevices = 64;
@@ -344,12 +343,15 @@ const char* rasterize_forward_cuda(const RasterArgs& a, StreamHandle stream_hand
   return nullptr;
 }
 
-const char* rasterize_backward_cuda(const RasterGradArgs& a, StreamHandle stream_handle) {
+const char* rasterize_backward_cuda(const RasterGradArgs& a, StreamHandle stream_handle, const Workspace& ws) {
+  cudaStream_t stream = (cudaStream_t)stream_handle;
   const int64_t pixels = a.num_images * a.height * a.width;
   if (pixels == 0) return nullptr;
-  backward_kernel<<<grid_for(pixels, 256), 256, 0, (cudaStream_t)stream_handle>>>(a, pixels);
+  WideSum sum;
+  PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_pos, (a.instanced ? a.num_images : 1) * a.num_vertices * 4, ws, stream));
+  backward_kernel<<<grid_for(pixels, 256), 256, 0, stream>>>(a, pixels, sum.acc);
   PR_CUDA_TRY(cudaGetLastError());
-  return nullptr;
+  return wide_sum_finish(sum, stream);
 }
 
 }  // namespace prerast

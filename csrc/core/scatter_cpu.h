@@ -13,34 +13,42 @@ namespace prerast {
 // they are added to dest. A fresh gradient-sized buffer per call would pay for the kernel zeroing its pages,
 // which for many vertices and few pixels costs more than the scatter itself. Copies larger than this are
 // released after the call instead.
-constexpr size_t kKeptScatterFloats = size_t(1) << 26;  // 256 MiB
+constexpr size_t kKeptScatterBytes = size_t(1) << 28;  // 256 MiB
 
-inline std::vector<float>& scatter_copies() {
-  thread_local std::vector<float> copies;  // all zero between calls
+template <class Acc>
+std::vector<Acc>& scatter_copies() {
+  thread_local std::vector<Acc> copies;  // all zero between calls
   return copies;
 }
 
-// Splits [0, n) into at most num_chunks ranges run in parallel; chunk 0 scatters straight into dest, every other
-// chunk into its own zeroed copy of it (size floats), and the copies are added to dest in chunk order, so the
-// result does not depend on thread scheduling. body(begin, end, g) scatters range [begin, end) into g.
-template <class Body>
+// Splits [0, n) into at most num_chunks ranges run in parallel and adds what body(begin, end, g) scatters into g
+// to dest, summing the chunks in chunk order, so that the result does not depend on thread scheduling.
+// Acc = double: every chunk scatters into a zeroed double copy, and dest gets the double sum rounded once, so
+// that millions of contributions to one element (every pixel of a large triangle adds into its three vertices)
+// lose no precision. Acc = float: chunk 0 scatters straight into dest, the others into float copies; for
+// gradients whose elements each get few contributions (a texture larger than the image).
+template <class Acc, class Body>
 void chunked_scatter(int64_t n, float* dest, int64_t size, int num_chunks, const ParallelFor& pfor, Body body) {
+  constexpr bool wide = sizeof(Acc) > sizeof(float);
   num_chunks = (int)std::max<int64_t>(1, std::min<int64_t>(num_chunks, n / 4096 + 1));
-  std::vector<float>& extra = scatter_copies();
-  const size_t needed = (size_t)(num_chunks - 1) * size;
-  if (extra.size() < needed) extra.resize(needed, 0.0f);
+  const int copies = wide ? num_chunks : num_chunks - 1;
+  std::vector<Acc>& extra = scatter_copies<Acc>();
+  const size_t needed = (size_t)copies * size;
+  if (extra.size() < needed) extra.resize(needed, Acc(0));
+  Acc* first_copy = extra.data() - (wide ? 0 : size);  // chunk c's copy is first_copy + c * size
   pfor(num_chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c)
-      body(n * c / num_chunks, n * (c + 1) / num_chunks, c == 0 ? dest : extra.data() + (c - 1) * size);
+      body(n * c / num_chunks, n * (c + 1) / num_chunks, !wide && c == 0 ? (Acc*)dest : first_copy + c * size);
   });
-  if (num_chunks == 1) return;
-  pfor(size, 1 << 16, [&](int64_t b, int64_t e) {
-    for (int c = 1; c < num_chunks; ++c) {
-      float* src = extra.data() + (c - 1) * size;
-      for (int64_t i = b; i < e; ++i) dest[i] += src[i], src[i] = 0.0f;
-    }
-  });
-  if (extra.size() > kKeptScatterFloats) std::vector<float>().swap(extra);
+  if (copies > 0)
+    pfor(size, 1 << 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        Acc sum = dest[i];
+        for (int c = wide ? 0 : 1; c < num_chunks; ++c) sum += first_copy[c * size + i], first_copy[c * size + i] = 0;
+        dest[i] = (float)sum;
+      }
+    });
+  if (extra.size() * sizeof(Acc) > kKeptScatterBytes) std::vector<Acc>().swap(extra);
 }
 
 }  // namespace prerast

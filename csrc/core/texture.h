@@ -551,6 +551,21 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
 // --- entry points -------------------------------------------------------------------------------------------
 
 void texture_forward_cpu(const TextureArgs& a, const ParallelFor& pfor);
+// Elements of level l's gradient, and of all levels' (contiguous, level 0 first).
+inline int64_t level_elements(const TextureArgs& a, int level) {
+  return a.tex_batch * tex_faces(a) * (int64_t)a.levels[level].height * a.levels[level].width * a.channels;
+}
+inline int64_t gradient_elements(const TextureArgs& a) {
+  int64_t total = 0;
+  for (int l = 0; l < a.num_levels; ++l) total += level_elements(a, l);
+  return total;
+}
+// Texels that many pixels add into (a texture smaller than the image) are summed in double; a texture larger than
+// the work gets few contributions per texel, and a double copy of it would cost more than the scatter.
+inline bool wide_texture_sums(const TextureArgs& a) {
+  return gradient_elements(a) <= a.num_pixels * 4 * a.channels;
+}
+
 void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int num_threads);
 // src [B, sh, sw, C] -> dst [B, mip_size(sh), mip_size(sw), C]
 void mip_down_cpu(const float* src, int64_t B, int sh, int sw, int C, float* dst, const ParallelFor& pfor);
@@ -559,7 +574,7 @@ void mip_down_adjoint_cpu(const float* grad_next, int64_t B, int sh, int sw, int
                           const ParallelFor& pfor);
 
 const char* texture_forward_cuda(const TextureArgs& a, StreamHandle stream);
-const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream);
+const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream, const Workspace& ws);
 const char* mip_down_cuda(const float* src, int64_t B, int sh, int sw, int C, float* dst, StreamHandle stream);
 const char* mip_down_adjoint_cuda(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
                                   StreamHandle stream);

@@ -13,14 +13,24 @@ namespace {
 // fewer chunks (down to one, serial) accumulate, so a 4096^2 texture does not need a copy per thread.
 constexpr int64_t kMaxSpareGradFloats = (int64_t)64 << 20;
 
-int64_t level_elements(const TextureArgs& a, int level) {
-  return a.tex_batch * tex_faces(a) * (int64_t)a.levels[level].height * a.levels[level].width * a.channels;
-}
-
+template <class Acc>
 struct ChunkAdd {
-  float* levels[kMaxMipLevels];
+  Acc* levels[kMaxMipLevels];
   void operator()(int level, int64_t i, float v) const { levels[level][i] += v; }
 };
+
+template <class Acc>
+void scatter_levels(const TextureGradArgs& g, int64_t total, int64_t chunks, const ParallelFor& pfor) {
+  const TextureArgs& a = g.a;
+  chunked_scatter<Acc>(a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor, [&](int64_t b, int64_t e, Acc* dest) {
+    ChunkAdd<Acc> add;
+    for (int l = 0; l < a.num_levels; ++l) {
+      add.levels[l] = dest;
+      dest += level_elements(a, l);
+    }
+    for (int64_t p = b; p < e; ++p) texture_backward_pixel(g, p, add);
+  });
+}
 
 }  // namespace
 
@@ -32,20 +42,15 @@ void texture_forward_cpu(const TextureArgs& a, const ParallelFor& pfor) {
 
 void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int num_threads) {
   const TextureArgs& a = g.a;
-  int64_t total = 0;
-  for (int l = 0; l < a.num_levels; ++l) total += level_elements(a, l);
+  const int64_t total = gradient_elements(a);
   // A spare copy of the level gradients costs about two passes over it (zeroing, summing); one is worth it only
   // when the pixels scatter more than that (up to 4 texels of C channels each).
   const int64_t spare_budget = std::min(kMaxSpareGradFloats, a.num_pixels * 4 * a.channels / 2);
   const int64_t chunks = std::min<int64_t>(std::max(num_threads, 1), spare_budget / std::max<int64_t>(total, 1) + 1);
-  chunked_scatter(a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor, [&](int64_t b, int64_t e, float* dest) {
-    ChunkAdd add;
-    for (int l = 0; l < a.num_levels; ++l) {
-      add.levels[l] = dest;
-      dest += level_elements(a, l);
-    }
-    for (int64_t p = b; p < e; ++p) texture_backward_pixel(g, p, add);
-  });
+  if (wide_texture_sums(a))
+    scatter_levels<double>(g, total, chunks, pfor);
+  else
+    scatter_levels<float>(g, total, chunks, pfor);
 }
 
 void mip_down_cpu(const float* src, int64_t B, int sh, int sw, int C, float* dst, const ParallelFor& pfor) {

@@ -7,9 +7,12 @@ namespace prerast {
 
 namespace {
 
+// Level l's gradient lives at levels + offset[l] (float: the output itself; double: the WideSum of it).
+template <class Acc>
 struct AtomicAdd {
-  float* const* levels;
-  __device__ void operator()(int level, int64_t i, float v) const { add_grouped(levels[level] + i, v); }
+  Acc* levels;
+  int64_t offset[kMaxMipLevels];
+  __device__ void operator()(int level, int64_t i, float v) const { add_grouped(levels + offset[level] + i, (Acc)v); }
 };
 
 __global__ void forward_kernel(TextureArgs a) {
@@ -17,10 +20,10 @@ __global__ void forward_kernel(TextureArgs a) {
   if (p < a.num_pixels) texture_forward_pixel(a, p);
 }
 
-__global__ void backward_kernel(TextureGradArgs g) {
+template <class Acc>
+__global__ void backward_kernel(TextureGradArgs g, AtomicAdd<Acc> add) {
   const int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (p >= g.a.num_pixels) return;
-  AtomicAdd add{g.grad_levels};
   texture_backward_pixel(g, p, add);
 }
 
@@ -46,11 +49,28 @@ const char* texture_forward_cuda(const TextureArgs& a, StreamHandle stream) {
   return nullptr;
 }
 
-const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream) {
-  if (g.a.num_pixels == 0) return nullptr;
-  backward_kernel<<<grid_for(g.a.num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(g);
+const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream_handle, const Workspace& ws) {
+  cudaStream_t stream = (cudaStream_t)stream_handle;
+  const TextureArgs& a = g.a;
+  if (a.num_pixels == 0) return nullptr;
+  // The levels' gradients are contiguous, level 0 first (as on the CPU).
+  int64_t offset[kMaxMipLevels] = {};
+  for (int l = 1; l < a.num_levels; ++l) offset[l] = offset[l - 1] + level_elements(a, l - 1);
+  const unsigned grid = grid_for(a.num_pixels, 256);
+  if (!wide_texture_sums(a)) {
+    AtomicAdd<float> add{g.grad_levels[0], {}};
+    for (int l = 0; l < a.num_levels; ++l) add.offset[l] = offset[l];
+    backward_kernel<<<grid, 256, 0, stream>>>(g, add);
+    PR_CUDA_TRY(cudaGetLastError());
+    return nullptr;
+  }
+  WideSum sum;
+  PR_CUDA_TRY_MSG(wide_sum_begin(sum, g.grad_levels[0], gradient_elements(a), ws, stream));
+  AtomicAdd<double> add{sum.acc, {}};
+  for (int l = 0; l < a.num_levels; ++l) add.offset[l] = offset[l];
+  backward_kernel<<<grid, 256, 0, stream>>>(g, add);
   PR_CUDA_TRY(cudaGetLastError());
-  return nullptr;
+  return wide_sum_finish(sum, stream);
 }
 
 const char* mip_down_cuda(const float* src, int64_t B, int sh, int sw, int C, float* dst, StreamHandle stream) {
