@@ -2,7 +2,7 @@
 # GPU check, for a machine with an NVIDIA GPU, torch (CUDA build) and a CUDA toolkit (nvcc) of the same major
 # version: builds and installs the wheel for the local torch and this GPU's arch, runs the CUDA-vs-CPU tests and
 # every op test on both devices, the benchmark, and a small case under compute-sanitizer when it is installed.
-# Writes its logs to ${GPU_CHECK_OUT:-gpu-check}/. Meant to finish within 6 minutes on 16 cores.
+# Writes its logs to ${GPU_CHECK_OUT:-gpu-check}/. Meant to finish within 8 minutes on 16 cores.
 # PRERAST_WHEEL=path installs that wheel instead of building one (a stable-ABI wheel built elsewhere).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,9 +41,9 @@ step "tests on CPU and CUDA"
 # test_no_sync: every op under torch.cuda.set_sync_debug_mode("error"), the device-side index checks, a whole render
 # with gradients captured in a CUDA graph, and the rasterizer's path for tile lists that overflow their capacity.
 # Spread over worker processes when pytest-xdist is there; a per-test limit when pytest-timeout is.
-par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 8) && export OMP_NUM_THREADS=2
+par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 12) && export OMP_NUM_THREADS=1
 $PY -c "import pytest_timeout" 2> /dev/null && par+=(--timeout 120)
-timeout 200 $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
+timeout 300 $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
   tests/test_custom_ops.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py \
   --junitxml "$out/tests.xml" 2>&1 | tee "$out/tests.log" | tail -60
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
