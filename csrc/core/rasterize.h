@@ -14,7 +14,7 @@
 // overflow or underflow, whatever the positions' range; and positions scaled by any power of two rasterize to
 // the same bits. Coverage and z/w depend on the points alone and come straight from the normalised vertices.
 // The barycentrics (u, v) do depend on each vertex's scale (perspective-correct interpolation weighs a vertex
-// by 1/w): they are the normalised vertices' barycentrics weighted by bw_i = 2^(e_i - max e). Gradients are
+// by 1/w): they are the normalised vertices' barycentrics weighted by bw_i = 2^(min e - e_i). Gradients are
 // taken with respect to the normalised vertices and scaled by 2^-e_i (the chain rule of the scaling).
 #pragma once
 
