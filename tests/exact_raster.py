@@ -2,9 +2,10 @@
 
 tests/reference.py models the geometry in float64 and tolerates rounding near edges. This model instead
 repeats, operation by operation, the float32 and float64 arithmetic that csrc/core/rasterize.h specifies
-(triangle setup, the clipped bounding box, edge functions, the double-precision re-decision near an edge, the
-tie rules, barycentrics, z/w and their derivatives), one triangle at a time over its whole bounding box, with a
-straightforward depth test. Any rasterizer that follows that arithmetic must match it bit for bit, whatever its
+(each vertex scaled by its own power of two, triangle setup, the clipped bounding box, edge functions, the
+double-precision re-decision near an edge, the tie rules, weighted barycentrics with their double-precision
+fallback, z/w and the derivatives), one triangle at a time over its whole bounding box, with a straightforward
+depth test. Any rasterizer that follows that arithmetic must match it bit for bit, whatever its
 binning, tiling, vectorisation or thread count.
 """
 import math
@@ -84,10 +85,22 @@ def _dot(a, b):
     return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
 
+def normalise_vertices(p):
+    """normalise_vertices of rasterize.h: (p [3, 4] float32 with each row scaled by 2^-e, e [3])."""
+    out, es = np.zeros((3, 4), np.float32), []
+    for i in range(3):
+        m = np.abs(p[i]).max()
+        e = int(np.frexp(m)[1]) - 1 if m > 0 else 0
+        out[i] = [f32(float(x) * 2.0 ** -e) for x in p[i]]
+        es.append(e)
+    return out, es
+
+
 def tri_setup(p, W, H):
     """tri_setup of rasterize.h for p [3, 4] float32: a dict of the setup, or None if it draws nothing."""
     if not np.all(np.isfinite(p)):
         return None
+    p, e = normalise_vertices(np.asarray(p, np.float32))
     v = [[f32(p[i, 0]), f32(p[i, 1]), f32(p[i, 3])] for i in range(3)]
     d64 = [[float(x) for x in vi] for vi in v]
     d = (d64[0][0] * (d64[1][1] * d64[2][2] - d64[1][2] * d64[2][1])
@@ -98,7 +111,9 @@ def tri_setup(p, W, H):
         return None
     sg = f32(1) if d > 0 else f32(-1)
     r = [_cross(v[1], v[2]), _cross(v[2], v[0]), _cross(v[0], v[1])]
-    s = {"a": [], "b": [], "c": [], "tol": [], "v": v, "sg": sg}
+    bw_exp = [ei - min(e) for ei in e]
+    s = {"a": [], "b": [], "c": [], "tol": [], "v": v, "sg": sg, "bw_exp": bw_exp,
+         "bw": [f32(2.0 ** -k) for k in bw_exp]}
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(3):
             a, b, c = sg * r[i][0], sg * r[i][1], sg * r[i][2]
@@ -126,6 +141,25 @@ def pixel_center_ndc(i, size):
 
 def _edges(s, px, py):
     return [(s["a"][i] * px + s["b"][i] * py) + s["c"][i] for i in range(3)]
+
+
+def _attrs(s, px, py, W, H):
+    """frag_attrs: (u, v) and (du/dX, du/dY, dv/dX, dv/dY) of a drawn pixel, float32 or the double fallback."""
+    iv = [x if x > 0 else f32(0) for x in _edges(s, px, py)]
+    bw = s["bw"]
+    if (bw[0] * iv[0] + bw[1] * iv[1]) + bw[2] * iv[2] >= f32(2.0 ** -60):
+        T, w, out = f32, bw, f32
+    else:  # Python floats are doubles
+        T, w, out = float, [2.0 ** -k for k in s["bw_exp"]], f32
+    L = [w[i] * T(iv[i]) for i in range(3)]
+    A = [w[i] * T(s["a"][i]) for i in range(3)]
+    B = [w[i] * T(s["b"][i]) for i in range(3)]
+    S = (L[0] + L[1]) + L[2]
+    Sa, Sb = (A[0] + A[1]) + A[2], (B[0] + B[1]) + B[2]
+    kx, ky = T(2) / T(W) / (S * S), T(2) / T(H) / (S * S)
+    return ([out(L[0] / S), out(L[1] / S)],
+            [out(kx * (A[0] * S - L[0] * Sa)), out(ky * (B[0] * S - L[0] * Sb)),
+             out(kx * (A[1] * S - L[1] * Sa)), out(ky * (B[1] * S - L[1] * Sb))])
 
 
 def _inside(s, i, l, px, py):
@@ -173,13 +207,6 @@ def rasterize(pos, tri, H, W):
                 bz[take], bid[take] = zw[take], t + 1
             for y, x in zip(*np.nonzero(best_id)):
                 s = setups[best_id[y, x]]
-                px, py = pixel_center_ndc(x, W), pixel_center_ndc(y, H)
-                l0, l1, l2 = _edges(s, px, py)
-                S = (l0 + l1) + l2
-                rast[n, y, x] = [l0 / S, l1 / S, best_z[y, x], f32(best_id[y, x])]
-                Sa = (s["a"][0] + s["a"][1]) + s["a"][2]
-                Sb = (s["b"][0] + s["b"][1]) + s["b"][2]
-                kx, ky = f32(2) / f32(W) / (S * S), f32(2) / f32(H) / (S * S)
-                db[n, y, x] = [kx * (s["a"][0] * S - l0 * Sa), ky * (s["b"][0] * S - l0 * Sb),
-                               kx * (s["a"][1] * S - l1 * Sa), ky * (s["b"][1] * S - l1 * Sb)]
+                uv, db[n, y, x] = _attrs(s, pixel_center_ndc(x, W), pixel_center_ndc(y, H), W, H)
+                rast[n, y, x] = [uv[0], uv[1], best_z[y, x], f32(best_id[y, x])]
     return rast, db

@@ -61,7 +61,8 @@ struct AntialiasArgs {
 struct PairCrossing {
   int64_t front, back;  // flat pixel indices
   int64_t row[2];       // offsets into pos of the crossed edge's vertices j, k (edge row = sg * v_j x v_k)
-  V3 vj, vk;            // their clip-space (x, y, w)
+  V3 vj, vk;            // their normalised clip-space (x, y, w) (rasterize.h: normalise_vertices)
+  int ej, ek;           // and the exponents of that normalisation: v = 2^e * (normalised v)
   float sg;             // orientation of F: edge rows are sg * (v_j x v_k)
   float pf[2], pb[2];   // NDC of P_F and P_B
   float lf, lb;         // the edge function at P_F and P_B
@@ -121,7 +122,9 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
   const int32_t* idx = a.tri + f * 3;
   TriSetup s;
   double det;
-  if (!tri_edge_setup(base + (int64_t)idx[0] * 4, base + (int64_t)idx[1] * 4, base + (int64_t)idx[2] * 4, s, det))
+  NormTri nt;
+  if (!tri_edge_setup(base + (int64_t)idx[0] * 4, base + (int64_t)idx[1] * 4, base + (int64_t)idx[2] * 4, s, det,
+                      nt))
     return false;
   const int64_t fx = c.front % a.width, fy = (c.front / a.width) % a.height;
   const int64_t bx = c.back % a.width, by = (c.back / a.width) % a.height;
@@ -143,6 +146,7 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
   const int j = (e + 1) % 3, k = (e + 2) % 3;
   c.row[0] = (base - a.pos) + (int64_t)idx[j] * 4, c.row[1] = (base - a.pos) + (int64_t)idx[k] * 4;
   c.vj = {s.v[j][0], s.v[j][1], s.v[j][2]}, c.vk = {s.v[k][0], s.v[k][1], s.v[k][2]};
+  c.ej = nt.e[j], c.ek = nt.e[k];
   c.sg = s.sg;
   c.clamped = !(best >= 0.0f && best <= 1.0f);
   c.t = c.clamped ? (best > 1.0f ? 1.0f : 0.0f) : best;
@@ -237,11 +241,14 @@ PR_HD void antialias_pos_backward(const AntialiasArgs& a, int64_t pix, int dir, 
   const float gt = ga * dtau * a.pos_grad_scale;
   const float den = c.lf - c.lb;
   const float gf = gt * (-c.lb / (den * den)), gb = gt * (c.lf / (den * den));
-  // L(P) = sg * (v_j x v_k) . P with P = (px, py, 1): dL/dv_j = sg * v_k x P, dL/dv_k = sg * P x v_j.
+  // L(P) = sg * (v_j x v_k) . P with P = (px, py, 1): dL/dv_j = sg * v_k x P, dL/dv_k = sg * P x v_j, for the
+  // normalised v; the original vertex v * 2^e gets that times 2^-e.
   const V3 gn{gf * c.pf[0] + gb * c.pb[0], gf * c.pf[1] + gb * c.pb[1], gf + gb};
   const V3 gj = cross3(c.vk, gn), gk = cross3(gn, c.vj);
-  add(c.row[0] + 0, c.sg * gj.x), add(c.row[0] + 1, c.sg * gj.y), add(c.row[0] + 3, c.sg * gj.z);
-  add(c.row[1] + 0, c.sg * gk.x), add(c.row[1] + 1, c.sg * gk.y), add(c.row[1] + 3, c.sg * gk.z);
+  add(c.row[0] + 0, scale_pow2(c.sg * gj.x, -c.ej)), add(c.row[0] + 1, scale_pow2(c.sg * gj.y, -c.ej));
+  add(c.row[0] + 3, scale_pow2(c.sg * gj.z, -c.ej));
+  add(c.row[1] + 0, scale_pow2(c.sg * gk.x, -c.ek)), add(c.row[1] + 1, scale_pow2(c.sg * gk.y, -c.ek));
+  add(c.row[1] + 3, scale_pow2(c.sg * gk.z, -c.ek));
 }
 
 void antialias_forward_cpu(const AntialiasArgs& a, const ParallelFor& pfor);

@@ -48,6 +48,70 @@ PR_HD bool finite4(const float* p) {
   return isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]) && isfinite(p[3]);
 }
 
+// --- scaling by powers of two ------------------------------------------------------------------------------
+//
+// Clip-space positions are homogeneous and cube-map lookups take directions, so their scale carries no
+// meaning; the math brings them to a fixed range first by a power of two, which changes the exponent alone.
+// Scaling a float by 2^k through double is exact in double and rounds once when converted back (only where
+// the result is subnormal or out of float range), so a value scaled by a power of two normalises to the same
+// bits as the value itself.
+
+// 2^k as a double, for k in [-1022, 1023].
+PR_HD double pow2d(int k) {
+  const uint64_t bits = (uint64_t)(1023 + k) << 52;
+#if defined(__CUDA_ARCH__)
+  return __longlong_as_double((long long)bits);
+#else
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+#endif
+}
+
+// 2^k as a float, for k in [-126, 127].
+PR_HD float pow2f(int k) {
+  const uint32_t bits = (uint32_t)(127 + k) << 23;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+#endif
+}
+
+// x * 2^k rounded to float, for k in [-1022, 1023]. Where 2^k is a normal float, one float multiply rounds the
+// same exact product once.
+PR_HD float scale_pow2(float x, int k) {
+  if (k >= -126 && k <= 127) return x * pow2f(k);
+  return (float)((double)x * pow2d(k));
+}
+
+// floor(log2(m)) for finite m > 0, subnormals included: in [-149, 127].
+PR_HD int float_exponent(float m) {
+#if defined(__CUDA_ARCH__)
+  const int ex = (__float_as_int(m) >> 23) & 0xff;
+  return ex ? ex - 127 : ((__float_as_int(m * 0x1p64f) >> 23) & 0xff) - 127 - 64;
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &m, sizeof bits);
+  if ((bits >> 23 & 0xff) == 0) {
+    const float big = m * 0x1p64f;  // exact: a subnormal times 2^64 is a normal number
+    std::memcpy(&bits, &big, sizeof bits);
+    return (int)(bits >> 23 & 0xff) - 127 - 64;
+  }
+  return (int)(bits >> 23 & 0xff) - 127;
+#endif
+}
+
+// The exponent e that brings the largest |p[i]| of n finite values into [1, 2) when p is scaled by 2^-e; 0
+// when all are zero.
+PR_HD int normalising_exponent(const float* p, int n) {
+  float m = 0.0f;
+  for (int i = 0; i < n; ++i) m = fabsf(p[i]) > m ? fabsf(p[i]) : m;
+  return m > 0.0f ? float_exponent(m) : 0;
+}
+
 // NDC coordinate of the centre of pixel i along an axis of `size` pixels: (2i + 1) / size - 1.
 PR_HD float pixel_center_ndc(int i, int size) { return (float)(2 * i + 1) / (float)size - 1.0f; }
 

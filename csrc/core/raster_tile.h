@@ -2,8 +2,7 @@
 //
 // A tile keeps, per pixel, the nearest depth key (z/w, id) and the index of the setup that produced it. Only
 // keys are kept while triangles are drawn: barycentrics and their derivatives are computed once per pixel,
-// for the winner, when the tile is written out. They are recomputed with the same helpers (edge_eval, then
-// the same divisions) that frag_eval uses, so the values are the ones frag_eval would have produced.
+// for the winner, when the tile is written out (frag_attrs, as on the GPU).
 #pragma once
 
 #include <algorithm>
@@ -36,8 +35,8 @@ inline bool tile_span(const TriSetup& s, int xa, int ya, int W, int H, TileSpan&
 // Draws pixel (x, y) of the span with frag_eval and the depth rule: the reference per-pixel decision.
 inline void draw_pixel(const TriSetup& s, int32_t setup_index, const TileSpan& sp, int x, int y, float px, float py,
                        const float* prev, TileKeys& t) {
-  float u, v, zw;
-  if (!frag_eval(s, px, py, u, v, zw)) return;
+  float zw;
+  if (!frag_eval(s, px, py, zw)) return;
   const int32_t id1 = s.tri + 1;
   if (prev && !behind_prev(prev, zw, id1)) return;
   const int k = (y - sp.ya) * kTile + (x - sp.xa);

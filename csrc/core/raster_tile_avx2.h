@@ -147,10 +147,11 @@ __attribute__((target("avx2"))) inline void draw_span_avx2(const TriSetup& s, in
   }
 }
 
-// Writes pixels [x, x + 8) of tile row `row` of t: (u, v, z/w, id) to rast and, if db is not null, frag_db's
-// values to db, both interleaved [8][4]. The winners' edge functions are gathered from setups (stride floats
-// per TriSetup, indices in int32 range) and evaluated as in write_pixel.
-__attribute__((target("avx2"))) inline void write_group_avx2(const TileKeys& t, int k, const TriSetup* setups,
+// Writes pixels [x, x + 8) of tile row `row` of t: (u, v, z/w, id) to rast and, if db is not null, frag_attrs'
+// derivatives to db, both interleaved [8][4]. The winners' edge functions and weights are gathered from setups
+// (stride floats per TriSetup, indices in int32 range) and evaluated as frag_attrs does in float. Returns false,
+// having written nothing, where some drawn lane needs frag_attrs' double-precision path.
+__attribute__((target("avx2"))) inline bool write_group_avx2(const TileKeys& t, int k, const TriSetup* setups,
                                                              const float* px_ndc, int x, float py, float two_w,
                                                              float two_h, float* rast, float* db) {
   constexpr int stride = sizeof(TriSetup) / sizeof(float);
@@ -161,37 +162,44 @@ __attribute__((target("avx2"))) inline void write_group_avx2(const TileKeys& t, 
     for (int j = 0; j < 4; ++j) store_output(rast + 8 * j, zero);
     if (db)
       for (int j = 0; j < 4; ++j) store_output(db + 8 * j, zero);
-    return;
+    return true;
   }
   const __m256i base = _mm256_mullo_epi32(_mm256_load_si256((const __m256i*)(t.item + k)), _mm256_set1_epi32(stride));
   const float* s0 = (const float*)setups;
 #define PRERAST_FIELD(offset) _mm256_mask_i32gather_ps(zero, s0 + (offset), base, drawn, 4)
   const __m256 px = _mm256_loadu_ps(px_ndc + x), pyv = _mm256_set1_ps(py);
-  __m256 a[3], b[3], l[3];
+  __m256 a[3], b[3], w[3], L[3];
   for (int i = 0; i < 3; ++i) {
     a[i] = PRERAST_FIELD(offsetof(TriSetup, a) / 4 + i), b[i] = PRERAST_FIELD(offsetof(TriSetup, b) / 4 + i);
+    w[i] = PRERAST_FIELD(offsetof(TriSetup, bw) / 4 + i);
     const __m256 c = PRERAST_FIELD(offsetof(TriSetup, c) / 4 + i);
-    l[i] = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(a[i], px), _mm256_mul_ps(b[i], pyv)), c);
+    const __m256 l = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(a[i], px), _mm256_mul_ps(b[i], pyv)), c);
+    L[i] = _mm256_mul_ps(w[i], _mm256_max_ps(l, zero));  // inside_value: max_ps(-0, 0) and max_ps(NaN, 0) give 0
   }
 #undef PRERAST_FIELD
-  const __m256 S = _mm256_add_ps(_mm256_add_ps(l[0], l[1]), l[2]);
-  const __m256 u = _mm256_and_ps(drawn, _mm256_div_ps(l[0], S)), v = _mm256_and_ps(drawn, _mm256_div_ps(l[1], S));
+  const __m256 S = _mm256_add_ps(_mm256_add_ps(L[0], L[1]), L[2]);
+  const __m256 enough = _mm256_cmp_ps(S, _mm256_set1_ps(kMinWeightedSum), _CMP_GE_OQ);
+  if (_mm256_movemask_ps(_mm256_andnot_ps(enough, drawn))) return false;
+  const __m256 u = _mm256_and_ps(drawn, _mm256_div_ps(L[0], S)), v = _mm256_and_ps(drawn, _mm256_div_ps(L[1], S));
   // encode_triangle_id on 8 lanes: n itself up to 2^24, else the float whose bit pattern is kTriangleIdBits + n.
   const __m256 big = _mm256_castsi256_ps(_mm256_cmpgt_epi32(id, _mm256_set1_epi32(1 << 24)));
   const __m256 idf = _mm256_blendv_ps(_mm256_cvtepi32_ps(id),
                                       _mm256_castsi256_ps(_mm256_add_epi32(id, _mm256_set1_epi32(kTriangleIdBits))), big);
   const __m256 z = _mm256_and_ps(drawn, _mm256_load_ps(t.z + k));
   store_interleaved_avx2(u, v, z, idf, rast);
-  if (!db) return;
-  // frag_db: kx = 2 / W / (S * S), db = (kx (a0 S - l0 Sa), ky (b0 S - l0 Sb), kx (a1 S - l1 Sa), ky (b1 S - l1 Sb)).
-  const __m256 Sa = _mm256_add_ps(_mm256_add_ps(a[0], a[1]), a[2]), Sb = _mm256_add_ps(_mm256_add_ps(b[0], b[1]), b[2]);
+  if (!db) return true;
+  // frag_attrs_t: A = w a, B = w b, kx = 2 / W / (S * S), db = (kx (A0 S - L0 SA), ky (B0 S - L0 SB), ...).
+  __m256 A[3], B[3];
+  for (int i = 0; i < 3; ++i) A[i] = _mm256_mul_ps(w[i], a[i]), B[i] = _mm256_mul_ps(w[i], b[i]);
+  const __m256 Sa = _mm256_add_ps(_mm256_add_ps(A[0], A[1]), A[2]), Sb = _mm256_add_ps(_mm256_add_ps(B[0], B[1]), B[2]);
   const __m256 S2 = _mm256_mul_ps(S, S);
   const __m256 kx = _mm256_div_ps(_mm256_set1_ps(two_w), S2), ky = _mm256_div_ps(_mm256_set1_ps(two_h), S2);
 #define PRERAST_TERM(k_, e, li, Se) \
   _mm256_and_ps(drawn, _mm256_mul_ps(k_, _mm256_sub_ps(_mm256_mul_ps(e, S), _mm256_mul_ps(li, Se))))
-  store_interleaved_avx2(PRERAST_TERM(kx, a[0], l[0], Sa), PRERAST_TERM(ky, b[0], l[0], Sb),
-                         PRERAST_TERM(kx, a[1], l[1], Sa), PRERAST_TERM(ky, b[1], l[1], Sb), db);
+  store_interleaved_avx2(PRERAST_TERM(kx, A[0], L[0], Sa), PRERAST_TERM(ky, B[0], L[0], Sb),
+                         PRERAST_TERM(kx, A[1], L[1], Sa), PRERAST_TERM(ky, B[1], L[1], Sb), db);
 #undef PRERAST_TERM
+  return true;
 }
 
 }  // namespace prerast

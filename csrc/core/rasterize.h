@@ -6,6 +6,16 @@
 // "inside the triangle and w > 0". Triangles crossing w = 0 therefore need no geometric clipping; the only
 // clipping done is for the bounding box. Because r_i of a shared edge is bit-for-bit the negation of the
 // neighbour's, a top-left style tie rule gives watertight, non-overlapping coverage along shared edges.
+//
+// Positions are homogeneous: s * (x, y, z, w) is the same point for any s > 0. Before any of this math, every
+// vertex is scaled by its own power of two 2^-e, chosen so that its largest |component| lies in [1, 2)
+// (normalise_vertices). That is exact (only the exponent changes) and depends on the vertex alone, not on the
+// triangle using it, so shared edges still get bit-for-bit negated rows; no product of components can
+// overflow or underflow, whatever the positions' range; and positions scaled by any power of two rasterize to
+// the same bits. Coverage and z/w depend on the points alone and come straight from the normalised vertices.
+// The barycentrics (u, v) do depend on each vertex's scale (perspective-correct interpolation weighs a vertex
+// by 1/w): they are the normalised vertices' barycentrics weighted by bw_i = 2^(min e - e_i). Gradients are
+// taken with respect to the normalised vertices and scaled by 2^-e_i (the chain rule of the scaling).
 #pragma once
 
 #include "common.h"
@@ -23,6 +33,8 @@ struct TriSetup {
   float v[3][3];           // the vertices' (x, y, w), for that double-precision re-evaluation
   float sg;                // sign(det M)
   float z[3];              // clip-space z of the vertices divided by |det M|, so z/w = sum(lambda_i z_i)
+  float bw[3];             // barycentric weights of the vertices' scales (barycentric_weights)
+  int16_t bw_exp[3];       // bw_i = 2^-bw_exp[i], kept for the double-precision fallback where bw_i underflows
   int32_t tri;             // index into tri (the ID written is tri + 1)
   int32_t x0, y0, x1, y1;  // inclusive pixel bounding box; x0 > x1 when the item draws nothing
 };
@@ -51,6 +63,33 @@ struct RasterGradArgs {
 };
 
 // --- triangle setup ---------------------------------------------------------------------------------------
+
+// A triangle's vertices, each scaled by its own power of two 2^-e[i] (see the top of this file).
+struct NormTri {
+  float p[3][4];
+  int e[3];
+};
+
+PR_HD void normalise_vertices(const float* p0, const float* p1, const float* p2, NormTri& n) {
+  const float* p[3] = {p0, p1, p2};
+  for (int i = 0; i < 3; ++i) {
+    n.e[i] = normalising_exponent(p[i], 4);
+    for (int k = 0; k < 4; ++k) n.p[i][k] = scale_pow2(p[i][k], -n.e[i]);
+  }
+}
+
+// The weights that turn the normalised vertices' barycentrics back into the original vertices' (up to a common
+// factor): vertex i was scaled by 2^-e_i, so its barycentric weighs 2^-e_i relative to the others. Taken
+// relative to the smallest e, bw_i = 2^-(e_i - e_min) is at most 1 (it underflows only for vertices whose
+// scales differ by more than 2^126).
+PR_HD void barycentric_weights(const int e[3], float bw[3], int16_t bw_exp[3]) {
+  int lo = e[0] < e[1] ? e[0] : e[1];
+  lo = lo < e[2] ? lo : e[2];
+  for (int i = 0; i < 3; ++i) {
+    bw_exp[i] = (int16_t)(e[i] - lo);  // at most 127 + 149
+    bw[i] = (float)pow2d(lo - e[i]);
+  }
+}
 
 // Clip the triangle against -w <= z <= w (which implies w >= 0) and return the pixel bounding box of what
 // remains. Returns false if nothing remains.
@@ -104,12 +143,15 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
   return x0 <= x1 && y0 <= y1;
 }
 
-// Fills the edge functions of s (a, b, c, tol, v, sg) for vertices p0..2 and sets d = det M; returns false if
-// the triangle can draw nothing for being non-finite or degenerate in homogeneous space (zero area on screen).
-// Antialiasing evaluates the rasterizer's coverage with this alone.
-PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d) {
+// Fills the edge functions of s (a, b, c, tol, v, sg, bw) for vertices p0..2, n with the normalised vertices
+// and d = det M of those; returns false if the triangle can draw nothing for being non-finite or degenerate in
+// homogeneous space (zero area on screen). Antialiasing evaluates the rasterizer's coverage with this alone.
+PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d, NormTri& n) {
   if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
-  V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
+  normalise_vertices(p0, p1, p2, n);
+  barycentric_weights(n.e, s.bw, s.bw_exp);
+  const float *q0 = n.p[0], *q1 = n.p[1], *q2 = n.p[2];
+  V3 v0{q0[0], q0[1], q0[3]}, v1{q1[0], q1[1], q1[3]}, v2{q2[0], q2[1], q2[3]};
   // The determinant decides orientation and degeneracy; double keeps that decision stable.
   d = (double)v0.x * ((double)v1.y * v2.z - (double)v1.z * v2.y) -
       (double)v0.y * ((double)v1.x * v2.z - (double)v1.z * v2.x) +
@@ -140,12 +182,14 @@ PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t 
   s.tri = t;
   s.x0 = 1, s.x1 = 0, s.y0 = 1, s.y1 = 0;
   double d;
-  if (!tri_edge_setup(p0, p1, p2, s, d)) return false;
+  NormTri n;
+  if (!tri_edge_setup(p0, p1, p2, s, d, n)) return false;
   // z/w = sum(lambda_i z_i) for lambda = M^-1 q; the edge functions are |det| * lambda, so fold 1/|det| into z.
+  // (Per-vertex scales cancel: lambda_i carries 2^e_i, z_i 2^-e_i.)
   const double inv = 1.0 / fabs(d);
-  s.z[0] = (float)(p0[2] * inv), s.z[1] = (float)(p1[2] * inv), s.z[2] = (float)(p2[2] * inv);
+  s.z[0] = (float)(n.p[0][2] * inv), s.z[1] = (float)(n.p[1][2] * inv), s.z[2] = (float)(n.p[2][2] * inv);
   if (!isfinite(s.z[0]) || !isfinite(s.z[1]) || !isfinite(s.z[2])) return false;
-  const float* p[3] = {p0, p1, p2};
+  const float* p[3] = {n.p[0], n.p[1], n.p[2]};
   int x0, y0, x1, y1;
   if (!clipped_pixel_bbox(p, W, H, x0, y0, x1, y1)) return false;
   s.x0 = x0, s.y0 = y0, s.x1 = x1, s.y1 = y1;
@@ -171,28 +215,54 @@ PR_HD bool edge_test(const TriSetup& s, int i, float l, float px, float py) {
   return ld > 0.0 || (ld == 0.0 && (a > 0.0 || (a == 0.0 && b > 0.0)));
 }
 
-// Perspective-correct barycentrics and z/w at NDC point (px, py); false if the point is not drawn.
-PR_HD bool frag_eval(const TriSetup& s, float px, float py, float& u, float& v, float& zw) {
+// Whether NDC point (px, py) is drawn, and its z/w.
+PR_HD bool frag_eval(const TriSetup& s, float px, float py, float& zw) {
   float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
   if (!edge_test(s, 0, l0, px, py) || !edge_test(s, 1, l1, px, py) || !edge_test(s, 2, l2, px, py)) return false;
   float S = (l0 + l1) + l2;
   if (!(S > 0.0f)) return false;
-  u = l0 / S;
-  v = l1 / S;
   zw = (l0 * s.z[0] + l1 * s.z[1]) + l2 * s.z[2];
   return zw >= -1.0f && zw <= 1.0f;
 }
 
-// Analytic (du/dX, du/dY, dv/dX, dv/dY) in pixel units at NDC point (px, py).
-PR_HD void frag_db(const TriSetup& s, float px, float py, int W, int H, float* db) {
-  float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
-  float S = (l0 + l1) + l2;
-  float Sa = (s.a[0] + s.a[1]) + s.a[2], Sb = (s.b[0] + s.b[1]) + s.b[2];
-  float kx = 2.0f / (float)W / (S * S), ky = 2.0f / (float)H / (S * S);
-  db[0] = kx * (s.a[0] * S - l0 * Sa);
-  db[1] = ky * (s.b[0] * S - l0 * Sb);
-  db[2] = kx * (s.a[1] * S - l1 * Sa);
-  db[3] = ky * (s.b[1] * S - l1 * Sb);
+// The weighted edge values of a drawn point sum to at least this, or its barycentrics are computed in double:
+// then no weighted value that underflowed matters and S * S stays a normal float.
+constexpr float kMinWeightedSum = 0x1p-60f;
+
+// An edge value of a drawn point as a barycentric numerator: the inside test said it is not negative, so a
+// float value rounded below zero counts as 0.
+PR_HD float inside_value(float l) { return l > 0.0f ? l : 0.0f; }
+
+// frag_attrs in the arithmetic of T (float, or double where the float sum would be too small), from the edge
+// values l and the weights w (s.bw, or their exact double values).
+template <class T>
+PR_HD void frag_attrs_t(const TriSetup& s, const T w[3], const float l[3], int W, int H, float* uv, float* db) {
+  T L[3];
+  for (int i = 0; i < 3; ++i) L[i] = w[i] * (T)inside_value(l[i]);
+  const T S = (L[0] + L[1]) + L[2];
+  uv[0] = (float)(L[0] / S), uv[1] = (float)(L[1] / S);
+  if (!db) return;
+  T A[3], B[3];
+  for (int i = 0; i < 3; ++i) A[i] = w[i] * (T)s.a[i], B[i] = w[i] * (T)s.b[i];
+  const T Sa = (A[0] + A[1]) + A[2], Sb = (B[0] + B[1]) + B[2];
+  const T kx = (T)2 / (T)W / (S * S), ky = (T)2 / (T)H / (S * S);
+  db[0] = (float)(kx * (A[0] * S - L[0] * Sa));
+  db[1] = (float)(ky * (B[0] * S - L[0] * Sb));
+  db[2] = (float)(kx * (A[1] * S - L[1] * Sa));
+  db[3] = (float)(ky * (B[1] * S - L[1] * Sb));
+}
+
+// Perspective-correct barycentrics uv = (u, v) of a drawn NDC point (px, py) and, if db is not null, their
+// analytic derivatives (du/dX, du/dY, dv/dX, dv/dY) in pixel units.
+PR_HD void frag_attrs(const TriSetup& s, float px, float py, int W, int H, float* uv, float* db) {
+  const float l[3] = {edge_eval(s, 0, px, py), edge_eval(s, 1, px, py), edge_eval(s, 2, px, py)};
+  const float S = (s.bw[0] * inside_value(l[0]) + s.bw[1] * inside_value(l[1])) + s.bw[2] * inside_value(l[2]);
+  if (S >= kMinWeightedSum) {
+    frag_attrs_t<float>(s, s.bw, l, W, H, uv, db);
+    return;
+  }
+  const double w[3] = {pow2d(-s.bw_exp[0]), pow2d(-s.bw_exp[1]), pow2d(-s.bw_exp[2])};
+  frag_attrs_t<double>(s, w, l, W, H, uv, db);
 }
 
 // Is the depth key (zw, id) nearer than (bz, bid)? Ties in z/w go to the smaller ID, deterministically.
@@ -225,46 +295,102 @@ PR_HD void tile_centres(int tx, int ty, int W, int H, float& cx0, float& cy0, fl
 // of the three vectors against q, e_x, e_y.
 // It comes in two parts: frag_grad_tri (what depends on the triangle only: K) and frag_grad_pixel, so that a
 // loop over pixels of one triangle computes K once (GradTriCache).
-PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, float K[3][3]) {
-  V3 v0{p0[0], p0[1], p0[3]}, v1{p1[0], p1[1], p1[3]}, v2{p2[0], p2[1], p2[3]};
+//
+// M is that of the normalised vertices (see the top of this file), and the barycentrics are lambda weighted by
+// bw, i.e. the rows of K~ = diag(bw) K: with G the gradient to the rows of K~, dL/dM = -K~^T G K^T. The
+// gradient to an original vertex is that to its normalised one times 2^-e.
+struct GradTri {
+  float K[3][3];       // M^-1 of the normalised vertices' (x, y, w); zero where M is singular in float
+  float Kw[3][3];      // diag(bw) K
+  int16_t bw_exp[3];   // as in TriSetup
+  int e[3];            // the vertices' normalising exponents
+  float scale[3];      // 2^-e where that is a normal float, else 0 (then scaled through double)
+};
+
+PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, GradTri& g) {
+  NormTri n;
+  normalise_vertices(p0, p1, p2, n);
+  float bw[3];
+  barycentric_weights(n.e, bw, g.bw_exp);
+  for (int i = 0; i < 3; ++i) {
+    g.e[i] = n.e[i];
+    g.scale[i] = -n.e[i] >= -126 && -n.e[i] <= 127 ? pow2f(-n.e[i]) : 0.0f;
+  }
+  const float *q0 = n.p[0], *q1 = n.p[1], *q2 = n.p[2];
+  V3 v0{q0[0], q0[1], q0[3]}, v1{q1[0], q1[1], q1[3]}, v2{q2[0], q2[1], q2[3]};
   V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
   float det = dot3(v0, r[0]);
-  for (int i = 0; i < 3; ++i) K[i][0] = r[i].x / det, K[i][1] = r[i].y / det, K[i][2] = r[i].z / det;
+  bool ok = det != 0.0f;
+  for (int i = 0; i < 3; ++i) {
+    g.K[i][0] = r[i].x / det, g.K[i][1] = r[i].y / det, g.K[i][2] = r[i].z / det;
+    ok = ok && isfinite(g.K[i][0]) && isfinite(g.K[i][1]) && isfinite(g.K[i][2]);
+  }
+  for (int i = 0; i < 3; ++i)
+    for (int c = 0; c < 3; ++c) {
+      if (!ok) g.K[i][c] = 0.0f;
+      g.Kw[i][c] = bw[i] * g.K[i][c];
+    }
 }
 
-PR_HD void frag_grad_pixel(const float K[3][3], float px, float py, int W, int H, float gu, float gv,
-                           const float* gdb, float out[3][4]) {
-  float lam[3], Ax[3], Ay[3];
-  for (int i = 0; i < 3; ++i) lam[i] = (K[i][0] * px + K[i][1] * py) + K[i][2], Ax[i] = K[i][0], Ay[i] = K[i][1];
-  float S = lam[0] + lam[1] + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
-  float u = lam[0] / S, v = lam[1] / S;
-  float gl[3], gx[3] = {0, 0, 0}, gy[3] = {0, 0, 0};
-  for (int j = 0; j < 3; ++j) gl[j] = (gu * ((j == 0) - u) + gv * ((j == 1) - v)) / S;
+// The gradient to the normalised vertices (x, y, w, as out[vertex][0, 1, 3]), in the arithmetic of T with
+// K~ = Kw; returns the sum of the weighted barycentrics S, which decides whether float was enough.
+template <class T>
+PR_HD T frag_grad_pixel_t(const T K[3][3], const T Kw[3][3], T px, T py, int W, int H, T gu, T gv,
+                          const float* gdb, T out[3][4]) {
+  T lam[3], Ax[3], Ay[3];
+  for (int i = 0; i < 3; ++i) lam[i] = (Kw[i][0] * px + Kw[i][1] * py) + Kw[i][2], Ax[i] = Kw[i][0], Ay[i] = Kw[i][1];
+  T S = lam[0] + lam[1] + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
+  T u = lam[0] / S, v = lam[1] / S;
+  T gl[3], gx[3] = {0, 0, 0}, gy[3] = {0, 0, 0};
+  for (int j = 0; j < 3; ++j) gl[j] = (gu * ((T)(j == 0) - u) + gv * ((T)(j == 1) - v)) / S;
   if (gdb) {
-    float kx = 2.0f / (float)W, ky = 2.0f / (float)H, S2 = S * S;
-    float d[4] = {kx * (Ax[0] * S - lam[0] * Sx) / S2, ky * (Ay[0] * S - lam[0] * Sy) / S2,
-                  kx * (Ax[1] * S - lam[1] * Sx) / S2, ky * (Ay[1] * S - lam[1] * Sy) / S2};
+    const T g0 = (T)gdb[0], g1 = (T)gdb[1], g2 = (T)gdb[2], g3 = (T)gdb[3];
+    T kx = (T)2 / (T)W, ky = (T)2 / (T)H, S2 = S * S;
+    T d[4] = {kx * (Ax[0] * S - lam[0] * Sx) / S2, ky * (Ay[0] * S - lam[0] * Sy) / S2,
+              kx * (Ax[1] * S - lam[1] * Sx) / S2, ky * (Ay[1] * S - lam[1] * Sy) / S2};
     for (int j = 0; j < 3; ++j) {
-      float e0 = (float)(j == 0), e1 = (float)(j == 1);
-      gl[j] += gdb[0] * (kx * (Ax[0] - e0 * Sx) / S2 - 2.0f * d[0] / S);
-      gl[j] += gdb[1] * (ky * (Ay[0] - e0 * Sy) / S2 - 2.0f * d[1] / S);
-      gl[j] += gdb[2] * (kx * (Ax[1] - e1 * Sx) / S2 - 2.0f * d[2] / S);
-      gl[j] += gdb[3] * (ky * (Ay[1] - e1 * Sy) / S2 - 2.0f * d[3] / S);
-      gx[j] = (gdb[0] * kx * (e0 * S - lam[0]) + gdb[2] * kx * (e1 * S - lam[1])) / S2;
-      gy[j] = (gdb[1] * ky * (e0 * S - lam[0]) + gdb[3] * ky * (e1 * S - lam[1])) / S2;
+      T e0 = (T)(j == 0), e1 = (T)(j == 1);
+      gl[j] += g0 * (kx * (Ax[0] - e0 * Sx) / S2 - (T)2 * d[0] / S);
+      gl[j] += g1 * (ky * (Ay[0] - e0 * Sy) / S2 - (T)2 * d[1] / S);
+      gl[j] += g2 * (kx * (Ax[1] - e1 * Sx) / S2 - (T)2 * d[2] / S);
+      gl[j] += g3 * (ky * (Ay[1] - e1 * Sy) / S2 - (T)2 * d[3] / S);
+      gx[j] = (g0 * kx * (e0 * S - lam[0]) + g2 * kx * (e1 * S - lam[1])) / S2;
+      gy[j] = (g1 * ky * (e0 * S - lam[0]) + g3 * ky * (e1 * S - lam[1])) / S2;
     }
   }
-  float G[3][3];
+  T G[3][3];
   for (int i = 0; i < 3; ++i) G[i][0] = gl[i] * px + gx[i], G[i][1] = gl[i] * py + gy[i], G[i][2] = gl[i];
-  // T = G K^T, then dM = -K^T T.
-  float T[3][3];
+  // Tm = G K^T, then dM = -K~^T Tm.
+  T Tm[3][3];
   for (int i = 0; i < 3; ++i)
-    for (int b = 0; b < 3; ++b) T[i][b] = G[i][0] * K[b][0] + G[i][1] * K[b][1] + G[i][2] * K[b][2];
+    for (int b = 0; b < 3; ++b) Tm[i][b] = G[i][0] * K[b][0] + G[i][1] * K[b][1] + G[i][2] * K[b][2];
   for (int a = 0; a < 3; ++a)
     for (int b = 0; b < 3; ++b) {
-      float dm = -(K[0][a] * T[0][b] + K[1][a] * T[1][b] + K[2][a] * T[2][b]);
+      T dm = -(Kw[0][a] * Tm[0][b] + Kw[1][a] * Tm[1][b] + Kw[2][a] * Tm[2][b]);
       out[b][a == 2 ? 3 : a] = dm;  // rows of M are x, y, w
     }
+  return S;
+}
+
+// The gradient to the original vertices (out[vertex][x, y, z, w]; z gets none) at pixel centre (px, py).
+PR_HD void frag_grad_pixel(const GradTri& g, float px, float py, int W, int H, float gu, float gv, const float* gdb,
+                           float out[3][4]) {
+  float o[3][4];
+  const float S = frag_grad_pixel_t<float>(g.K, g.Kw, px, py, W, H, gu, gv, gdb, o);
+  if (S >= kMinWeightedSum) {
+    // Multiplying by a normal power of two rounds once, like scale_pow2.
+    for (int b = 0; b < 3; ++b)
+      for (int k = 0; k < 4; ++k)
+        out[b][k] = g.scale[b] != 0.0f ? o[b][k] * g.scale[b] : scale_pow2(o[b][k], -g.e[b]);
+  } else {
+    // Weights too far apart for float (or a point on the triangle's boundary where float rounding cancels S).
+    double K[3][3], Kw[3][3], od[3][4];
+    for (int i = 0; i < 3; ++i)
+      for (int c = 0; c < 3; ++c) K[i][c] = g.K[i][c], Kw[i][c] = pow2d(-g.bw_exp[i]) * K[i][c];
+    const double Sd = frag_grad_pixel_t<double>(K, Kw, px, py, W, H, gu, gv, gdb, od);
+    for (int b = 0; b < 3; ++b)
+      for (int k = 0; k < 4; ++k) out[b][k] = Sd > 0.0 ? (float)(od[b][k] * pow2d(-g.e[b])) : 0.0f;
+  }
   for (int b = 0; b < 3; ++b) out[b][2] = 0.0f;
 }
 
@@ -312,11 +438,11 @@ PR_HD bool behind_prev(const float* prev, float zw, int32_t /*id1*/) {
   return pid > 0 && zw > prev[2];
 }
 
-// frag_grad_tri's K of the last triangle a pixel_backward loop met, kept while consecutive pixels belong to the
+// frag_grad_tri's result for the last triangle a pixel_backward loop met, kept while consecutive pixels belong to the
 // same triangle of the same image (on the CPU, pixels in order mostly do; a GPU thread starts empty).
 struct GradTriCache {
   int64_t key = -1;
-  float K[3][3];
+  GradTri g;
 };
 
 // Accumulates one covered pixel's gradient into grad_pos through add(flat_index, value): a plain add on the
@@ -337,11 +463,11 @@ PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add, GradTri
   const int32_t* idx = a.tri + (int64_t)(id - 1) * 3;
   const int64_t key = (a.instanced ? n : 0) * a.num_triangles + (id - 1);
   if (key != cache.key) {
-    frag_grad_tri(a.pos + (base + idx[0]) * 4, a.pos + (base + idx[1]) * 4, a.pos + (base + idx[2]) * 4, cache.K);
+    frag_grad_tri(a.pos + (base + idx[0]) * 4, a.pos + (base + idx[1]) * 4, a.pos + (base + idx[2]) * 4, cache.g);
     cache.key = key;
   }
   float out[3][4];
-  frag_grad_pixel(cache.K, pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, g[0],
+  frag_grad_pixel(cache.g, pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, g[0],
                   g[1], gdb, out);
   for (int j = 0; j < 3; ++j) {
     const int64_t o = (base + idx[j]) * 4;

@@ -166,12 +166,8 @@ void write_pixel(const Frame& f, const TileKeys& t, int k, float px, float py, f
     if (d) d[0] = d[1] = d[2] = d[3] = 0.0f;
     return;
   }
-  // The winner's barycentrics, computed as frag_eval computes them.
-  const TriSetup& s = f.setups[t.item[k]];
-  const float l0 = edge_eval(s, 0, px, py), l1 = edge_eval(s, 1, px, py), l2 = edge_eval(s, 2, px, py);
-  const float S = (l0 + l1) + l2;
-  r[0] = l0 / S, r[1] = l1 / S, r[2] = t.z[k], r[3] = encode_triangle_id(t.id[k]);
-  if (d) frag_db(s, px, py, f.a.width, f.a.height, d);
+  frag_attrs(f.setups[t.item[k]], px, py, f.a.width, f.a.height, r, d);
+  r[2] = t.z[k], r[3] = encode_triangle_id(t.id[k]);
 }
 
 void write_tile(const Frame& f, const TileKeys& t, int64_t n, int xa, int ya) {
@@ -186,11 +182,10 @@ void write_tile(const Frame& f, const TileKeys& t, int64_t n, int xa, int ya) {
     for (int x = xa; x < xb; x += 8) {
       const int k = (y - ya) * kTile + (x - xa), o = (x - xa) * 4;
 #ifdef PRERAST_HAVE_AVX2_PATH
-      if (f.avx2_write && x + 8 <= xb) {
-        write_group_avx2(t, k, f.setups, f.px_ndc.data(), x, py, 2.0f / (float)W, 2.0f / (float)H, r + o,
-                         db ? db + o : nullptr);
+      if (f.avx2_write && x + 8 <= xb &&
+          write_group_avx2(t, k, f.setups, f.px_ndc.data(), x, py, 2.0f / (float)W, 2.0f / (float)H, r + o,
+                           db ? db + o : nullptr))
         continue;
-      }
 #endif
       for (int j = 0; j < std::min(8, xb - x); ++j)
         write_pixel(f, t, k + j, f.px_ndc[x + j], py, r + o + 4 * j, db ? db + o + 4 * j : nullptr);

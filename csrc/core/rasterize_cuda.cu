@@ -102,9 +102,9 @@ __global__ void hint_kernel(const Count* tile_start, const Count* tile_count, in
   if (needed > *(volatile int64_t*)hint) *(volatile int64_t*)hint = needed;
 }
 
-// One pixel's running nearest fragment.
+// One pixel's running nearest fragment; its barycentrics are computed once, for the winner.
 struct Nearest {
-  float z = 0.0f, u = 0.0f, v = 0.0f;
+  float z = 0.0f;
   int32_t id = 0, item = -1;
 };
 
@@ -113,12 +113,12 @@ __device__ void shade_staged(const TriSetup* cache, const int32_t* cache_item, i
   for (int j = 0; j < cnt; ++j) {
     const TriSetup& s = cache[j];
     if (x < s.x0 || x > s.x1 || y < s.y0 || y > s.y1) continue;
-    float u, v, zw;
-    if (!frag_eval(s, px, py, u, v, zw)) continue;
+    float zw;
+    if (!frag_eval(s, px, py, zw)) continue;
     const int32_t id1 = s.tri + 1;
     if (prev && !behind_prev(prev, zw, id1)) continue;
     if (best.id != 0 && !key_less(zw, id1, best.z, best.id)) continue;
-    best.z = zw, best.u = u, best.v = v, best.id = id1, best.item = cache_item[j];
+    best.z = zw, best.id = id1, best.item = cache_item[j];
   }
 }
 
@@ -181,14 +181,12 @@ __global__ void __launch_bounds__(kTile* kTile) shade_kernel(RasterArgs a, ItemM
     }
   }
   if (!in) return;
-  float4 r = best.id ? make_float4(best.u, best.v, best.z, encode_triangle_id(best.id))
+  float uv[2] = {0.f, 0.f}, db[4] = {0.f, 0.f, 0.f, 0.f};
+  if (best.id) frag_attrs(setups[best.item], px, py, W, H, uv, a.rast_db ? db : nullptr);
+  float4 r = best.id ? make_float4(uv[0], uv[1], best.z, encode_triangle_id(best.id))
                      : make_float4(0.f, 0.f, 0.f, 0.f);
   *reinterpret_cast<float4*>(a.rast + o) = r;
-  if (a.rast_db) {
-    float db[4] = {0.f, 0.f, 0.f, 0.f};
-    if (best.id) frag_db(setups[best.item], px, py, W, H, db);
-    *reinterpret_cast<float4*>(a.rast_db + o) = make_float4(db[0], db[1], db[2], db[3]);
-  }
+  if (a.rast_db) *reinterpret_cast<float4*>(a.rast_db + o) = make_float4(db[0], db[1], db[2], db[3]);
 }
 
 __global__ void backward_kernel(RasterGradArgs a, int64_t pixels, double* g) {

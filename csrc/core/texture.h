@@ -19,7 +19,9 @@
 //   mapped from [-1, 1] to [0, 1]; s runs along the width, t along the height. A bilinear tap that falls off a
 //   face reads the edge texel of the neighbouring face that it lands on; a tap off a corner, where three faces
 //   meet and no texel exists, reads the mean of the three texels around that cube corner. Both neighbours see
-//   the same values along their shared edge, so filtering is continuous across faces.
+//   the same values along their shared edge, so filtering is continuous across faces. A direction's length
+//   does not matter: it is first scaled by the power of two that brings its largest |component| into [1, 2)
+//   (exact), and so are its derivatives; gradients to both get that factor back.
 #pragma once
 
 #include "common.h"
@@ -134,15 +136,19 @@ PR_HD FaceAxes face_axes(int face) {
 template <class T>
 PR_HD int major_axis(T ax, T ay, T az) { return (ax >= ay && ax >= az) ? 0 : (ay >= az ? 1 : 2); }
 
-// A direction seen from its cube face: q = |major component| > 0, a = sc, b = tc (face coordinates times q).
+// A direction seen from its cube face: q = |major component| > 0, a = sc, b = tc (face coordinates times q), of
+// the direction scaled by 2^-e so that q is in [1, 2).
 struct CubeFrame {
   int face;
   FaceAxes ax;
   float q, a, b;
+  int e;
 };
 
-PR_HD bool cube_frame(const float* d, CubeFrame& f) {
-  if (!isfinite(d[0]) || !isfinite(d[1]) || !isfinite(d[2])) return false;
+PR_HD bool cube_frame(const float* dir, CubeFrame& f) {
+  if (!isfinite(dir[0]) || !isfinite(dir[1]) || !isfinite(dir[2])) return false;
+  f.e = normalising_exponent(dir, 3);
+  const float d[3] = {scale_pow2(dir[0], -f.e), scale_pow2(dir[1], -f.e), scale_pow2(dir[2], -f.e)};
   const int m = major_axis(fabsf(d[0]), fabsf(d[1]), fabsf(d[2]));
   f.face = 2 * m + (d[m] < 0.0f ? 1 : 0);
   f.ax = face_axes(f.face);
@@ -306,14 +312,19 @@ PR_HD void footprint_major_backward(const float j[2][2], float g, float gj[2][2]
   }
 }
 
+// The derivative of the normalised direction's component `axis` along screen axis `screen`, from da.
+PR_HD float cube_da(const CubeFrame& f, const float* da, int axis, int screen) {
+  return scale_pow2(da[2 * axis + screen], -f.e);
+}
+
 // Footprint of a cube lookup: the face coordinates s = (a/q + 1)/2, t = (b/q + 1)/2 differentiated along the
 // screen axes, in texels of a face of `size` texels. da holds (dx/dX, dx/dY, dy/dX, dy/dY, dz/dX, dz/dY).
 PR_HD void cube_footprint(const CubeFrame& f, const float* da, int size, float j[2][2]) {
   const float k = 0.5f * (float)size / (f.q * f.q);
   for (int axis = 0; axis < 2; ++axis) {
-    const float q_d = (float)f.ax.sm * da[2 * f.ax.m + axis];
-    const float a_d = (float)f.ax.ss * da[2 * f.ax.s + axis];
-    const float b_d = (float)f.ax.st * da[2 * f.ax.t + axis];
+    const float q_d = (float)f.ax.sm * cube_da(f, da, f.ax.m, axis);
+    const float a_d = (float)f.ax.ss * cube_da(f, da, f.ax.s, axis);
+    const float b_d = (float)f.ax.st * cube_da(f, da, f.ax.t, axis);
     j[axis][0] = k * (a_d * f.q - f.a * q_d);
     j[axis][1] = k * (b_d * f.q - f.b * q_d);
   }
@@ -427,11 +438,14 @@ PR_HD void texture_forward_pixel(const TextureArgs& a, int64_t pix) {
   }
 }
 
-// d(loss)/d(direction) (into gdir) and d(loss)/d(direction derivatives) (into gda) of a cube lookup, from the
-// gradients of the face coordinates (gs, gt) and of the footprint gj. da null: the lookup used no footprint.
-// Either output may be null when not wanted.
+// d(loss)/d(direction) (added to gdir) and d(loss)/d(direction derivatives) (added to gda) of a cube lookup,
+// from the gradients of the face coordinates (gs, gt) and of the footprint gj. da null: the lookup used no
+// footprint. Either output may be null when not wanted.
 PR_HD void cube_backward(const CubeFrame& f, const float* da, int size, float gs, float gt, const float gj[2][2],
-                         float* gdir, float* gda) {
+                         float* gdir_out, float* gda_out) {
+  // Gradients to the normalised direction and derivatives first; the originals are 2^e times those.
+  float gdir[3] = {0.0f, 0.0f, 0.0f}, gda_n[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  float* gda = gda_out ? gda_n : nullptr;
   const float q = f.q, iq = 1.0f / q, iq2 = iq * iq;
   // s = 0.5 (a/q + 1), t = 0.5 (b/q + 1)
   float ga = 0.5f * gs * iq, gb = 0.5f * gt * iq;
@@ -440,9 +454,9 @@ PR_HD void cube_backward(const CubeFrame& f, const float* da, int size, float gs
     const float k = 0.5f * (float)size * iq2;
     for (int axis = 0; axis < 2; ++axis) {
       // j[axis] = k * (a_d q - a q_d, b_d q - b q_d) with k = size / (2 q^2)
-      const float q_d = (float)f.ax.sm * da[2 * f.ax.m + axis];
-      const float a_d = (float)f.ax.ss * da[2 * f.ax.s + axis];
-      const float b_d = (float)f.ax.st * da[2 * f.ax.t + axis];
+      const float q_d = (float)f.ax.sm * cube_da(f, da, f.ax.m, axis);
+      const float a_d = (float)f.ax.ss * cube_da(f, da, f.ax.s, axis);
+      const float b_d = (float)f.ax.st * cube_da(f, da, f.ax.t, axis);
       const float g0 = gj[axis][0], g1 = gj[axis][1];
       ga -= k * q_d * g0;
       gb -= k * q_d * g1;
@@ -455,11 +469,13 @@ PR_HD void cube_backward(const CubeFrame& f, const float* da, int size, float gs
       }
     }
   }
-  if (gdir) {
-    gdir[f.ax.s] += (float)f.ax.ss * ga;
-    gdir[f.ax.t] += (float)f.ax.st * gb;
-    gdir[f.ax.m] += (float)f.ax.sm * gq;
-  }
+  gdir[f.ax.s] += (float)f.ax.ss * ga;
+  gdir[f.ax.t] += (float)f.ax.st * gb;
+  gdir[f.ax.m] += (float)f.ax.sm * gq;
+  if (gdir_out)
+    for (int i = 0; i < 3; ++i) gdir_out[i] += scale_pow2(gdir[i], -f.e);
+  if (gda_out)
+    for (int i = 0; i < 6; ++i) gda_out[i] += scale_pow2(gda_n[i], -f.e);
 }
 
 template <class Add>
