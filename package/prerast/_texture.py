@@ -48,6 +48,8 @@ def _check_tex(op, tex, cube):
         raise TypeError(f"{op}: tex must be float32, got {tex.dtype}")
     if cube and (tex.dim() != 5 or tex.shape[1] != 6 or tex.shape[2] != tex.shape[3]):
         raise ValueError(f"{op}: a cube map must have shape [N, 6, S, S, C], got {list(tex.shape)}")
+    if tex.numel() == 0:
+        raise ValueError(f"{op}: tex must have at least one texture, texel and channel, got shape {list(tex.shape)}")
     if not cube and tex.dim() != 4:
         hint = " (a cube map needs boundary_mode='cube', or cube_mode=True for texture_construct_mip)" \
             if tex.dim() == 5 else ""
