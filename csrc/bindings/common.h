@@ -86,6 +86,13 @@ inline void check_dim(const char* op, const char* name, const Tensor& t, int64_t
                  shape_str(t));
 }
 
+// An image-shaped [N, H, W, C] tensor whose kernels index pixels by int row and column: H and W must fit int
+// (only an image with no pixels can be larger; its shape would be cut short where it is narrowed to int).
+inline void check_image_sides(const char* op, const char* name, const Tensor& t) {
+  PR_CHECK_VALUE(t.size(1) <= INT32_MAX && t.size(2) <= INT32_MAX, op, ": ", name, " of shape ", shape_str(t),
+                 " has more than ", INT32_MAX, " pixels along a side");
+}
+
 // Smallest and largest of every stride-th value of a contiguous CPU tensor. NaN makes `nan` true.
 template <class T>
 struct Range {

@@ -105,6 +105,7 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   const int64_t tiles = g.num_images * ((height + kTile - 1) / kTile) * ((width + kTile - 1) / kTile);
   PR_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
                     " are too many pixels for one call; split the batch");
+  check_host_memory(kOp, pos, 2 * bytes_of({g.num_images, height, width, 4}));  // rast and rast_db
   auto rast = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
   auto rast_db = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
   if (peel_prev.has_value()) {
@@ -146,6 +147,7 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
   check_dim(kOp, "tri", tri, 1, 3);
   check_tensor(kOp, "rast", rast, Dtype::Float, {4});
   check_dim(kOp, "rast", rast, 3, 4);
+  check_image_sides(kOp, "rast", rast);
   check_tensor(kOp, "grad of rast", grad_rast, Dtype::Float, {4});
   PR_CHECK_VALUE(sizes(grad_rast) == sizes(rast), kOp, ": grad of rast has shape ", shape_str(grad_rast),
                     ", expected ", shape_str(rast));

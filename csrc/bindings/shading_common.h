@@ -13,6 +13,7 @@ namespace prerast {
 inline void check_rast(const char* op, const Tensor& rast, int64_t num_triangles) {
   check_tensor(op, "rast", rast, Dtype::Float, {4});
   check_dim(op, "rast", rast, 3, 4);
+  check_image_sides(op, "rast", rast);
   // On the CPU the IDs are read in place; on a GPU the op's CUDA kernels check them without a host sync.
   if (rast.numel() == 0 || !rast.is_cpu()) return;
   const Range<float> r = value_range<float>(rast, 4, 3);
