@@ -93,6 +93,7 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
                                                  const Tensor& group_start, double pos_gradient_boost) {
   (void)pos_gradient_boost;
   AntialiasArgs a = check_inputs(color, rast, pos, tri, half_edges, group_of, group_start);
+  check_host_memory(kOp, color, bytes_of({color.numel()}) + bytes_of({rast.size(0), rast.size(1), rast.size(2), 2}));
   auto out = empty_like_float(color);
   auto crossing = facade::new_empty(color, {a.num_images, a.height, a.width, 2}, Dtype::Float);
   a.out = data<float>(out);
@@ -123,6 +124,7 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
                     ": crossing has shape ", shape_str(crossing), ", expected [N, H, W, 2] of rast");
   PR_CHECK_VALUE(sizes(grad_out) == sizes(color), kOp, ": grad of out has shape ", shape_str(grad_out),
                     ", expected color's ", shape_str(color));
+  check_host_memory(kOp, color, bytes_of({color.numel()}) + (with_pos ? bytes_of({pos.numel()}) : 0.0));
   auto grad_color = empty_like_float(color);
   auto grad_pos = with_pos ? zeros_like_float(pos) : facade::new_empty(pos, {0}, Dtype::Float);
   a.crossing = data<float>(crossing);

@@ -20,6 +20,7 @@ enum class Dtype { Float, Int, Byte };
 #endif
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -120,6 +121,52 @@ inline void check_indices(const char* op, const Tensor& tri, int64_t num_vertice
   const Range<int32_t> r = value_range<int32_t>(tri);
   PR_CHECK_INDEX(r.lo >= 0 && r.hi < num_vertices, op, ": tri holds vertex indices in [", r.lo, ", ", r.hi,
                  "] but ", source, " has ", num_vertices, " vertices");
+}
+
+// Memory the machine can still give this process, in bytes: MemAvailable plus SwapFree of /proc/meminfo on Linux;
+// negative where unknown (elsewhere, or when it cannot be read).
+inline double host_memory_available() {
+#ifdef __linux__
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return -1.0;
+  double available = -1.0, swap = 0.0;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long kib = 0;
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) available = 1024.0 * (double)kib;
+    if (std::sscanf(line, "SwapFree: %llu kB", &kib) == 1) swap = 1024.0 * (double)kib;
+  }
+  std::fclose(f);
+  return available < 0.0 ? -1.0 : available + swap;
+#else
+  return -1.0;
+#endif
+}
+
+inline std::string size_str(double bytes) {
+  char s[64];
+  if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(s, sizeof s, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+  else std::snprintf(s, sizeof s, "%.0f MiB", bytes / (1024.0 * 1024));
+  return s;
+}
+
+// Bytes of an array of these dimensions (of `element`-byte values), in double: the product may not fit int64.
+inline double bytes_of(std::initializer_list<int64_t> dims, double element = 4.0) {
+  double b = element;
+  for (int64_t d : dims) b *= (double)d;
+  return b;
+}
+
+// An op about to allocate `bytes` of CPU memory for its outputs raises first when the machine cannot provide them
+// (a request that cannot fit would otherwise end in std::bad_alloc or, memory being overcommitted, the OOM killer
+// part way through the kernel). `like` is a tensor on the op's device: CUDA memory comes from torch's caching
+// allocator, which raises torch.OutOfMemoryError by itself. Small requests skip the check (it reads a file).
+inline void check_host_memory(const char* op, const Tensor& like, double bytes,
+                              const char* advice = "split the batch over several calls or lower the resolution") {
+  if (!like.is_cpu() || bytes < double(int64_t(64) << 20)) return;
+  const double available = host_memory_available();
+  PR_CHECK(available < 0.0 || bytes <= available, op, ": the outputs need ", size_str(bytes),
+           " of memory, but only ", size_str(available), " is available (MemAvailable plus free swap); ", advice);
 }
 
 inline Tensor empty_like_float(const Tensor& t) { return facade::new_empty(t, sizes(t), Dtype::Float); }

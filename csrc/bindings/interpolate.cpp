@@ -76,6 +76,7 @@ std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& ras
                                                    const IntListArg& diff) {
   Inputs in = check_inputs(attr, rast, tri, rast_db, diff);
   InterpArgs& a = in.a;
+  check_host_memory(kOp, attr, bytes_of({rast.size(0), rast.size(1), rast.size(2), a.num_attrs + 2 * a.num_diff}));
   auto out = facade::new_empty(attr, {rast.size(0), rast.size(1), rast.size(2), a.num_attrs}, Dtype::Float);
   auto out_da = facade::new_empty(attr, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}, Dtype::Float);
   a.out = data<float>(out);
@@ -110,6 +111,7 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
     PR_CHECK_VALUE(has_shape(*grad_da, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}),
                       kOp, ": grad of out_da has shape ", shape_str(*grad_da), ", expected the output's shape");
   }
+  check_host_memory(kOp, attr, bytes_of({attr.numel()}) + bytes_of({rast.numel()}) * (a.num_diff ? 2 : 1));
   auto grad_attr = facade::new_zeros(attr, sizes(attr), Dtype::Float);
   auto grad_rast = facade::new_empty(rast, sizes(rast), Dtype::Float);
   auto grad_db = facade::new_empty(attr, a.num_diff ? sizes(*rast_db) : std::vector<int64_t>{0}, Dtype::Float);

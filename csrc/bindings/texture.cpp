@@ -96,6 +96,7 @@ Tensor texture_fwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
                        const OptTensor& bias, const TensorListArg& mip, int64_t filter,
                        int64_t boundary) {
   TextureArgs a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
+  check_host_memory(kOp, tex, bytes_of({uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}));
   auto out = facade::new_empty(tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}, Dtype::Float);
   a.out = data<float>(out);
   run_on_device(
@@ -123,6 +124,11 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
   // the texture's gradient is a tensor of its own: autograd would copy a view of a larger buffer.
   int64_t total = tex.numel();
   for (const Tensor& m : mip) total += m.numel();
+  // Every level's gradient (the levels below 0 twice: they are copied out of the shared buffer), and uv's,
+  // uv_da's and mip_level_bias's at most.
+  check_host_memory(kOp, tex, bytes_of({2 * total - tex.numel()}) + bytes_of({uv.numel()}) +
+                                  (uv_da.has_value() ? bytes_of({uv_da->numel()}) : 0.0) +
+                                  (bias.has_value() ? bytes_of({bias->numel()}) : 0.0));
   const Tensor flat = mip.empty() ? zeros_like_float(tex) : facade::new_zeros(tex, {total}, Dtype::Float);
   const Tensor level0 = mip.empty() ? flat : facade::view(facade::narrow(flat, 0, 0, tex.numel()), sizes(tex));
   std::vector<Tensor> result = {level0, none(), none(), none()};
@@ -172,6 +178,8 @@ Tensor texture_mip_down(const Tensor& level) {
   PR_CHECK_VALUE(level.size(1) > 0 && level.size(2) > 0, kMipOp, ": level of shape ", shape_str(level),
                  " has no texels to halve");
   const int h = (int)level.size(1), w = (int)level.size(2), C = (int)level.size(3);
+  check_host_memory(kMipOp, level, bytes_of({level.size(0), mip_size(h), mip_size(w), level.size(3)}),
+                    "use a smaller texture or batch");
   auto out = facade::new_empty(level, {level.size(0), mip_size(h), mip_size(w), C}, Dtype::Float);
   if (out.numel() == 0) return out;
   const float* src = data<float>(level);
@@ -194,6 +202,8 @@ Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t
                  kMipOp, ": gradient of the next level has shape ", shape_str(grad_next), ", which is not the level below ",
                  height, " x ", width, " texels");
   const int h = (int)height, w = (int)width, C = (int)grad_next.size(3);
+  check_host_memory(kMipOp, grad_next, bytes_of({grad_next.size(0), height, width, grad_next.size(3)}),
+                    "use a smaller texture or batch");
   auto grad = facade::new_zeros(grad_next, {grad_next.size(0), height, width, C}, Dtype::Float);
   if (grad.numel() == 0) return grad;
   const float* next = data<float>(grad_next);
