@@ -1,0 +1,20 @@
+"""The fuzz suite (fuzz_cases.py): every op, public and raw, with thousands of bad and extreme inputs, run by the
+crash-resilient runner (fuzz_runner.py): one child process per op family, replaced only when a case crashes or
+hangs. A failing test lists its failing cases by name."""
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import fuzz_cases  # noqa: E402
+import fuzz_raster, fuzz_shade, fuzz_texture  # noqa: E402,F401  (register the families)
+import fuzz_runner  # noqa: E402
+
+
+@pytest.mark.parametrize("family", list(fuzz_cases.FAMILIES))
+def test_fuzz(family, device):
+    results, extra = fuzz_runner.run(device, [family], env=dict(os.environ))
+    assert results, f"no {family} case ran: {extra}"
+    failed = [f"{name}: {problem}" for name, problem in results.items() if problem]
+    assert not failed and not extra, f"{len(failed)} of {len(results)} cases failed:\n" + "\n".join(failed + extra)
