@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU check, for a machine with an NVIDIA GPU, torch (CUDA build) and a CUDA toolkit (nvcc) of the same major
 # version: builds and installs the wheel for the local torch and this GPU's arch, runs the CUDA-vs-CPU tests and
-# every op test on both devices, the benchmark, and a small case under compute-sanitizer when it is installed.
-# Writes its logs to ${GPU_CHECK_OUT:-gpu-check}/. Meant to finish within 8 minutes on 16 cores.
+# every op test and the fuzz suite on both devices, the benchmark, and a small case and the fuzz cases under
+# compute-sanitizer when it is installed. Writes its logs to ${GPU_CHECK_OUT:-gpu-check}/. Meant to finish within
+# 10 minutes on 16 cores.
 # PRERAST_WHEEL=path installs that wheel instead of building one (a stable-ABI wheel built elsewhere).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,11 +41,12 @@ grep -q "CUDA kernels loaded" "$out/doctor.txt" || { echo "the CUDA library did 
 step "tests on CPU and CUDA"
 # test_no_sync: every op under torch.cuda.set_sync_debug_mode("error"), the device-side index checks, a whole render
 # with gradients captured in a CUDA graph, and the rasterizer's path for tile lists that overflow their capacity.
+# tests/fuzz: thousands of bad and extreme inputs per device, each op family in a child process of its own.
 # Spread over worker processes when pytest-xdist is there; a per-test limit when pytest-timeout is.
 par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 12) && export OMP_NUM_THREADS=1
 $PY -c "import pytest_timeout" 2> /dev/null && par+=(--timeout 120)
 timeout 300 $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
-  tests/test_custom_ops.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py \
+  tests/test_custom_ops.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py tests/fuzz \
   --junitxml "$out/tests.xml" 2>&1 | tee "$out/tests.log" | tail -60
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 unset OMP_NUM_THREADS
@@ -77,6 +79,14 @@ torch.cuda.synchronize()
 print("ok")
 PYEOF
   timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $PY "$out/sanitize.py" 2>&1 | tail -20 | tee "$out/sanitizer.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+
+  step "compute-sanitizer (memcheck) on the fuzz cases on CUDA"
+  # The fuzz cases (tests/fuzz) in a seeded random order for as long as the budget allows, each process under
+  # memcheck: a reported access error fails the case in progress. The cases that end in a device-side assert (each
+  # needs a fresh process) are left to the test step above.
+  timeout 300 $PY tests/fuzz/fuzz_runner.py --device cuda --skip-device-asserts --timeout 120 --budget 180 \
+    --prefix "compute-sanitizer --tool memcheck --error-exitcode 9" 2>&1 | tail -40 | tee "$out/fuzz-sanitizer.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 step "benchmark"
