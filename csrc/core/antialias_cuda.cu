@@ -28,11 +28,10 @@ __global__ void color_grad_kernel(AntialiasArgs a, int64_t total) {
   antialias_color_grads<1>(a, pix, c, a.grad_color + pix * a.channels);
 }
 
-__global__ void pos_grad_kernel(AntialiasArgs a, int64_t pixels, double* g) {
+__global__ void pos_grad_kernel(AntialiasArgs a, int64_t pixels, WideSum sum) {
   const int64_t pix = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (pix >= pixels) return;
-  for (int dir = 0; dir < 2; ++dir)
-    antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { add_grouped(g + i, (double)v); });
+  for (int dir = 0; dir < 2; ++dir) antialias_pos_backward(a, pix, dir, [&sum](int64_t i, float v) { sum.add(i, v); });
 }
 
 }  // namespace
@@ -59,8 +58,9 @@ const char* antialias_backward_cuda(const AntialiasArgs& a, StreamHandle stream_
   }
   if (a.grad_pos && pixels > 0) {
     WideSum sum;
-    PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_pos, (a.instanced ? a.num_images : 1) * a.num_vertices * 4, ws, stream));
-    pos_grad_kernel<<<grid_for(pixels, 256), 256, 0, stream>>>(a, pixels, sum.acc);
+    const int64_t size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
+    PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_pos, size, pixels * 4, ws, stream));
+    pos_grad_kernel<<<grid_for(pixels, 256), 256, 0, stream>>>(a, pixels, sum);
     PR_CUDA_TRY(cudaGetLastError());
     return wide_sum_finish(sum, stream);
   }

@@ -40,13 +40,21 @@ __device__ inline void add_grouped(T* p, T v) {
 
 // A float gradient of n elements summed in double on the device: the backward kernels add into acc (zeroed by
 // begin), and finish rounds it once into out. Millions of float atomics into one element (every pixel of a large
-// triangle adds into its three vertices) would lose digits; in double they do not.
+// triangle adds into its three vertices) would lose digits; in double they do not. Where the work (contributions)
+// is smaller than the gradient, most elements get few contributions: acc stays null and kernels add into out.
 struct WideSum {
   double* acc = nullptr;
   float* out = nullptr;
   int64_t n = 0;
+  __device__ void add(int64_t i, float v) const {
+    if (acc)
+      add_grouped(acc + i, (double)v);
+    else
+      add_grouped(out + i, v);
+  }
 };
-const char* wide_sum_begin(WideSum& w, float* out, int64_t n, const Workspace& ws, cudaStream_t stream);
+const char* wide_sum_begin(WideSum& w, float* out, int64_t n, int64_t work, const Workspace& ws,
+                           cudaStream_t stream);
 const char* wide_sum_finish(const WideSum& w, cudaStream_t stream);
 
 }  // namespace prerast

@@ -31,7 +31,7 @@ __global__ void deriv_kernel(InterpArgs a, int64_t total) {
 }
 
 // Block size must be a multiple of 32 and every lane must reach the shuffles: no early return.
-__global__ void backward_kernel(InterpArgs a, double* g) {
+__global__ void backward_kernel(InterpArgs a, WideSum sum) {
   const int64_t pix = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   const bool in = pix < a.num_pixels;
   InterpPixel p{};
@@ -47,9 +47,9 @@ __global__ void backward_kernel(InterpArgs a, double* g) {
       for (int off = 16; off > 0; off >>= 1)
         for (int j = 0; j < 3; ++j) s[j] += __shfl_xor_sync(kFullMask, s[j], off);
       if (lane == leader)
-        for (int j = 0; j < 3; ++j) add_grouped(g + p.row[j] + c, (double)s[j]);
+        for (int j = 0; j < 3; ++j) sum.add(p.row[j] + c, s[j]);
     } else if (hit) {
-      for (int j = 0; j < 3; ++j) add_grouped(g + p.row[j] + c, (double)w[j]);
+      for (int j = 0; j < 3; ++j) sum.add(p.row[j] + c, w[j]);
     }
   });
 }
@@ -75,8 +75,9 @@ const char* interpolate_backward_cuda(const InterpArgs& a, StreamHandle stream_h
   if (a.num_pixels == 0) return nullptr;
   const int64_t blocks = a.attr_per_image ? a.num_pixels / (a.pixels_per_image > 0 ? a.pixels_per_image : 1) : 1;
   WideSum sum;
-  PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_attr, blocks * a.num_vertices * a.num_attrs, ws, stream));
-  backward_kernel<<<grid_for(a.num_pixels, 256), 256, 0, stream>>>(a, sum.acc);
+  PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_attr, blocks * a.num_vertices * a.num_attrs, a.num_pixels * a.num_attrs,
+                                 ws, stream));
+  backward_kernel<<<grid_for(a.num_pixels, 256), 256, 0, stream>>>(a, sum);
   PR_CUDA_TRY(cudaGetLastError());
   return wide_sum_finish(sum, stream);
 }

@@ -189,11 +189,11 @@ __global__ void __launch_bounds__(kTile* kTile) shade_kernel(RasterArgs a, ItemM
   if (a.rast_db) *reinterpret_cast<float4*>(a.rast_db + o) = make_float4(db[0], db[1], db[2], db[3]);
 }
 
-__global__ void backward_kernel(RasterGradArgs a, int64_t pixels, double* g) {
+__global__ void backward_kernel(RasterGradArgs a, int64_t pixels, WideSum sum) {
   int64_t p = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (p >= pixels) return;
   GradTriCache cache;
-  pixel_backward(a, p, [g](int64_t i, float v) { add_grouped(g + i, (double)v); }, cache);
+  pixel_backward(a, p, [&sum](int64_t i, float v) { sum.add(i, v); }, cache);
 }
 
 constexpr int kMaxDevices = 64;
@@ -346,8 +346,9 @@ const char* rasterize_backward_cuda(const RasterGradArgs& a, StreamHandle stream
   const int64_t pixels = a.num_images * a.height * a.width;
   if (pixels == 0) return nullptr;
   WideSum sum;
-  PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_pos, (a.instanced ? a.num_images : 1) * a.num_vertices * 4, ws, stream));
-  backward_kernel<<<grid_for(pixels, 256), 256, 0, stream>>>(a, pixels, sum.acc);
+  const int64_t size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
+  PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_pos, size, pixels * 4, ws, stream));
+  backward_kernel<<<grid_for(pixels, 256), 256, 0, stream>>>(a, pixels, sum);
   PR_CUDA_TRY(cudaGetLastError());
   return wide_sum_finish(sum, stream);
 }

@@ -15,6 +15,13 @@ namespace prerast {
 // released after the call instead.
 constexpr size_t kKeptScatterBytes = size_t(1) << 28;  // 256 MiB
 
+// Whether chunked_scatter sums a gradient of `size` elements, gathered from n items in num_chunks chunks, in
+// double: when its double copies take at most max_bytes, and the items are not fewer than the elements (else most
+// elements get few contributions, and zeroing and summing a double copy would cost more than the scatter itself).
+inline bool wide_scatter(int64_t n, int64_t size, int num_chunks, int64_t max_bytes) {
+  return size <= n && (double)size * sizeof(double) * std::max(num_chunks, 1) <= (double)max_bytes;
+}
+
 template <class Acc>
 std::vector<Acc>& scatter_copies() {
   thread_local std::vector<Acc> copies;  // all zero between calls

@@ -65,7 +65,7 @@ const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream_
     return nullptr;
   }
   WideSum sum;
-  PR_CUDA_TRY_MSG(wide_sum_begin(sum, g.grad_levels[0], gradient_elements(a), ws, stream));
+  PR_CUDA_TRY_MSG(wide_sum_begin(sum, g.grad_levels[0], gradient_elements(a), gradient_elements(a), ws, stream));
   AtomicAdd<double> add{sum.acc, {}};
   for (int l = 0; l < a.num_levels; ++l) add.offset[l] = offset[l];
   backward_kernel<<<grid, 256, 0, stream>>>(g, add);

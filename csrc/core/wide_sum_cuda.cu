@@ -11,15 +11,16 @@ __global__ void round_kernel(const double* acc, float* out, int64_t n) {
 
 }  // namespace
 
-const char* wide_sum_begin(WideSum& w, float* out, int64_t n, const Workspace& ws, cudaStream_t stream) {
+const char* wide_sum_begin(WideSum& w, float* out, int64_t n, int64_t work, const Workspace& ws,
+                           cudaStream_t stream) {
   w.out = out, w.n = n;
-  w.acc = n > 0 ? (double*)ws.get(n * sizeof(double)) : nullptr;
-  if (n > 0) PR_CUDA_TRY(cudaMemsetAsync(w.acc, 0, n * sizeof(double), stream));
+  w.acc = n > 0 && n <= work ? (double*)ws.get(n * sizeof(double)) : nullptr;
+  if (w.acc) PR_CUDA_TRY(cudaMemsetAsync(w.acc, 0, n * sizeof(double), stream));
   return nullptr;
 }
 
 const char* wide_sum_finish(const WideSum& w, cudaStream_t stream) {
-  if (w.n == 0) return nullptr;
+  if (!w.acc) return nullptr;
   round_kernel<<<grid_for(w.n, 256), 256, 0, stream>>>(w.acc, w.out, w.n);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
