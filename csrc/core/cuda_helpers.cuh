@@ -31,11 +31,15 @@ inline unsigned grid_for(int64_t n, int per_block) { return (unsigned)((n + per_
 // of a warp that add to the same address first sum their values (a shuffle reduction); one issues the atomic.
 template <class T>
 __device__ inline void add_grouped(T* p, T v) {
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 700  // labeled_partition needs sm_70; older archs add one by one
   namespace cg = cooperative_groups;
   const cg::coalesced_group active = cg::coalesced_threads();
   const cg::coalesced_group same = cg::labeled_partition(active, (unsigned long long)p);
   const T sum = same.size() == 1 ? v : cg::reduce(same, v, cg::plus<T>());
   if (same.thread_rank() == 0) atomicAdd(p, sum);
+#else
+  atomicAdd(p, v);
+#endif
 }
 
 // A float gradient of n elements summed in double on the device: the backward kernels add into acc (zeroed by

@@ -136,8 +136,9 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
   }
   // One pixel of margin absorbs the rounding of the clip and the projection; coverage itself is decided by
   // the edge functions.
-  lo_x = fmaxf(lo_x, -2.0f), lo_y = fmaxf(lo_y, -2.0f);
-  hi_x = fminf(hi_x, (float)W + 1.0f), hi_y = fminf(hi_y, (float)H + 1.0f);
+  // Both ends clamped on both sides: an off-screen box must not reach the int conversion out of its range.
+  lo_x = fminf(fmaxf(lo_x, -2.0f), (float)W + 1.0f), lo_y = fminf(fmaxf(lo_y, -2.0f), (float)H + 1.0f);
+  hi_x = fmaxf(fminf(hi_x, (float)W + 1.0f), -2.0f), hi_y = fmaxf(fminf(hi_y, (float)H + 1.0f), -2.0f);
   x0 = clampi((int)floorf(lo_x) - 1, 0, W), x1 = clampi((int)ceilf(hi_x) + 1, -1, W - 1);
   y0 = clampi((int)floorf(lo_y) - 1, 0, H), y1 = clampi((int)ceilf(hi_y) + 1, -1, H - 1);
   return x0 <= x1 && y0 <= y1;

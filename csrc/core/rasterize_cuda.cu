@@ -31,6 +31,7 @@ struct RangeTable {
   int64_t item_start[kRangeImagesPerCall + 1];
   int32_t first[kRangeImagesPerCall];
 };
+static_assert(sizeof(RangeTable) < 3584, "kernel arguments are limited to 4 KB");
 
 __global__ void range_table_kernel(RangeTable t, int32_t n, int64_t* item_start, int32_t* first) {
   for (int i = threadIdx.x; i <= n; i += blockDim.x) {
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kTile* kTile) shade_kernel(RasterArgs a, ItemM
 
   Nearest best;
   const Count s0 = tile_start[tile], s1 = s0 + tile_count[tile];
-  if (s1 <= capacity) {
+  if (s1 <= capacity || s0 == s1) {  // an empty tile past the capacity has nothing to shade either
     for (Count base = s0; base < s1; base += kTile * kTile) {
       const int cnt = (int)(s1 - base < (Count)(kTile * kTile) ? s1 - base : kTile * kTile);
       __syncthreads();
@@ -170,7 +171,8 @@ __global__ void __launch_bounds__(kTile* kTile) shade_kernel(RasterArgs a, ItemM
       const int64_t item = base + lt;
       if (item < hi) {
         const TriSetup& s = setups[item];
-        if (s.x0 <= tx1 && s.x1 >= tx0 && s.y0 <= ty1 && s.y1 >= ty0 && rect_may_cover(s, cx0, cy0, cx1, cy1)) {
+        if (s.x0 <= s.x1 && s.x0 <= tx1 && s.x1 >= tx0 && s.y0 <= ty1 && s.y1 >= ty0 &&
+            rect_may_cover(s, cx0, cy0, cx1, cy1)) {
           const int k = atomicAdd(&staged, 1);
           cache[k] = s;
           cache_item[k] = (int32_t)item;
@@ -214,7 +216,10 @@ Hint pair_hint(int device, cudaStream_t stream) {
   if (!tried[device]) {
     // Allocating pinned memory is not allowed while a CUDA graph is being captured: try again at a later call.
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return {};
+    if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+      cudaGetLastError();  // not an error of the op's
+      return {};
+    }
     tried[device] = true;
     void* p = nullptr;
     if (cudaHostAlloc(&p, sizeof(int64_t), cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
@@ -231,8 +236,12 @@ int multiprocessors(int device) {
   static std::atomic<int> count[kMaxDevices] = {};
   if (device < 0 || device >= kMaxDevices) return 80;
   int c = count[device].load();
-  if (c == 0 && cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && c > 0)
-    count[device].store(c);
+  if (c == 0) {
+    if (cudaDeviceGetAttribute(&c, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && c > 0)
+      count[device].store(c);
+    else
+      cudaGetLastError();  // a guess below serves
+  }
   return c > 0 ? c : 80;
 }
 
@@ -252,7 +261,7 @@ int64_t list_capacity(int64_t num_items, int64_t tiles_per_image, int64_t num_ti
   constexpr int64_t kMaxCapacity = int64_t(1) << 28;  // 1 GiB of list
   if (forced_capacity() >= 0) return forced_capacity();
   const double worst = (double)num_items * (double)tiles_per_image;
-  int64_t c = std::max<int64_t>(int64_t(1) << 20, 8 * num_items + 2 * num_tiles);
+  int64_t c = std::max<int64_t>(int64_t(1) << 22, 8 * num_items + 2 * num_tiles);  // at least 16 MB of list
   if (hint.host) {
     const int64_t seen = *(volatile int64_t*)hint.host;
     c = std::max(c, seen + seen / 4);
