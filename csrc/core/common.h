@@ -56,29 +56,20 @@ PR_HD bool finite4(const float* p) {
 // the result is subnormal or out of float range), so a value scaled by a power of two normalises to the same
 // bits as the value itself.
 
-// 2^k as a double, for k in [-1022, 1023].
-PR_HD double pow2d(int k) {
-  const uint64_t bits = (uint64_t)(1023 + k) << 52;
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double((long long)bits);
-#else
-  double d;
-  std::memcpy(&d, &bits, sizeof d);
-  return d;
-#endif
+// The bits of x read as a To of the same size (C++20's std::bit_cast, on the host and the device alike).
+template <class To, class From>
+PR_HD To bit_cast(From x) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast needs types of the same size");
+  To to;
+  memcpy(&to, &x, sizeof to);
+  return to;
 }
 
+// 2^k as a double, for k in [-1022, 1023].
+PR_HD double pow2d(int k) { return bit_cast<double>((uint64_t)(1023 + k) << 52); }
+
 // 2^k as a float, for k in [-126, 127].
-PR_HD float pow2f(int k) {
-  const uint32_t bits = (uint32_t)(127 + k) << 23;
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(bits);
-#else
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-#endif
-}
+PR_HD float pow2f(int k) { return bit_cast<float>((uint32_t)(127 + k) << 23); }
 
 // x * 2^k rounded to float, for k in [-1022, 1023]. Where 2^k is a normal float, one float multiply rounds the
 // same exact product once.
@@ -89,19 +80,9 @@ PR_HD float scale_pow2(float x, int k) {
 
 // floor(log2(m)) for finite m > 0, subnormals included: in [-149, 127].
 PR_HD int float_exponent(float m) {
-#if defined(__CUDA_ARCH__)
-  const int ex = (__float_as_int(m) >> 23) & 0xff;
-  return ex ? ex - 127 : ((__float_as_int(m * 0x1p64f) >> 23) & 0xff) - 127 - 64;
-#else
-  uint32_t bits;
-  std::memcpy(&bits, &m, sizeof bits);
-  if ((bits >> 23 & 0xff) == 0) {
-    const float big = m * 0x1p64f;  // exact: a subnormal times 2^64 is a normal number
-    std::memcpy(&bits, &big, sizeof bits);
-    return (int)(bits >> 23 & 0xff) - 127 - 64;
-  }
-  return (int)(bits >> 23 & 0xff) - 127;
-#endif
+  const int ex = (int)(bit_cast<uint32_t>(m) >> 23 & 0xff);
+  // A subnormal times 2^64 is a normal number, exactly.
+  return ex ? ex - 127 : (int)(bit_cast<uint32_t>(m * 0x1p64f) >> 23 & 0xff) - 127 - 64;
 }
 
 // The exponent e that brings the largest |p[i]| of n finite values into [1, 2) when p is scaled by 2^-e; 0
@@ -126,27 +107,14 @@ constexpr int32_t kMaxEncodedTriangleId = 0x7f7fffff - kTriangleIdBits;
 
 PR_HD float encode_triangle_id(int32_t n) {
   if (n <= (1 << 24)) return (float)n;
-  const int32_t bits = kTriangleIdBits + n;
-#if defined(__CUDA_ARCH__)
-  return __int_as_float(bits);
-#else
-  float f;
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-#endif
+  return bit_cast<float>(kTriangleIdBits + n);
 }
 
 // Inverse of encode_triangle_id; values that are no stored ID (NaN, below 1) read as 0, background.
 PR_HD int32_t decode_triangle_id(float f) {
   if (!(f >= 1.0f)) return 0;
   if (f <= 16777216.0f) return (int32_t)f;
-#if defined(__CUDA_ARCH__)
-  const int32_t bits = __float_as_int(f);
-#else
-  int32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-#endif
-  return bits - kTriangleIdBits;  // +inf gives one more than the largest ID: outside every mesh
+  return bit_cast<int32_t>(f) - kTriangleIdBits;  // +inf gives one more than the largest ID: outside every mesh
 }
 
 }  // namespace prerast
