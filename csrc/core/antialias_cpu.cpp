@@ -29,16 +29,11 @@ void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int
   });
   if (!a.grad_pos) return;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
-  const auto scatter = [&](auto* g, int64_t b, int64_t e) {
+  const bool wide = wide_scatter(pixels * 4, pos_size, num_chunks, kKeptScatterBytes);
+  chunked_scatter(wide, pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, auto* g) {
     for (int64_t pix = b; pix < e; ++pix)
       for (int dir = 0; dir < 2; ++dir) antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { g[i] += v; });
-  };
-  if (wide_scatter(pixels * 4, pos_size, num_chunks, kKeptScatterBytes))
-    chunked_scatter<double>(pixels, a.grad_pos, pos_size, num_chunks, pfor,
-                            [&](int64_t b, int64_t e, double* g) { scatter(g, b, e); });
-  else
-    chunked_scatter<float>(pixels, a.grad_pos, pos_size, num_chunks, pfor,
-                           [&](int64_t b, int64_t e, float* g) { scatter(g, b, e); });
+  });
 }
 
 }  // namespace prerast

@@ -28,7 +28,12 @@ void interpolate_forward_cpu(const InterpArgs& a, const ParallelFor& pfor) {
 void interpolate_backward_cpu(const InterpArgs& a, const ParallelFor& pfor, int num_chunks, int64_t max_extra_bytes) {
   const int64_t blocks = a.attr_per_image ? a.num_pixels / std::max<int64_t>(a.pixels_per_image, 1) : 1;
   const int64_t attr_size = blocks * a.num_vertices * a.num_attrs;
-  const auto scatter = [&](auto* g, int64_t b, int64_t e) {
+  // Double copies are twice the size of float ones: fewer of them fit max_extra_bytes.
+  const int64_t size = std::max<int64_t>(attr_size, 1);
+  const int wide_chunks = (int)std::max<int64_t>(1, std::min<int64_t>(num_chunks, max_extra_bytes / (size * 8)));
+  const bool wide = wide_scatter(a.num_pixels * a.num_attrs, attr_size, wide_chunks, max_extra_bytes);
+  const int chunks = wide ? wide_chunks : (int)std::min<int64_t>(num_chunks, 1 + max_extra_bytes / (size * 4));
+  chunked_scatter(wide, a.num_pixels, a.grad_attr, attr_size, chunks, pfor, [&](int64_t b, int64_t e, auto* g) {
     for (int64_t pix = b; pix < e; ++pix) {
       InterpPixel p;
       const bool hit = interp_pixel(a, pix, p);
@@ -37,17 +42,7 @@ void interpolate_backward_cpu(const InterpArgs& a, const ParallelFor& pfor, int 
         for (int j = 0; j < 3; ++j) g[p.row[j] + c] += w[j];
       });
     }
-  };
-  const int64_t size = std::max<int64_t>(attr_size, 1);
-  const int wide_chunks = (int)std::max<int64_t>(1, std::min<int64_t>(num_chunks, max_extra_bytes / (size * 8)));
-  if (wide_scatter(a.num_pixels * a.num_attrs, attr_size, wide_chunks, max_extra_bytes)) {
-    chunked_scatter<double>(a.num_pixels, a.grad_attr, attr_size, wide_chunks, pfor,
-                            [&](int64_t b, int64_t e, double* g) { scatter(g, b, e); });
-  } else {
-    const int chunks = (int)std::min<int64_t>(num_chunks, 1 + max_extra_bytes / (size * 4));
-    chunked_scatter<float>(a.num_pixels, a.grad_attr, attr_size, chunks, pfor,
-                           [&](int64_t b, int64_t e, float* g) { scatter(g, b, e); });
-  }
+  });
 }
 
 }  // namespace prerast

@@ -326,16 +326,11 @@ void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, in
   // Deterministic: chunks of pixels accumulate into their own double copies, summed in a fixed order.
   const int64_t pixels = a.num_images * a.height * a.width;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
-  const auto scatter = [&](auto* g, int64_t b, int64_t e) {
+  const bool wide = wide_scatter(pixels * 4, pos_size, num_chunks, kKeptScatterBytes);
+  chunked_scatter(wide, pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, auto* g) {
     GradTriCache cache;
     for (int64_t p = b; p < e; ++p) pixel_backward(a, p, [g](int64_t i, float v) { g[i] += v; }, cache);
-  };
-  if (wide_scatter(pixels * 4, pos_size, num_chunks, kKeptScatterBytes))
-    chunked_scatter<double>(pixels, a.grad_pos, pos_size, num_chunks, pfor,
-                            [&](int64_t b, int64_t e, double* g) { scatter(g, b, e); });
-  else
-    chunked_scatter<float>(pixels, a.grad_pos, pos_size, num_chunks, pfor,
-                           [&](int64_t b, int64_t e, float* g) { scatter(g, b, e); });
+  });
 }
 
 }  // namespace prerast

@@ -58,4 +58,15 @@ void chunked_scatter(int64_t n, float* dest, int64_t size, int num_chunks, const
   if (extra.size() * sizeof(Acc) > kKeptScatterBytes) std::vector<Acc>().swap(extra);
 }
 
+// chunked_scatter in double where wide (wide_scatter says when), else in float: body(begin, end, g) is generic
+// over g's element type.
+template <class Body>
+void chunked_scatter(bool wide, int64_t n, float* dest, int64_t size, int num_chunks, const ParallelFor& pfor,
+                     Body body) {
+  if (wide)
+    chunked_scatter<double>(n, dest, size, num_chunks, pfor, body);
+  else
+    chunked_scatter<float>(n, dest, size, num_chunks, pfor, body);
+}
+
 }  // namespace prerast

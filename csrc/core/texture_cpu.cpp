@@ -1,5 +1,6 @@
 // CPU texture sampling: the per-pixel math of texture.h in parallel loops.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "scatter_cpu.h"
@@ -19,19 +20,6 @@ struct ChunkAdd {
   void operator()(int level, int64_t i, float v) const { levels[level][i] += v; }
 };
 
-template <class Acc>
-void scatter_levels(const TextureGradArgs& g, int64_t total, int64_t chunks, const ParallelFor& pfor) {
-  const TextureArgs& a = g.a;
-  chunked_scatter<Acc>(a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor, [&](int64_t b, int64_t e, Acc* dest) {
-    ChunkAdd<Acc> add;
-    for (int l = 0; l < a.num_levels; ++l) {
-      add.levels[l] = dest;
-      dest += level_elements(a, l);
-    }
-    for (int64_t p = b; p < e; ++p) texture_backward_pixel(g, p, add);
-  });
-}
-
 }  // namespace
 
 void texture_forward_cpu(const TextureArgs& a, const ParallelFor& pfor) {
@@ -47,10 +35,15 @@ void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int
   // when the pixels scatter more than that (up to 4 texels of C channels each).
   const int64_t spare_budget = std::min(kMaxSpareGradFloats, a.num_pixels * 4 * a.channels / 2);
   const int64_t chunks = std::min<int64_t>(std::max(num_threads, 1), spare_budget / std::max<int64_t>(total, 1) + 1);
-  if (wide_texture_sums(a))
-    scatter_levels<double>(g, total, chunks, pfor);
-  else
-    scatter_levels<float>(g, total, chunks, pfor);
+  chunked_scatter(wide_texture_sums(a), a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor,
+                  [&](int64_t b, int64_t e, auto* dest) {
+                    ChunkAdd<std::remove_pointer_t<decltype(dest)>> add;
+                    for (int l = 0; l < a.num_levels; ++l) {
+                      add.levels[l] = dest;
+                      dest += level_elements(a, l);
+                    }
+                    for (int64_t p = b; p < e; ++p) texture_backward_pixel(g, p, add);
+                  });
 }
 
 void mip_down_cpu(const float* src, int64_t B, int sh, int sw, int C, float* dst, const ParallelFor& pfor) {
