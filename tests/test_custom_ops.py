@@ -31,6 +31,7 @@ def op_inputs(device):
     del ctx
     return {
         "rasterize_fwd": [((pos, tri, 12, 10, None, None), {}), ((pos, tri, 12, 10, None, None, False), {}),
+                          ((pos, tri, 12, 10, None, None, True, False), {}),
                           ((pos[0], tri, 12, 10, ranges, None), {}), ((pos, tri, 12, 10, None, rast), {})],
         "rasterize_bwd": [((pos.detach(), tri, rast, grad(rast), grad(rast)), {}),
                           ((pos[0].detach(), tri, rast_range, grad(rast_range), None), {})],

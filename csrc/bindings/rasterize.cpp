@@ -84,7 +84,7 @@ RasterArgs chunk_args(const RasterArgs& a, const Geometry& g, const ImageChunk& 
   if (a.ranges) c.ranges = a.ranges + 2 * chunk.first;
   if (a.peel_prev) c.peel_prev = a.peel_prev + chunk.first * image;
   c.rast = a.rast + chunk.first * image;
-  c.rast_db = a.rast_db + chunk.first * image;
+  if (a.rast_db) c.rast_db = a.rast_db + chunk.first * image;
   return c;
 }
 
@@ -95,19 +95,20 @@ void check_resolution(int64_t height, int64_t width) {
 }
 
 // grad_db (whether rast_db's gradient reaches pos) is for the backward only: an argument of the forward so that
-// the autograd registered on this op sees it.
+// the autograd registered on this op sees it. output_db=False returns rast_db as [N, H, W, 0] and skips computing
+// and writing it: at 4096^2 that is half of the memory the forward writes.
 std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, int64_t height,
                                                  int64_t width, const OptTensor& ranges,
-                                                 const OptTensor& peel_prev, bool grad_db) {
+                                                 const OptTensor& peel_prev, bool grad_db, bool output_db) {
   (void)grad_db;
   check_resolution(height, width);
   Geometry g = check_geometry(pos, tri, ranges);
   const int64_t tiles = g.num_images * ((height + kTile - 1) / kTile) * ((width + kTile - 1) / kTile);
   PR_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
                     " are too many pixels for one call; split the batch");
-  check_host_memory(kOp, pos, 2 * bytes_of({g.num_images, height, width, 4}));  // rast and rast_db
+  check_host_memory(kOp, pos, (output_db ? 2 : 1) * bytes_of({g.num_images, height, width, 4}));  // rast, rast_db
   auto rast = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
-  auto rast_db = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
+  auto rast_db = facade::new_empty(pos, {g.num_images, height, width, output_db ? 4 : 0}, Dtype::Float);
   if (peel_prev.has_value()) {
     check_tensor(kOp, "previous layer", *peel_prev, Dtype::Float, {4});
     check_same_device(kOp, "previous layer", *peel_prev, pos, "pos");
@@ -122,7 +123,7 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   a.height = (int)height, a.width = (int)width;
   a.peel_prev = peel_prev.has_value() ? data<float>(*peel_prev) : nullptr;
   a.rast = data<float>(rast);
-  a.rast_db = data<float>(rast_db);
+  a.rast_db = output_db ? data<float>(rast_db) : nullptr;
   if (rast.numel() == 0) return {rast, rast_db};
   for (const ImageChunk& chunk : image_chunks(g, a.ranges)) {
     const RasterArgs c = chunk_args(a, g, chunk);
@@ -189,7 +190,7 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("rasterize_fwd(Tensor pos, Tensor tri, SymInt height, SymInt width, Tensor? ranges, Tensor? peel_prev,"
-        " bool grad_db=True) -> (Tensor, Tensor)");
+        " bool grad_db=True, bool output_db=True) -> (Tensor, Tensor)");
   m.def("rasterize_bwd(Tensor pos, Tensor tri, Tensor rast, Tensor grad_rast, Tensor? grad_db) -> Tensor");
 }
 #endif

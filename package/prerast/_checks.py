@@ -167,9 +167,9 @@ def _integer_dtype(dtype):
     return numpy.issubdtype(dtype, numpy.integer)
 
 
-def derivatives_output(glctx, rast_db):
-    """rast_db as the context returns it: [N, H, W, 0] from a context made with output_db=False."""
-    return rast_db if getattr(glctx, "output_db", True) else rast_db[..., :0]
+def wants_derivatives(glctx):
+    """Whether rasterize computes rast_db: a context made with output_db=False gets an empty [N, H, W, 0] one."""
+    return bool(getattr(glctx, "output_db", True))
 
 
 def derivatives_input(op, diff, rast_db):

@@ -22,9 +22,13 @@ class _Context:
 
 
 class RasterizeCudaContext(_Context):
-    """Rasterize on a CUDA device (torch.device, 'cuda:1', an index, or None for the current device)."""
+    """Rasterize on a CUDA device (torch.device, 'cuda:1', an index, or None for the current device).
 
-    def __init__(self, device=None):
+    output_db=False (a prerast extension, as in nvdiffrast's GL context) makes rasterize skip the image-space
+    derivatives rast_db and return an empty [N, H, W, 0] tensor in their place.
+    """
+
+    def __init__(self, device=None, output_db=True):
         super().__init__()
         if device is None:
             if not torch.cuda.is_available():
@@ -37,22 +41,22 @@ class RasterizeCudaContext(_Context):
             if device.index is None:
                 device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
-        self.output_db = True
+        self.output_db = bool(output_db)
 
     def __repr__(self):
-        return f"RasterizeCudaContext(device={self.device})"
+        return f"RasterizeCudaContext(device={self.device}{'' if self.output_db else ', output_db=False'})"
 
 
 class RasterizeCpuContext(_Context):
-    """Rasterize on the CPU, with the same results as the CUDA context."""
+    """Rasterize on the CPU, with the same results as the CUDA context. output_db as for RasterizeCudaContext."""
 
-    def __init__(self):
+    def __init__(self, output_db=True):
         super().__init__()
         self.device = torch.device("cpu")
-        self.output_db = True
+        self.output_db = bool(output_db)
 
     def __repr__(self):
-        return "RasterizeCpuContext()"
+        return f"RasterizeCpuContext({'' if self.output_db else 'output_db=False'})"
 
 
 class RasterizeGLContext(RasterizeCudaContext):
@@ -63,8 +67,7 @@ class RasterizeGLContext(RasterizeCudaContext):
                       "use RasterizeCudaContext", DeprecationWarning, stacklevel=2)
         if mode not in ("automatic", "manual"):
             raise ValueError(f"RasterizeGLContext: mode must be 'automatic' or 'manual', got {mode!r}")
-        super().__init__(device=device)
-        self.output_db = output_db
+        super().__init__(device=device, output_db=output_db)
         self.mode = mode
 
     def set_context(self):

@@ -31,9 +31,9 @@ def _keep_inputs(ctx, inputs, output):
 
 # --- rasterize -------------------------------------------------------------------------------------------------
 
-def _rasterize_fwd_fake(pos, tri, height, width, ranges, peel_prev, grad_db=True):
+def _rasterize_fwd_fake(pos, tri, height, width, ranges, peel_prev, grad_db=True, output_db=True):
     n = pos.shape[0] if pos.dim() == 3 else ranges.shape[0]
-    return pos.new_empty((n, height, width, 4)), pos.new_empty((n, height, width, 4))
+    return pos.new_empty((n, height, width, 4)), pos.new_empty((n, height, width, 4 if output_db else 0))
 
 
 def _rasterize_bwd_fake(pos, tri, rast, grad_rast, grad_db):
@@ -43,7 +43,8 @@ def _rasterize_bwd_fake(pos, tri, rast, grad_rast, grad_db):
 def _rasterize_setup(ctx, inputs, output):
     pos, tri = inputs[:2]
     ctx.save_for_backward(pos, tri, output[0])
-    ctx.grad_db = inputs[6]
+    # Without rast_db (output_db=False) there is no derivative output for a gradient to come from.
+    ctx.grad_db = inputs[6] and (inputs[7] if len(inputs) > 7 else True)
     # rast_db's gradient stays None when nothing used rast_db, so that the backward skips that term instead of
     # reading a tensor of zeros.
     ctx.set_materialize_grads(False)
@@ -55,7 +56,7 @@ def _rasterize_backward(ctx, grad_rast, grad_rast_db):
         grad_rast = torch.zeros_like(rast)
     grad_db = grad_rast_db.contiguous() if ctx.grad_db and grad_rast_db is not None else None
     grad_pos = torch.ops.prerast.rasterize_bwd(pos, tri, rast, grad_rast.contiguous(), grad_db)
-    return grad_pos, None, None, None, None, None, None
+    return grad_pos, None, None, None, None, None, None, None
 
 
 # --- interpolate -----------------------------------------------------------------------------------------------

@@ -30,14 +30,15 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     instanced mode.
     rast: [N, H, W, 4] = (u, v, z/w, triangle_id + 1), zero where nothing is drawn; IDs past 2^24 are stored as
     the float whose bit pattern is 0x4a800000 + triangle_id + 1, as in nvdiffrast.
-    rast_db: [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) in pixels ([N, H, W, 0] for a context made with
-    output_db=False).
+    rast_db: [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) in pixels; [N, H, W, 0], neither computed nor written,
+    for a context made with output_db=False.
     Gradients flow to pos from u, v and, when grad_db is True, from rast_db.
     """
     height, width, ranges = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
     glctx._check_free("rasterize")
-    rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, None, bool(grad_db))
-    return rast, _checks.derivatives_output(glctx, rast_db)
+    rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, None, bool(grad_db),
+                                                    _checks.wants_derivatives(glctx))
+    return rast, rast_db
 
 
 class DepthPeeler:
@@ -86,8 +87,9 @@ class DepthPeeler:
             raise RuntimeError("DepthPeeler.rasterize_next_layer: use the peeler inside a 'with' block")
         pos, tri, ranges = self._inputs
         height, width = self._size
-        rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, self._prev, self._grad_db)
+        rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, self._prev, self._grad_db,
+                                                        _checks.wants_derivatives(self._glctx))
         self._prev = rast.detach()
         self.peeling_idx += 1
-        return rast, _checks.derivatives_output(self._glctx, rast_db)
+        return rast, rast_db
 
