@@ -333,36 +333,43 @@ PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, Grad
     }
 }
 
-// The gradient to the normalised vertices (x, y, w, as out[vertex][0, 1, 3]), in the arithmetic of T with
-// K~ = Kw; returns the sum of the weighted barycentrics S, which decides whether float was enough.
+// The gradient to the normalised vertices (x, y, w, as out[vertex][0, 1, 3]) is linear in G, the gradient to
+// the rows of K~ = Kw against (q, e_x, e_y) at one pixel: frag_grad_rows computes a pixel's G (and returns the sum
+// of the weighted barycentrics S, which decides whether float was enough), frag_grad_apply turns G into the
+// gradient. A loop over the pixels of one triangle may sum G first and apply once (the CPU backward does).
 template <class T>
-PR_HD T frag_grad_pixel_t(const T K[3][3], const T Kw[3][3], T px, T py, int W, int H, T gu, T gv,
-                          const float* gdb, T out[3][4]) {
+PR_HD T frag_grad_rows(const T Kw[3][3], T px, T py, int W, int H, T gu, T gv, const float* gdb, T G[3][3]) {
   T lam[3], Ax[3], Ay[3];
   for (int i = 0; i < 3; ++i) lam[i] = (Kw[i][0] * px + Kw[i][1] * py) + Kw[i][2], Ax[i] = Kw[i][0], Ay[i] = Kw[i][1];
   T S = lam[0] + lam[1] + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
-  T u = lam[0] / S, v = lam[1] / S;
+  // One division per pixel: the dozens of divisions by S and S^2 below cost more than the rest of the pixel.
+  const T r = (T)1 / S, r2 = r * r;
+  T u = lam[0] * r, v = lam[1] * r;
   T gl[3], gx[3] = {0, 0, 0}, gy[3] = {0, 0, 0};
-  for (int j = 0; j < 3; ++j) gl[j] = (gu * ((T)(j == 0) - u) + gv * ((T)(j == 1) - v)) / S;
+  for (int j = 0; j < 3; ++j) gl[j] = (gu * ((T)(j == 0) - u) + gv * ((T)(j == 1) - v)) * r;
   if (gdb) {
     const T g0 = (T)gdb[0], g1 = (T)gdb[1], g2 = (T)gdb[2], g3 = (T)gdb[3];
-    T kx = (T)2 / (T)W, ky = (T)2 / (T)H, S2 = S * S;
-    T d[4] = {kx * (Ax[0] * S - lam[0] * Sx) / S2, ky * (Ay[0] * S - lam[0] * Sy) / S2,
-              kx * (Ax[1] * S - lam[1] * Sx) / S2, ky * (Ay[1] * S - lam[1] * Sy) / S2};
+    T kx = (T)2 / (T)W, ky = (T)2 / (T)H;
+    T d[4] = {kx * (Ax[0] * S - lam[0] * Sx) * r2, ky * (Ay[0] * S - lam[0] * Sy) * r2,
+              kx * (Ax[1] * S - lam[1] * Sx) * r2, ky * (Ay[1] * S - lam[1] * Sy) * r2};
     for (int j = 0; j < 3; ++j) {
       T e0 = (T)(j == 0), e1 = (T)(j == 1);
-      gl[j] += g0 * (kx * (Ax[0] - e0 * Sx) / S2 - (T)2 * d[0] / S);
-      gl[j] += g1 * (ky * (Ay[0] - e0 * Sy) / S2 - (T)2 * d[1] / S);
-      gl[j] += g2 * (kx * (Ax[1] - e1 * Sx) / S2 - (T)2 * d[2] / S);
-      gl[j] += g3 * (ky * (Ay[1] - e1 * Sy) / S2 - (T)2 * d[3] / S);
-      gx[j] = (g0 * kx * (e0 * S - lam[0]) + g2 * kx * (e1 * S - lam[1])) / S2;
-      gy[j] = (g1 * ky * (e0 * S - lam[0]) + g3 * ky * (e1 * S - lam[1])) / S2;
+      gl[j] += g0 * (kx * (Ax[0] - e0 * Sx) * r2 - (T)2 * d[0] * r);
+      gl[j] += g1 * (ky * (Ay[0] - e0 * Sy) * r2 - (T)2 * d[1] * r);
+      gl[j] += g2 * (kx * (Ax[1] - e1 * Sx) * r2 - (T)2 * d[2] * r);
+      gl[j] += g3 * (ky * (Ay[1] - e1 * Sy) * r2 - (T)2 * d[3] * r);
+      gx[j] = (g0 * kx * (e0 * S - lam[0]) + g2 * kx * (e1 * S - lam[1])) * r2;
+      gy[j] = (g1 * ky * (e0 * S - lam[0]) + g3 * ky * (e1 * S - lam[1])) * r2;
     }
   }
-  T G[3][3];
   for (int i = 0; i < 3; ++i) G[i][0] = gl[i] * px + gx[i], G[i][1] = gl[i] * py + gy[i], G[i][2] = gl[i];
-  // Tm = G K^T, then dM = -K~^T Tm.
-  T Tm[3][3];
+  return S;
+}
+
+// dL/dM = -K~^T G K^T, as out[vertex][x, y, -, w] of the normalised vertices.
+template <class T>
+PR_HD void frag_grad_apply(const T K[3][3], const T Kw[3][3], const T G[3][3], T out[3][4]) {
+  T Tm[3][3];  // G K^T
   for (int i = 0; i < 3; ++i)
     for (int b = 0; b < 3; ++b) Tm[i][b] = G[i][0] * K[b][0] + G[i][1] * K[b][1] + G[i][2] * K[b][2];
   for (int a = 0; a < 3; ++a)
@@ -370,6 +377,15 @@ PR_HD T frag_grad_pixel_t(const T K[3][3], const T Kw[3][3], T px, T py, int W, 
       T dm = -(Kw[0][a] * Tm[0][b] + Kw[1][a] * Tm[1][b] + Kw[2][a] * Tm[2][b]);
       out[b][a == 2 ? 3 : a] = dm;  // rows of M are x, y, w
     }
+  for (int b = 0; b < 3; ++b) out[b][2] = 0;  // z gets none
+}
+
+template <class T>
+PR_HD T frag_grad_pixel_t(const T K[3][3], const T Kw[3][3], T px, T py, int W, int H, T gu, T gv,
+                          const float* gdb, T out[3][4]) {
+  T G[3][3];
+  const T S = frag_grad_rows(Kw, px, py, W, H, gu, gv, gdb, G);
+  frag_grad_apply(K, Kw, G, out);
   return S;
 }
 

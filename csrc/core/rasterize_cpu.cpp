@@ -322,14 +322,98 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
   scratch.trim();
 }
 
+namespace {
+
+// The backward over pixels [b, e): consecutive pixels mostly belong to the same triangle, and a pixel's gradient
+// is linear in its G (frag_grad_rows), so a run of them sums G in double and applies K once (frag_grad_apply)
+// instead of per pixel. Pixels whose weights need double go through frag_grad_pixel one by one, as on the GPU.
+template <class Acc>
+class TriangleRun {
+ public:
+  TriangleRun(const RasterGradArgs& a, Acc* grad) : a_(a), grad_(grad) {}
+  ~TriangleRun() { flush(); }
+
+  void pixel(int64_t n, int x, int y, const float* g, const float* gdb, int32_t id) {
+    const int64_t key = (a_.instanced ? n : 0) * a_.num_triangles + (id - 1);
+    if (key != key_) {
+      flush();
+      key_ = key;
+      base_ = a_.instanced ? n * a_.num_vertices : 0;
+      idx_ = a_.tri + (int64_t)(id - 1) * 3;
+      frag_grad_tri(a_.pos + (base_ + idx_[0]) * 4, a_.pos + (base_ + idx_[1]) * 4, a_.pos + (base_ + idx_[2]) * 4, t_);
+    }
+    const float px = pixel_center_ndc(x, a_.width), py = pixel_center_ndc(y, a_.height);
+    float G[3][3];
+    if (frag_grad_rows<float>(t_.Kw, px, py, a_.width, a_.height, g[0], g[1], gdb, G) >= kMinWeightedSum) {
+      for (int i = 0; i < 3; ++i)
+        for (int c = 0; c < 3; ++c) sum_[i][c] += G[i][c];
+      any_ = true;
+      return;
+    }
+    float out[3][4];
+    frag_grad_pixel(t_, px, py, a_.width, a_.height, g[0], g[1], gdb, out);
+    for (int j = 0; j < 3; ++j) add(j, out[j][0], out[j][1], out[j][3]);
+  }
+
+ private:
+  void add(int j, double gx, double gy, double gw) {
+    Acc* o = grad_ + (base_ + idx_[j]) * 4;
+    o[0] += (Acc)gx, o[1] += (Acc)gy, o[3] += (Acc)gw;
+  }
+
+  void flush() {
+    if (!any_) return;
+    double K[3][3], Kw[3][3], out[3][4];
+    for (int i = 0; i < 3; ++i)
+      for (int c = 0; c < 3; ++c) K[i][c] = t_.K[i][c], Kw[i][c] = t_.Kw[i][c];
+    frag_grad_apply<double>(K, Kw, sum_, out);
+    for (int j = 0; j < 3; ++j) {
+      const double scale = pow2d(-t_.e[j]);  // back from the normalised vertex
+      add(j, out[j][0] * scale, out[j][1] * scale, out[j][3] * scale);
+    }
+    for (auto& row : sum_) row[0] = row[1] = row[2] = 0.0;
+    any_ = false;
+  }
+
+  const RasterGradArgs& a_;
+  Acc* grad_;
+  int64_t key_ = -1, base_ = 0;
+  const int32_t* idx_ = nullptr;
+  GradTri t_;
+  double sum_[3][3] = {};
+  bool any_ = false;
+};
+
+template <class Acc>
+void backward_pixels(const RasterGradArgs& a, int64_t b, int64_t e, Acc* grad) {
+  TriangleRun<Acc> run(a, grad);
+  const int64_t hw = (int64_t)a.height * a.width;
+  int64_t n = b / hw;
+  int y = (int)(b % hw / a.width), x = (int)(b % a.width);
+  for (int64_t p = b; p < e; ++p) {
+    const float* r = a.rast + p * 4;
+    const int32_t id = decode_triangle_id(r[3]);
+    const float* g = a.grad_rast + p * 4;
+    const float* gdb = a.grad_db ? a.grad_db + p * 4 : nullptr;
+    const bool zero = g[0] == 0.0f && g[1] == 0.0f &&
+                      (!gdb || (gdb[0] == 0.0f && gdb[1] == 0.0f && gdb[2] == 0.0f && gdb[3] == 0.0f));
+    if (id > 0 && id <= a.num_triangles && !zero) run.pixel(n, x, y, g, gdb, id);
+    if (++x == a.width) {
+      x = 0;
+      if (++y == a.height) y = 0, ++n;
+    }
+  }
+}
+
+}  // namespace
+
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks) {
-  // Deterministic: chunks of pixels accumulate into their own double copies, summed in a fixed order.
+  // Deterministic: chunks of pixels accumulate into their own copies, summed in a fixed order.
   const int64_t pixels = a.num_images * a.height * a.width;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
   const bool wide = wide_scatter(pixels * 4, pos_size, num_chunks, kKeptScatterBytes);
   chunked_scatter(wide, pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, auto* g) {
-    GradTriCache cache;
-    for (int64_t p = b; p < e; ++p) pixel_backward(a, p, [g](int64_t i, float v) { g[i] += v; }, cache);
+    backward_pixels(a, b, e, g);
   });
 }
 
