@@ -8,8 +8,10 @@ batch 1) for every op built on the rasterize scenes.
 Each benchmarks/bench_<op>.py defines cases(device, quick) yielding dicts with keys
     name      row label, e.g. "rasterize 100k tris 1024^2 b1"
     forward   callable running the op once and returning its outputs
-    loss      optional callable(outputs) -> scalar for the backward timing (default: sum of float outputs)
     inputs    tensors requiring grad (backward is timed only when present)
+The backward is timed as torch.autograd.backward(float outputs, fixed random gradients of their shapes): what a
+loss hands the op, so that the time is the op's backward and not that of building a loss's gradient (the gradient
+of out.sum() is a broadcast scalar that must first be written out in full, as large as the output).
 """
 import argparse
 import glob
@@ -47,21 +49,22 @@ def timeit(fn, device, min_time=0.2, max_reps=50):
     return 1000 * times[len(times) // 2]
 
 
-def default_loss(out):
+def differentiable(out):
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    return sum(o.float().sum() for o in outs if isinstance(o, torch.Tensor) and o.is_floating_point())
+    return [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
 
 
 def run_case(case, device):
     row = {"name": case["name"], "device": device, "forward_ms": timeit(case["forward"], device)}
     inputs = case.get("inputs")
     if inputs:
-        loss_fn = case.get("loss", default_loss)
+        gen = torch.Generator(device=inputs[0].device).manual_seed(0)
+        grads = [torch.randn(o.shape, generator=gen, device=o.device) for o in differentiable(case["forward"]())]
 
         def fwd_bwd():
             for t in inputs:
                 t.grad = None
-            loss_fn(case["forward"]()).backward()
+            torch.autograd.backward(differentiable(case["forward"]()), grads)
 
         row["forward_backward_ms"] = timeit(fwd_bwd, device)
         row["backward_ms"] = max(row["forward_backward_ms"] - row["forward_ms"], 0.0)
