@@ -126,7 +126,7 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
                     ", expected color's ", shape_str(color));
   check_host_memory(kOp, color, bytes_of({color.numel()}) + (with_pos ? bytes_of({pos.numel()}) : 0.0));
   auto grad_color = empty_like_float(color);
-  auto grad_pos = with_pos ? zeros_like_float(pos) : facade::new_empty(pos, {0}, Dtype::Float);
+  auto grad_pos = with_pos ? gradient_like(pos) : facade::new_empty(pos, {0}, Dtype::Float);
   a.crossing = data<float>(crossing);
   a.grad_out = data<float>(grad_out);
   a.grad_color = data<float>(grad_color);

@@ -19,6 +19,7 @@ enum class Dtype { Float, Int, Byte };
 #include "facade_classic.h"
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -27,6 +28,7 @@ enum class Dtype { Float, Int, Byte };
 #include <vector>
 
 #include "../core/common.h"
+#include "../core/host_pages.h"
 
 namespace prerast {
 
@@ -170,13 +172,26 @@ inline void check_host_memory(const char* op, const Tensor& like, double bytes,
 }
 
 inline Tensor empty_like_float(const Tensor& t) { return facade::new_empty(t, sizes(t), Dtype::Float); }
-inline Tensor zeros_like_float(const Tensor& t) { return facade::new_zeros(t, sizes(t), Dtype::Float); }
 
 inline ParallelFor torch_parallel_for() {
   return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     facade::parallel_for(n, grain, fn);
   };
 }
+
+// A zeroed float tensor for a backward pass's gradient. On the CPU a large one gets huge pages before it is
+// zeroed: a gradient far larger than the forward's output (a 384 MB grad_attr from a 256x256 image) otherwise
+// spends most of the backward in page faults (there: 115 ms of zeroing, 12 ms with huge pages).
+inline Tensor new_gradient(const Tensor& like, const std::vector<int64_t>& shape) {
+  if (!like.is_cpu()) return facade::new_zeros(like, shape, Dtype::Float);
+  Tensor t = facade::new_empty(like, shape, Dtype::Float);
+  float* p = data<float>(t);
+  const int64_t n = t.numel();
+  if (n >= (int64_t(1) << 20)) advise_huge_pages(p, (size_t)n * sizeof(float));
+  facade::parallel_for(n, int64_t(1) << 18, [p](int64_t b, int64_t e) { std::fill(p + b, p + e, 0.0f); });
+  return t;
+}
+inline Tensor gradient_like(const Tensor& t) { return new_gradient(t, sizes(t)); }
 
 // CUDA scratch memory from torch's caching allocator (byte tensors on the op's device, so that the memory is
 // tied to the launch stream), released when the op returns.

@@ -112,7 +112,7 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
                       kOp, ": grad of out_da has shape ", shape_str(*grad_da), ", expected the output's shape");
   }
   check_host_memory(kOp, attr, bytes_of({attr.numel()}) + bytes_of({rast.numel()}) * (a.num_diff ? 2 : 1));
-  auto grad_attr = facade::new_zeros(attr, sizes(attr), Dtype::Float);
+  auto grad_attr = gradient_like(attr);
   auto grad_rast = facade::new_empty(rast, sizes(rast), Dtype::Float);
   auto grad_db = facade::new_empty(attr, a.num_diff ? sizes(*rast_db) : std::vector<int64_t>{0}, Dtype::Float);
   a.grad_out = data<float>(grad_out);

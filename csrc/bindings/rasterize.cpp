@@ -167,7 +167,7 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
                     " images but rast has ", a.num_images);
   // Every read through tri stays inside pos: on the host for CPU tensors, on the device (no sync) for CUDA.
   check_indices(kOp, tri, a.num_vertices);
-  auto grad_pos = facade::new_zeros(pos, sizes(pos), Dtype::Float);
+  auto grad_pos = gradient_like(pos);
   a.pos = data<float>(pos);
   a.tri = data<int32_t>(tri);
   a.rast = data<float>(rast);

@@ -129,7 +129,7 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
   check_host_memory(kOp, tex, bytes_of({2 * total - tex.numel()}) + bytes_of({uv.numel()}) +
                                   (uv_da.has_value() ? bytes_of({uv_da->numel()}) : 0.0) +
                                   (bias.has_value() ? bytes_of({bias->numel()}) : 0.0));
-  const Tensor flat = mip.empty() ? zeros_like_float(tex) : facade::new_zeros(tex, {total}, Dtype::Float);
+  const Tensor flat = mip.empty() ? gradient_like(tex) : new_gradient(tex, {total});
   const Tensor level0 = mip.empty() ? flat : facade::view(facade::narrow(flat, 0, 0, tex.numel()), sizes(tex));
   std::vector<Tensor> result = {level0, none(), none(), none()};
   g.grad_levels[0] = data<float>(result[0]);
@@ -140,16 +140,16 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
     offset += mip[k].numel();
   }
   if (filter != kFilterNearest) {
-    result[1] = zeros_like_float(uv);
+    result[1] = gradient_like(uv);
     g.grad_uv = data<float>(result[1]);
   }
   if (filter == kFilterMipLinear && !mip.empty()) {
     if (uv_da.has_value()) {
-      result[2] = zeros_like_float(*uv_da);
+      result[2] = gradient_like(*uv_da);
       g.grad_uv_da = data<float>(result[2]);
     }
     if (bias.has_value()) {
-      result[3] = zeros_like_float(*bias);
+      result[3] = gradient_like(*bias);
       g.grad_bias = data<float>(result[3]);
     }
   }
@@ -204,7 +204,7 @@ Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t
   const int h = (int)height, w = (int)width, C = (int)grad_next.size(3);
   check_host_memory(kMipOp, grad_next, bytes_of({grad_next.size(0), height, width, grad_next.size(3)}),
                     "use a smaller texture or batch");
-  auto grad = facade::new_zeros(grad_next, {grad_next.size(0), height, width, C}, Dtype::Float);
+  auto grad = new_gradient(grad_next, {grad_next.size(0), height, width, C});
   if (grad.numel() == 0) return grad;
   const float* next = data<float>(grad_next);
   float* dst = data<float>(grad);

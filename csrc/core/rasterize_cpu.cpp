@@ -14,13 +14,10 @@
 #include <memory>
 #include <vector>
 
+#include "host_pages.h"
 #include "raster_tile.h"
 #include "raster_tile_avx2.h"
 #include "scatter_cpu.h"
-
-#if defined(__linux__)
-#include <sys/mman.h>
-#endif
 
 namespace prerast {
 
@@ -30,19 +27,6 @@ constexpr int64_t kItemsPerChunk = 8192;
 constexpr int64_t kMaxChunks = 64;
 constexpr int64_t kSerialShadingWork = int64_t(1) << 21;  // ~ pixels + 64 per (triangle, tile) pair: a few ms
 constexpr int64_t kMaxCounters = int64_t(1) << 22;  // bounds the (chunk, tile) counters to 32 MiB
-
-// Large outputs are fresh allocations whose pages are faulted in as tiles are written; at 4096^2 those faults
-// cost more than the shading. Asking for transparent huge pages (a hint, harmless where unsupported) makes
-// them 512 times fewer.
-void advise_huge_pages(void* p, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-  constexpr uintptr_t kHuge = uintptr_t(2) << 20;
-  const uintptr_t begin = ((uintptr_t)p + kHuge - 1) & ~(kHuge - 1), end = ((uintptr_t)p + bytes) & ~(kHuge - 1);
-  if (end > begin) madvise((void*)begin, end - begin, MADV_HUGEPAGE);
-#else
-  (void)p, (void)bytes;
-#endif
-}
 
 inline void prefetch(const void* p) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -309,7 +293,7 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
                           [&](int64_t t) { f.bin_items[slot[t]++] = (int32_t)k; });
   });
 
-  // 3. Shading.
+  // 3. Shading. Outputs are faulted in as tiles are written; at 4096^2 those faults cost more than the shading.
   const size_t out_bytes = (size_t)a.num_images * H * W * 4 * sizeof(float);
   advise_huge_pages(a.rast, out_bytes);
   if (a.rast_db) advise_huge_pages(a.rast_db, out_bytes);
