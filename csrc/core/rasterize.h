@@ -456,7 +456,7 @@ PR_HD bool behind_prev(const float* prev, float zw, int32_t /*id1*/) {
 }
 
 // frag_grad_tri's result for the last triangle a pixel_backward loop met, kept while consecutive pixels belong to the
-// same triangle of the same image (on the CPU, pixels in order mostly do; a GPU thread starts empty).
+// same triangle of the same image (a GPU thread's grid-stride loop; the CPU sums whole runs, see rasterize_cpu.cpp).
 struct GradTriCache {
   int64_t key = -1;
   GradTri g;
@@ -464,15 +464,21 @@ struct GradTriCache {
 
 // Accumulates one covered pixel's gradient into grad_pos through add(flat_index, value): a plain add on the
 // CPU (per-chunk buffers) and atomicAdd on the GPU.
+// Pixel pix's triangle (id, 1-based) and loss gradients, or false where it passes none on: nothing drawn, or
+// gradients all zero.
+PR_HD bool pixel_grad_inputs(const RasterGradArgs& a, int64_t pix, int32_t& id, const float*& g, const float*& gdb) {
+  id = decode_triangle_id(a.rast[pix * 4 + 3]);
+  if (id <= 0 || id > a.num_triangles) return false;
+  g = a.grad_rast + pix * 4;
+  gdb = a.grad_db ? a.grad_db + pix * 4 : nullptr;
+  return g[0] != 0.0f || g[1] != 0.0f || (gdb && (gdb[0] != 0.0f || gdb[1] != 0.0f || gdb[2] != 0.0f || gdb[3] != 0.0f));
+}
+
 template <class Add>
 PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add, GradTriCache& cache) {
-  const float* r = a.rast + pix * 4;
-  int32_t id = decode_triangle_id(r[3]);
-  if (id <= 0 || id > a.num_triangles) return;
-  const float* g = a.grad_rast + pix * 4;
-  const float* gdb = a.grad_db ? a.grad_db + pix * 4 : nullptr;
-  if (g[0] == 0.0f && g[1] == 0.0f && (!gdb || (gdb[0] == 0.0f && gdb[1] == 0.0f && gdb[2] == 0.0f && gdb[3] == 0.0f)))
-    return;
+  int32_t id;
+  const float *g, *gdb;
+  if (!pixel_grad_inputs(a, pix, id, g, gdb)) return;
   const int64_t hw = (int64_t)a.height * a.width;
   const int64_t n = pix / hw, rem = pix % hw;
   const int y = (int)(rem / a.width), x = (int)(rem % a.width);

@@ -375,13 +375,9 @@ void backward_pixels(const RasterGradArgs& a, int64_t b, int64_t e, Acc* grad) {
   int64_t n = b / hw;
   int y = (int)(b % hw / a.width), x = (int)(b % a.width);
   for (int64_t p = b; p < e; ++p) {
-    const float* r = a.rast + p * 4;
-    const int32_t id = decode_triangle_id(r[3]);
-    const float* g = a.grad_rast + p * 4;
-    const float* gdb = a.grad_db ? a.grad_db + p * 4 : nullptr;
-    const bool zero = g[0] == 0.0f && g[1] == 0.0f &&
-                      (!gdb || (gdb[0] == 0.0f && gdb[1] == 0.0f && gdb[2] == 0.0f && gdb[3] == 0.0f));
-    if (id > 0 && id <= a.num_triangles && !zero) run.pixel(n, x, y, g, gdb, id);
+    int32_t id;
+    const float *g, *gdb;
+    if (pixel_grad_inputs(a, p, id, g, gdb)) run.pixel(n, x, y, g, gdb, id);
     if (++x == a.width) {
       x = 0;
       if (++y == a.height) y = 0, ++n;
