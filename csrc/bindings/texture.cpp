@@ -97,7 +97,7 @@ Tensor texture_fwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
                        int64_t boundary) {
   TextureArgs a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
   check_host_memory(kOp, tex, bytes_of({uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}));
-  auto out = facade::new_empty(tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}, Dtype::Float);
+  auto out = new_output(tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)});
   a.out = data<float>(out);
   run_on_device(
       kOp, tex, [&] { texture_forward_cpu(a, torch_parallel_for()); },
@@ -105,12 +105,25 @@ Tensor texture_fwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
   return out;
 }
 
+// Adds the adjoint of halving `level_grad` ([B, h, w, C]) into `to` (the gradient of the level it was made from,
+// [B, H, W, C]).
+void add_mip_down_adjoint(const Tensor& level_grad, const Tensor& to, int64_t B, int H, int W, int C) {
+  const float* next = data<float>(level_grad);
+  float* dst = data<float>(to);
+  run_on_device(
+      kOp, to, [&] { mip_down_adjoint_cpu(next, B, H, W, C, dst, true, torch_parallel_for()); },
+      [&](StreamHandle s) { return mip_down_adjoint_cuda(next, B, H, W, C, dst, true, s); });
+}
+
 // Returns [grad_tex, grad_uv, grad_uv_da, grad_mip_level_bias, grad_mip[0], ...]; a gradient the filter mode
-// does not produce is an empty tensor. grad_tex holds level 0 only: folding the levels back is the caller's.
-// No two outputs share memory (a custom op's outputs must not alias each other).
+// does not produce is an empty tensor. Without fold_mip, grad_tex holds level 0's own gradient and folding the
+// levels' back is the caller's. With it, mip must be the chain of tex (texture_mip_down applied again and again),
+// and grad_tex is the whole gradient: each level's gradient is folded into the one above it in place, from the
+// smallest up (the grad_mip entries are then empty). No two outputs share memory (a custom op's outputs must not
+// alias each other).
 std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
                                     const OptTensor& bias, const TensorListArg& mip,
-                                    int64_t filter, int64_t boundary, const Tensor& grad_out) {
+                                    int64_t filter, int64_t boundary, const Tensor& grad_out, bool fold_mip) {
   TextureGradArgs g;
   g.a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
   check_tensor(kOp, "grad of the output", grad_out, Dtype::Float, {4});
@@ -126,7 +139,7 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
   for (const Tensor& m : mip) total += m.numel();
   // Every level's gradient (the levels below 0 twice: they are copied out of the shared buffer), and uv's,
   // uv_da's and mip_level_bias's at most.
-  check_host_memory(kOp, tex, bytes_of({2 * total - tex.numel()}) + bytes_of({uv.numel()}) +
+  check_host_memory(kOp, tex, bytes_of({fold_mip ? total : 2 * total - tex.numel()}) + bytes_of({uv.numel()}) +
                                   (uv_da.has_value() ? bytes_of({uv_da->numel()}) : 0.0) +
                                   (bias.has_value() ? bytes_of({bias->numel()}) : 0.0));
   const Tensor flat = mip.empty() ? gradient_like(tex) : new_gradient(tex, {total});
@@ -159,6 +172,17 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
         TensorWorkspace ws{tex, {}};
         return texture_backward_cuda(g, s, ws.handle());
       });
+  if (fold_mip) {
+    // Level 0 stays a view of the start of the buffer that also held the levels' gradients (a third more).
+    const int64_t B = tex.numel() / (tex.size(-3) * tex.size(-2) * tex.size(-1));
+    for (size_t k = result.size() - 1; k > 4; --k)
+      add_mip_down_adjoint(result[k], result[k - 1], B, (int)mip[k - 5].size(-3), (int)mip[k - 5].size(-2),
+                           (int)tex.size(-1));
+    if (result.size() > 4)
+      add_mip_down_adjoint(result[4], result[0], B, (int)tex.size(-3), (int)tex.size(-2), (int)tex.size(-1));
+    for (size_t k = 4; k < result.size(); ++k) result[k] = none();
+    return result;
+  }
   // The levels' gradients (a third of level 0's size at most) move out of the shared buffer; level 0 stays a
   // view of its start.
   for (size_t k = 4; k < result.size(); ++k) result[k] = facade::clone(result[k]);
@@ -180,7 +204,7 @@ Tensor texture_mip_down(const Tensor& level) {
   const int h = (int)level.size(1), w = (int)level.size(2), C = (int)level.size(3);
   check_host_memory(kMipOp, level, bytes_of({level.size(0), mip_size(h), mip_size(w), level.size(3)}),
                     "use a smaller texture or batch");
-  auto out = facade::new_empty(level, {level.size(0), mip_size(h), mip_size(w), C}, Dtype::Float);
+  auto out = new_output(level, {level.size(0), mip_size(h), mip_size(w), C});
   if (out.numel() == 0) return out;
   const float* src = data<float>(level);
   float* dst = data<float>(out);
@@ -204,14 +228,41 @@ Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t
   const int h = (int)height, w = (int)width, C = (int)grad_next.size(3);
   check_host_memory(kMipOp, grad_next, bytes_of({grad_next.size(0), height, width, grad_next.size(3)}),
                     "use a smaller texture or batch");
-  auto grad = new_gradient(grad_next, {grad_next.size(0), height, width, C});
+  auto grad = new_output(grad_next, {grad_next.size(0), height, width, C});  // every texel is written once
   if (grad.numel() == 0) return grad;
   const float* next = data<float>(grad_next);
   float* dst = data<float>(grad);
   run_on_device(
-      kMipOp, grad, [&] { mip_down_adjoint_cpu(next, grad.size(0), h, w, C, dst, torch_parallel_for()); },
-      [&](StreamHandle s) { return mip_down_adjoint_cuda(next, grad.size(0), h, w, C, dst, s); });
+      kMipOp, grad, [&] { mip_down_adjoint_cpu(next, grad.size(0), h, w, C, dst, false, torch_parallel_for()); },
+      [&](StreamHandle s) { return mip_down_adjoint_cuda(next, grad.size(0), h, w, C, dst, false, s); });
   return grad;
+}
+
+// texture_fwd over the mip chain of tex, built here: [out, level 1, level 2, ...], max_mip_level levels at most
+// (-1: down to one texel). The levels are returned so that the backward (texture_bwd with fold_mip) can use them.
+std::vector<Tensor> texture_fwd_mipped(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
+                                       const OptTensor& bias, int64_t max_mip_level, int64_t filter,
+                                       int64_t boundary) {
+  PR_CHECK_VALUE(filter == kFilterMipNearest || filter == kFilterMipLinear, kOp,
+                 ": texture_fwd_mipped needs a mipmap filter mode, got ", filter);
+  PR_CHECK_VALUE(max_mip_level >= -1, kOp, ": max_mip_level must be -1 (all) or >= 0, got ", max_mip_level);
+  check_texture(tex, boundary == kBoundaryCube);
+  const int64_t faces = tex.numel() / (tex.size(-3) * tex.size(-2) * tex.size(-1));
+  std::vector<Tensor> levels;
+  // Cube faces are halved like separate 2D textures.
+  Tensor level = facade::view(tex, {faces, tex.size(-3), tex.size(-2), tex.size(-1)});
+  const auto wanted = [&] { return max_mip_level < 0 || (int64_t)levels.size() < max_mip_level; };
+  while (wanted() && std::max(level.size(1), level.size(2)) > 1) {
+    level = texture_mip_down(level);
+    if (tex.dim() == 4) {
+      levels.push_back(level);
+      continue;
+    }
+    levels.push_back(facade::view(level, {tex.size(0), 6, level.size(1), level.size(2), level.size(3)}));
+  }
+  std::vector<Tensor> result = {texture_fwd(tex, uv, uv_da, bias, levels, filter, boundary)};
+  result.insert(result.end(), levels.begin(), levels.end());
+  return result;
 }
 
 }  // namespace
@@ -222,7 +273,9 @@ PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("texture_fwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
         " int boundary_mode) -> Tensor");
   m.def("texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
-        " int boundary_mode, Tensor grad_out) -> Tensor[]");
+        " int boundary_mode, Tensor grad_out, bool fold_mip=False) -> Tensor[]");
+  m.def("texture_fwd_mipped(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, int max_mip_level,"
+        " int filter_mode, int boundary_mode) -> Tensor[]");
   m.def("texture_mip_down(Tensor level) -> Tensor");
   m.def("texture_mip_down_adjoint(Tensor grad_next, SymInt height, SymInt width) -> Tensor");
 }
@@ -231,6 +284,7 @@ PRERAST_LIBRARY_FRAGMENT(m) {
 PRERAST_KERNELS(m) {
   m.impl("texture_fwd", PRERAST_KERNEL(prerast::texture_fwd));
   m.impl("texture_bwd", PRERAST_KERNEL(prerast::texture_bwd));
+  m.impl("texture_fwd_mipped", PRERAST_KERNEL(prerast::texture_fwd_mipped));
   m.impl("texture_mip_down", PRERAST_KERNEL(prerast::texture_mip_down));
   m.impl("texture_mip_down_adjoint", PRERAST_KERNEL(prerast::texture_mip_down_adjoint));
 }

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <algorithm>
-#include <vector>
+#include <cstdlib>
+#include <new>
 
 #include "common.h"
+#include "host_pages.h"
 
 namespace prerast {
 
@@ -22,9 +24,38 @@ inline bool wide_scatter(int64_t n, int64_t size, int num_chunks, int64_t max_by
   return size <= n && (double)size * sizeof(double) * std::max(num_chunks, 1) <= (double)max_bytes;
 }
 
+// The spare copies: on huge pages, since a scatter's additions land all over them, and with 4 KiB pages nearly
+// every one of them would also miss the TLB (a 1024^2 RGB texture's double copy spans 8k pages).
 template <class Acc>
-std::vector<Acc>& scatter_copies() {
-  thread_local std::vector<Acc> copies;  // all zero between calls
+struct SpareCopies {
+  Acc* data = nullptr;
+  size_t size = 0;
+  SpareCopies() = default;
+  SpareCopies(const SpareCopies&) = delete;
+  SpareCopies& operator=(const SpareCopies&) = delete;
+  ~SpareCopies() { release(); }
+  void release() {
+    std::free(data);
+    data = nullptr, size = 0;
+  }
+  // At least n elements, all zero.
+  void reserve(size_t n, const ParallelFor& pfor) {
+    if (size >= n) return;
+    release();
+    constexpr size_t kHuge = size_t(2) << 20;
+    const size_t bytes = (n * sizeof(Acc) + kHuge - 1) / kHuge * kHuge;
+    data = static_cast<Acc*>(std::aligned_alloc(kHuge, bytes));
+    if (!data) throw std::bad_alloc();
+    advise_huge_pages(data, bytes);
+    size = bytes / sizeof(Acc);
+    Acc* d = data;
+    pfor((int64_t)size, 1 << 18, [d](int64_t b, int64_t e) { std::fill(d + b, d + e, Acc(0)); });
+  }
+};
+
+template <class Acc>
+SpareCopies<Acc>& scatter_copies() {
+  thread_local SpareCopies<Acc> copies;  // all zero between calls
   return copies;
 }
 
@@ -39,10 +70,9 @@ void chunked_scatter(int64_t n, float* dest, int64_t size, int num_chunks, const
   constexpr bool wide = sizeof(Acc) > sizeof(float);
   num_chunks = (int)std::max<int64_t>(1, std::min<int64_t>(num_chunks, n / 4096 + 1));
   const int copies = wide ? num_chunks : num_chunks - 1;
-  std::vector<Acc>& extra = scatter_copies<Acc>();
-  const size_t needed = (size_t)copies * size;
-  if (extra.size() < needed) extra.resize(needed, Acc(0));
-  Acc* first_copy = extra.data() - (wide ? 0 : size);  // chunk c's copy is first_copy + c * size
+  SpareCopies<Acc>& extra = scatter_copies<Acc>();
+  extra.reserve((size_t)copies * size, pfor);
+  Acc* first_copy = extra.data - (wide ? 0 : size);  // chunk c's copy is first_copy + c * size
   pfor(num_chunks, 1, [&](int64_t b, int64_t e) {
     for (int64_t c = b; c < e; ++c)
       body(n * c / num_chunks, n * (c + 1) / num_chunks, !wide && c == 0 ? (Acc*)dest : first_copy + c * size);
@@ -55,7 +85,7 @@ void chunked_scatter(int64_t n, float* dest, int64_t size, int num_chunks, const
         dest[i] = (float)sum;
       }
     });
-  if (extra.size() * sizeof(Acc) > kKeptScatterBytes) std::vector<Acc>().swap(extra);
+  if (extra.size * sizeof(Acc) > kKeptScatterBytes) extra.release();
 }
 
 // chunked_scatter in double where wide (wide_scatter says when), else in float: body(begin, end, g) is generic

@@ -98,20 +98,30 @@ PR_HD void mip_down_texel(const float* src, int sh, int sw, int C, float* dst, i
   }
 }
 
-// Adjoint of mip_down_texel for source texel (b, y, x), added into grad ([B, sh, sw, C]): every source texel
-// feeds exactly one texel of the next level, so it receives that texel's gradient times its weight.
-PR_HD void mip_down_adjoint_texel(const float* grad_next, int sh, int sw, int C, float* grad, int64_t b, int y,
-                                  int x) {
+// Adjoint of mip_down_texel for source texels (b, y, x_begin .. x_end - 1), written into grad ([B, sh, sw, C]),
+// or added to it where `accumulate`: every source texel feeds exactly one texel of the next level, so it receives
+// that texel's gradient times its weight, and every texel of grad is written exactly once (no zeroing first). A
+// row segment at a time, so that the CPU finds the parent row and its two weights once per row, not per texel.
+PR_HD void mip_down_adjoint_row(const float* grad_next, int sh, int sw, int C, float* grad, int64_t b, int y,
+                                int x_begin, int x_end, bool accumulate) {
   const int dh = mip_size(sh), dw = mip_size(sw);
   const int py = sh == 1 ? 0 : (y / 2 < dh - 1 ? y / 2 : dh - 1);
-  const int px = sw == 1 ? 0 : (x / 2 < dw - 1 ? x / 2 : dw - 1);
-  int y0, ny, x0, nx;
+  int y0, ny, x0, nx, x0_last, nx_last;
   mip_span(sh, py, y0, ny);
-  mip_span(sw, px, x0, nx);
-  const float scale = 1.0f / (float)(ny * nx);
-  const float* g = grad_next + ((b * dh + py) * dw + px) * C;
-  float* o = grad + ((b * sh + y) * sw + x) * C;
-  for (int c = 0; c < C; ++c) o[c] += g[c] * scale;
+  mip_span(sw, 0, x0, nx);
+  mip_span(sw, dw - 1, x0_last, nx_last);
+  const float scale = 1.0f / (float)(ny * nx), scale_last = 1.0f / (float)(ny * nx_last);
+  const float* g_row = grad_next + (b * dh + py) * dw * C;
+  float* o = grad + ((b * sh + y) * sw + x_begin) * C;
+  for (int x = x_begin; x < x_end; ++x, o += C) {
+    const int px = sw == 1 ? 0 : (x / 2 < dw - 1 ? x / 2 : dw - 1);
+    const float s = px == dw - 1 ? scale_last : scale;
+    const float* g = g_row + px * C;
+    if (accumulate)
+      for (int c = 0; c < C; ++c) o[c] += g[c] * s;
+    else
+      for (int c = 0; c < C; ++c) o[c] = g[c] * s;
+  }
 }
 
 // --- cube faces -------------------------------------------------------------------------------------------
@@ -489,6 +499,8 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
   if (!p.c.valid) return;
   const int64_t n_tex = tex_image(a, pix);
   const bool want_lod = p.lod_grad && (G.grad_uv_da || G.grad_bias || (a.cube && a.uv_da && G.grad_uv));
+  // The texels are read only for the gradients of the pixel's coordinates; the texture's gradient needs none.
+  const bool read_texels = G.grad_uv || want_lod;
   // The second level is read when it is blended in, or (at a blend weight of exactly 0) for the LOD gradient.
   const int sides = p.l1 != p.l0 && (p.f > 0.0f || want_lod) ? 2 : 1;
   // dots[side][k]: bilinear tap k of that level dotted with the output gradient.
@@ -510,7 +522,7 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
         float d = 0.0f;
         for (int j = 0; j < kChannelBlock; ++j)
           if (j < nc) {
-            d += tex[off + j] * gb[j];
+            if (read_texels) d += tex[off + j] * gb[j];
             if (scatter) add(level, off + c0 + j, w * gb[j]);
           }
         dk[k] += share * d;
@@ -576,23 +588,27 @@ inline int64_t gradient_elements(const TextureArgs& a) {
   for (int l = 0; l < a.num_levels; ++l) total += level_elements(a, l);
   return total;
 }
-// Texels that many pixels add into (a texture smaller than the image) are summed in double; a texture larger than
-// the work gets few contributions per texel, and a double copy of it would cost more than the scatter.
+// Texels that many pixels add into (on average 16 or more: a texture smaller than the image) are summed in
+// double. Where each gets a few, float sums lose nothing that matters, and a double copy twice the gradient's size
+// would cost more than the scatter (it falls out of the cache: a 1024^2 RGB texture's nearest-filter backward took
+// four times its forward with one).
 inline bool wide_texture_sums(const TextureArgs& a) {
-  return gradient_elements(a) <= a.num_pixels * 4 * a.channels;
+  const int taps = a.filter == kFilterNearest ? 1 : a.filter == kFilterMipLinear ? 8 : 4;
+  return gradient_elements(a) * 16 <= a.num_pixels * taps * a.channels;
 }
 
 void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int num_threads);
 // src [B, sh, sw, C] -> dst [B, mip_size(sh), mip_size(sw), C]
 void mip_down_cpu(const float* src, int64_t B, int sh, int sw, int C, float* dst, const ParallelFor& pfor);
-// grad [B, sh, sw, C] += adjoint of mip_down applied to grad_next [B, mip_size(sh), mip_size(sw), C]
-void mip_down_adjoint_cpu(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
+// grad [B, sh, sw, C] = (or, accumulate: +=) adjoint of mip_down applied to grad_next [B, mip_size(sh),
+// mip_size(sw), C]
+void mip_down_adjoint_cpu(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad, bool accumulate,
                           const ParallelFor& pfor);
 
 const char* texture_forward_cuda(const TextureArgs& a, StreamHandle stream);
 const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream, const Workspace& ws);
 const char* mip_down_cuda(const float* src, int64_t B, int sh, int sw, int C, float* dst, StreamHandle stream);
 const char* mip_down_adjoint_cuda(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
-                                  StreamHandle stream);
+                                  bool accumulate, StreamHandle stream);
 
 }  // namespace prerast

@@ -34,10 +34,12 @@ __global__ void mip_down_kernel(const float* src, int64_t B, int sh, int sw, int
   mip_down_texel(src, sh, sw, C, dst, i / ((int64_t)dh * dw), (int)(i / dw % dh), (int)(i % dw));
 }
 
-__global__ void mip_down_adjoint_kernel(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad) {
+__global__ void mip_down_adjoint_kernel(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
+                                        bool accumulate) {
   const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
   if (i >= B * sh * sw) return;
-  mip_down_adjoint_texel(grad_next, sh, sw, C, grad, i / ((int64_t)sh * sw), (int)(i / sw % sh), (int)(i % sw));
+  const int x = (int)(i % sw);
+  mip_down_adjoint_row(grad_next, sh, sw, C, grad, i / ((int64_t)sh * sw), (int)(i / sw % sh), x, x + 1, accumulate);
 }
 
 }  // namespace
@@ -82,10 +84,11 @@ const char* mip_down_cuda(const float* src, int64_t B, int sh, int sw, int C, fl
 }
 
 const char* mip_down_adjoint_cuda(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad,
-                                  StreamHandle stream) {
+                                  bool accumulate, StreamHandle stream) {
   const int64_t n = B * sh * sw;
   if (n == 0) return nullptr;
-  mip_down_adjoint_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(grad_next, B, sh, sw, C, grad);
+  mip_down_adjoint_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(grad_next, B, sh, sw, C, grad,
+                                                                                accumulate);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }

@@ -102,12 +102,26 @@ def _texture_grads_made(filter_mode, uv_da, bias, mip):
     return filter_mode != _FILTER_NEAREST, lod and uv_da is not None, lod and bias is not None
 
 
-def _texture_bwd_fake(tex, uv, uv_da, bias, mip, filter_mode, boundary_mode, grad_out):
+def _texture_bwd_fake(tex, uv, uv_da, bias, mip, filter_mode, boundary_mode, grad_out, fold_mip=False):
     made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, bias, mip)
     none = lambda: tex.new_empty((0,))  # noqa: E731  (one each: outputs must not alias)
     return [torch.empty_like(tex), torch.empty_like(uv) if made_uv else none(),
             torch.empty_like(uv_da) if made_da else none(), torch.empty_like(bias) if made_bias else none(),
-            *(torch.empty_like(m) for m in mip)]
+            *(none() if fold_mip else torch.empty_like(m) for m in mip)]
+
+
+def _mip_chain_shapes(tex, max_mip_level):
+    """Shapes of the levels below tex that texture_fwd_mipped builds (as texture_construct_mip does)."""
+    shapes, (h, w) = [], tex.shape[-3:-1]
+    while (max_mip_level < 0 or len(shapes) < max_mip_level) and max(h, w) > 1:
+        h, w = _mip_size(h), _mip_size(w)
+        shapes.append((*tex.shape[:-3], h, w, tex.shape[-1]))
+    return shapes
+
+
+def _texture_mipped_fake(tex, uv, uv_da, bias, max_mip_level, filter_mode, boundary_mode):
+    return [tex.new_empty((*uv.shape[:3], tex.shape[-1])),
+            *(tex.new_empty(s) for s in _mip_chain_shapes(tex, max_mip_level))]
 
 
 def _texture_setup(ctx, inputs, output):
@@ -124,6 +138,37 @@ def _texture_backward(ctx, grad_out):
     made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, bias, mip)
     return (grad_tex, grad_uv if made_uv else None, grad_da if made_da else None, grad_bias if made_bias else None,
             grad_mip, None, None)
+
+
+def _texture_mipped_setup(ctx, inputs, output):
+    tex, uv, uv_da, bias, max_mip_level, filter_mode, boundary_mode = inputs
+    ctx.save_for_backward(tex, uv, uv_da, bias, *output[1:])
+    ctx.modes = (filter_mode, boundary_mode)
+    ctx.set_materialize_grads(False)  # the levels' gradients are None (not texture-sized zeros) when unused
+
+
+def _texture_mipped_backward(ctx, grads):
+    """The levels are tex's own chain: texture_bwd folds their gradients into tex's in place. Gradients of the
+    returned levels themselves (only a direct caller of the op has them) go back through the chain's adjoint."""
+    filter_mode, boundary_mode = ctx.modes
+    tex, uv, uv_da, bias, *mip = ctx.saved_tensors
+    grad_out = tex.new_zeros((*uv.shape[:3], tex.shape[-1])) \
+        if grads[0] is None else grads[0].contiguous()
+    grad_tex, grad_uv, grad_da, grad_bias, *_ = torch.ops.prerast.texture_bwd(
+        tex, uv, uv_da, bias, mip, filter_mode, boundary_mode, grad_out, True)
+    below = None  # the gradient of level k from the returned levels k, k + 1, ...
+    for k in range(len(mip), 0, -1):
+        g = grads[k]
+        below = g if below is None else below if g is None else below + g
+        if below is not None:
+            above = tex if k == 1 else mip[k - 2]
+            flat = below.reshape(-1, *below.shape[-3:]).contiguous()
+            below = torch.ops.prerast.texture_mip_down_adjoint(flat, *above.shape[-3:-1]).view(above.shape)
+    if below is not None:
+        grad_tex = grad_tex + below
+    made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, bias, mip)
+    return (grad_tex, grad_uv if made_uv else None, grad_da if made_da else None, grad_bias if made_bias else None,
+            None, None, None)
 
 
 def _mip_down_fake(level):
@@ -181,6 +226,7 @@ OPS = {
     "interpolate_bwd": (_interpolate_bwd_fake, _keep_inputs, None),
     "texture_fwd": (_texture_fwd_fake, _texture_setup, _texture_backward),
     "texture_bwd": (_texture_bwd_fake, _keep_inputs, None),
+    "texture_fwd_mipped": (_texture_mipped_fake, _texture_mipped_setup, _texture_mipped_backward),
     "texture_mip_down": (_mip_down_fake, _mip_down_setup, _mip_down_backward),
     "texture_mip_down_adjoint": (_mip_down_adjoint_fake, _keep_inputs, _mip_down_adjoint_backward),
     "antialias_fwd": (_antialias_fwd_fake, _antialias_setup, _antialias_backward),

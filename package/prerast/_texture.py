@@ -57,8 +57,10 @@ def _check_tex(op, tex, cube):
 
 
 def _flat(t):
-    """[N, (6,) h, w, C] -> [N * faces, h, w, C]: cube faces are reduced like separate 2D textures."""
-    return t.reshape(-1, *t.shape[-3:])
+    """[N, (6,) h, w, C] -> [N * faces, h, w, C]: cube faces are reduced like separate 2D textures. A 2D texture
+    is passed as it is: a view would put a node in the graph whose gradient shares storage, which makes autograd
+    sum the texture's two gradients (its own and its levels') into a new tensor instead of into one of them."""
+    return t if t.dim() == 4 else t.reshape(-1, *t.shape[-3:])
 
 
 def _build_levels(tex, max_mip_level):
@@ -67,7 +69,7 @@ def _build_levels(tex, max_mip_level):
     level = tex.contiguous()
     while (max_mip_level is None or len(levels) < max_mip_level) and max(level.shape[-3:-1]) > 1:
         nxt = torch.ops.prerast.texture_mip_down(_flat(level))
-        level = nxt.view(*tex.shape[:-3], *nxt.shape[1:])
+        level = nxt if tex.dim() == 4 else nxt.view(*tex.shape[:-3], *nxt.shape[1:])
         levels.append(level)
     return levels
 
@@ -137,8 +139,12 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     max_mip_level = _checks.max_mip_level(op, max_mip_level)
     _checks.same_device(op, tex=tex, uv=uv, uv_da=uv_da, mip_level_bias=mip_level_bias)
 
-    levels = []
-    if filt in (_MIP_NEAREST, _MIP_LINEAR) and max_mip_level != 0:
-        levels = _levels_for(op, tex, mip, cube, max_mip_level)
+    mipmapped = filt in (_MIP_NEAREST, _MIP_LINEAR) and max_mip_level != 0
+    levels = _levels_for(op, tex, mip, cube, max_mip_level) if mipmapped and mip is not None else []
     tex, uv, uv_da, mip_level_bias = (None if t is None else t.contiguous() for t in (tex, uv, uv_da, mip_level_bias))
+    if mipmapped and mip is None:
+        # One op builds the chain and samples it, so that its backward folds the levels' gradients into tex's in
+        # place (the chain of texture_mip_down ops would allocate and add a texture-sized tensor per level).
+        return torch.ops.prerast.texture_fwd_mipped(tex, uv, uv_da, mip_level_bias,
+                                                    -1 if max_mip_level is None else max_mip_level, filt, bound)[0]
     return torch.ops.prerast.texture_fwd(tex, uv, uv_da, mip_level_bias, levels, filt, bound)
