@@ -77,7 +77,7 @@ std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& ras
   Inputs in = check_inputs(attr, rast, tri, rast_db, diff);
   InterpArgs& a = in.a;
   check_host_memory(kOp, attr, bytes_of({rast.size(0), rast.size(1), rast.size(2), a.num_attrs + 2 * a.num_diff}));
-  auto out = facade::new_empty(attr, {rast.size(0), rast.size(1), rast.size(2), a.num_attrs}, Dtype::Float);
+  auto out = new_output(attr, {rast.size(0), rast.size(1), rast.size(2), a.num_attrs});
   auto out_da = facade::new_empty(attr, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}, Dtype::Float);
   a.out = data<float>(out);
   a.out_da = a.num_diff ? data<float>(out_da) : nullptr;

@@ -71,15 +71,19 @@ PR_HD void interp_deriv(const InterpArgs& a, const InterpPixel& p, const float* 
 // rast and rast_db gradients are written when pix >= 0.
 template <class Add>
 PR_HD void interp_backward_pixel(const InterpArgs& a, int64_t pix, bool hit, const InterpPixel& p, Add add) {
+  // Without grad_rast only the attributes' gradient is wanted: their values are not read.
+  const bool pixel_grads = a.grad_rast != nullptr;
   float gu = 0.0f, gv = 0.0f, gdb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t c = 0; c < a.num_attrs; ++c) {
     float w[3] = {0.0f, 0.0f, 0.0f};
     if (hit) {
       const float g = a.grad_out[pix * a.num_attrs + c];
-      const float a2 = a.attr[p.row[2] + c];
       w[0] = g * p.u, w[1] = g * p.v, w[2] = g * p.w;
-      gu += g * (a.attr[p.row[0] + c] - a2);
-      gv += g * (a.attr[p.row[1] + c] - a2);
+      if (pixel_grads) {
+        const float a2 = a.attr[p.row[2] + c];
+        gu += g * (a.attr[p.row[0] + c] - a2);
+        gv += g * (a.attr[p.row[1] + c] - a2);
+      }
     }
     add(c, w);
   }
@@ -89,16 +93,18 @@ PR_HD void interp_backward_pixel(const InterpArgs& a, int64_t pix, bool hit, con
       const int64_t c = a.diff[k];
       const float* db = a.rast_db + pix * 4;
       const float gx = a.grad_da[pix * 2 * a.num_diff + 2 * k], gy = a.grad_da[pix * 2 * a.num_diff + 2 * k + 1];
-      const float a2 = a.attr[p.row[2] + c];
-      const float d0 = a.attr[p.row[0] + c] - a2, d1 = a.attr[p.row[1] + c] - a2;
       w[0] = gx * db[0] + gy * db[1];
       w[1] = gx * db[2] + gy * db[3];
       w[2] = -(w[0] + w[1]);
-      gdb[0] += gx * d0, gdb[1] += gy * d0, gdb[2] += gx * d1, gdb[3] += gy * d1;
+      if (pixel_grads) {
+        const float a2 = a.attr[p.row[2] + c];
+        const float d0 = a.attr[p.row[0] + c] - a2, d1 = a.attr[p.row[1] + c] - a2;
+        gdb[0] += gx * d0, gdb[1] += gy * d0, gdb[2] += gx * d1, gdb[3] += gy * d1;
+      }
     }
     add(a.diff[k], w);
   }
-  if (pix < 0) return;
+  if (pix < 0 || !pixel_grads) return;
   float* gr = a.grad_rast + pix * 4;
   gr[0] = gu, gr[1] = gv, gr[2] = 0.0f, gr[3] = 0.0f;
   if (a.grad_db)

@@ -25,6 +25,43 @@ void interpolate_forward_cpu(const InterpArgs& a, const ParallelFor& pfor) {
   });
 }
 
+namespace {
+
+// A grad_attr far larger than the pixels' work (many vertices, few pixels), or too large for copies, is split into
+// one band of rows per thread instead of a copy per thread: every thread
+// walks all pixels and adds only into its own band, so each element gets its contributions in pixel order, the
+// same float sums for any thread count. grad_rast and grad_db are written by the thread whose share of the pixels
+// they are in; for the other pixels a thread reads no attribute values.
+void scatter_in_bands(const InterpArgs& a, int64_t attr_size, int bands, const ParallelFor& pfor) {
+  InterpArgs attr_only = a;
+  attr_only.grad_rast = attr_only.grad_db = nullptr;
+  pfor(bands, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      // Bands end on attribute rows, so that a row is checked once per pixel.
+      const int64_t rows = attr_size / std::max<int64_t>(a.num_attrs, 1);
+      const int64_t begin = rows * t / bands * a.num_attrs, end = rows * (t + 1) / bands * a.num_attrs;
+      const int64_t own_begin = a.num_pixels * t / bands, own_end = a.num_pixels * (t + 1) / bands;
+      float* g = a.grad_attr;
+      for (int64_t pix = 0; pix < a.num_pixels; ++pix) {
+        InterpPixel p;
+        const bool hit = interp_pixel(a, pix, p);
+        const bool own = pix >= own_begin && pix < own_end;
+        if (!hit && !own) continue;
+        bool in[3] = {false, false, false};
+        for (int j = 0; j < 3 && hit; ++j) in[j] = p.row[j] >= begin && p.row[j] < end;
+        if (!own && !(in[0] || in[1] || in[2])) continue;
+        interp_backward_pixel(own ? a : attr_only, pix, hit, p, [&](int64_t c, const float* w) {
+          if (!hit) return;
+          for (int j = 0; j < 3; ++j)
+            if (in[j]) g[p.row[j] + c] += w[j];
+        });
+      }
+    }
+  });
+}
+
+}  // namespace
+
 void interpolate_backward_cpu(const InterpArgs& a, const ParallelFor& pfor, int num_chunks, int64_t max_extra_bytes) {
   const int64_t blocks = a.attr_per_image ? a.num_pixels / std::max<int64_t>(a.pixels_per_image, 1) : 1;
   const int64_t attr_size = blocks * a.num_vertices * a.num_attrs;
@@ -33,6 +70,11 @@ void interpolate_backward_cpu(const InterpArgs& a, const ParallelFor& pfor, int 
   const int wide_chunks = (int)std::max<int64_t>(1, std::min<int64_t>(num_chunks, max_extra_bytes / (size * 8)));
   const bool wide = wide_scatter(a.num_pixels * a.num_attrs, attr_size, wide_chunks, max_extra_bytes);
   const int chunks = wide ? wide_chunks : (int)std::min<int64_t>(num_chunks, 1 + max_extra_bytes / (size * 4));
+  // Bands cost every extra thread a walk over all pixels (their triangles' indices miss the cache, some 16
+  // elements' worth of summing copies); copies cost a few passes over grad_attr, or, when none fits, run serially.
+  if (!wide && num_chunks > 1 && a.num_pixels >= 4096 &&
+      (chunks == 1 || attr_size > 16 * a.num_pixels * (int64_t)(num_chunks - 1)))
+    return scatter_in_bands(a, attr_size, num_chunks, pfor);
   chunked_scatter(wide, a.num_pixels, a.grad_attr, attr_size, chunks, pfor, [&](int64_t b, int64_t e, auto* g) {
     for (int64_t pix = b; pix < e; ++pix) {
       InterpPixel p;
