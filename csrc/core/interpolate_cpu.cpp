@@ -28,10 +28,10 @@ void interpolate_forward_cpu(const InterpArgs& a, const ParallelFor& pfor) {
 namespace {
 
 // A grad_attr far larger than the pixels' work (many vertices, few pixels), or too large for copies, is split into
-// one band of rows per thread instead of a copy per thread: every thread
-// walks all pixels and adds only into its own band, so each element gets its contributions in pixel order, the
-// same float sums for any thread count. grad_rast and grad_db are written by the thread whose share of the pixels
-// they are in; for the other pixels a thread reads no attribute values.
+// one band of rows per thread instead of a copy per thread: every thread walks all pixels and adds only into its
+// own band, so each element gets its contributions in pixel order, the same float sums for any thread count.
+// grad_rast and grad_db are written by the thread whose share of the pixels they are in; for the other pixels a
+// thread reads no attribute values.
 void scatter_in_bands(const InterpArgs& a, int64_t attr_size, int bands, const ParallelFor& pfor) {
   InterpArgs attr_only = a;
   attr_only.grad_rast = attr_only.grad_db = nullptr;

@@ -24,8 +24,8 @@ inline bool wide_scatter(int64_t n, int64_t size, int num_chunks, int64_t max_by
   return size <= n && (double)size * sizeof(double) * std::max(num_chunks, 1) <= (double)max_bytes;
 }
 
-// The spare copies: on huge pages, since a scatter's additions land all over them, and with 4 KiB pages nearly
-// every one of them would also miss the TLB (a 1024^2 RGB texture's double copy spans 8k pages).
+// The spare copies, on huge pages: a scatter's additions land all over them, and with 4 KiB pages many would also
+// miss the TLB (a 1024^2 RGB texture's double copy spans 6k such pages).
 template <class Acc>
 struct SpareCopies {
   Acc* data = nullptr;

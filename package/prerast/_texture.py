@@ -146,5 +146,6 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
         # One op builds the chain and samples it, so that its backward folds the levels' gradients into tex's in
         # place (the chain of texture_mip_down ops would allocate and add a texture-sized tensor per level).
         return torch.ops.prerast.texture_fwd_mipped(tex, uv, uv_da, mip_level_bias,
-                                                    -1 if max_mip_level is None else max_mip_level, filt, bound)[0]
+                                                    -1 if max_mip_level is None else min(max_mip_level, 64),
+                                                    filt, bound)[0]
     return torch.ops.prerast.texture_fwd(tex, uv, uv_da, mip_level_bias, levels, filt, bound)

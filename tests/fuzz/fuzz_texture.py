@@ -63,6 +63,20 @@ RAW_MODES = {"filter_mode": [("-1", -1, "error"), ("4", 4, "error"), ("2^62", 2*
                                 for label, v, _ in MIPS[2:7]]}
 
 
+def mipped_args(device, cube=False):
+    """texture_fwd_mipped: the chain is built inside the op."""
+    args = raw_args(device, cube)
+    del args["mip"]
+    args["max_mip_level"] = -1
+    return args
+
+
+MIPPED_MODES = {"filter_mode": [("linear", 1, "error"), ("nearest", 0, "error"), ("4", 4, "error"),
+                                ("mip_nearest", 2, "ok")],
+                "boundary_mode": RAW_MODES["boundary_mode"],
+                "max_mip_level": [("-2", -2, "error"), ("0", 0, "ok"), ("2", 2, "ok"), ("2^62", 2**62, "ok")]}
+
+
 @family("texture")
 def texture_cases(device):
     kinds = {"tex": "f", "uv": "f", "uv_da": "f", "mip_level_bias": "f"}
@@ -72,6 +86,10 @@ def texture_cases(device):
     yield from mutations("raw", raw_args, lambda d, **a: OPS.texture_fwd(**a), kinds, WORDS, RAW_MODES)
     yield from mutations("raw_cube", lambda d: raw_args(d, True), lambda d, **a: OPS.texture_fwd(**a),
                          {"uv": "f", "uv_da": "f"}, WORDS, combos=0)
+    yield from mutations("raw_mipped", mipped_args, lambda d, **a: OPS.texture_fwd_mipped(**a), kinds, WORDS,
+                         MIPPED_MODES)
+    yield from mutations("raw_mipped_cube", lambda d: mipped_args(d, True),
+                         lambda d, **a: OPS.texture_fwd_mipped(**a), {"tex": "f", "uv": "f"}, WORDS, combos=0)
     yield from uv_sweep()
 
 
@@ -85,6 +103,9 @@ def texture_bwd_cases(device):
                          unbounded=("uv=tiny",))
     yield from mutations("raw", raw_bwd_args, lambda d, **a: OPS.texture_bwd(**a), {**kinds, "grad_out": "f"}, WORDS,
                          RAW_MODES)
+    yield from mutations("raw_folded", lambda d: {**raw_bwd_args(d), "fold_mip": True},
+                         lambda d, **a: OPS.texture_bwd(**a), {"tex": "f", "grad_out": "f"}, WORDS,
+                         {"mip": RAW_MODES["mip"]})
     yield from uv_sweep(grad=True)
 
 
