@@ -42,9 +42,27 @@ void scatter_in_bands(const InterpArgs& a, int64_t attr_size, int bands, const P
       const int64_t begin = rows * t / bands * a.num_attrs, end = rows * (t + 1) / bands * a.num_attrs;
       const int64_t own_begin = a.num_pixels * t / bands, own_end = a.num_pixels * (t + 1) / bands;
       float* g = a.grad_attr;
+      // Pixels a block at a time: their rows are looked up and prefetched first, so that the misses on grad_attr
+      // overlap instead of being taken one after another.
+      constexpr int kBlock = 16;
+      InterpPixel block[kBlock];
+      bool hits[kBlock];
       for (int64_t pix = 0; pix < a.num_pixels; ++pix) {
-        InterpPixel p;
-        const bool hit = interp_pixel(a, pix, p);
+        const int k = (int)(pix % kBlock);
+        if (k == 0)
+          for (int i = 0; i < kBlock && pix + i < a.num_pixels; ++i) {
+            hits[i] = interp_pixel(a, pix + i, block[i]);
+            const bool owned = pix + i >= own_begin && pix + i < own_end;
+            for (int j = 0; j < 3 && hits[i]; ++j) {
+              const int64_t row = block[i].row[j];
+              for (int64_t c = 0; c < a.num_attrs; c += 16) {
+                if (row >= begin && row < end) __builtin_prefetch(g + row + c, 1);
+                if (owned) __builtin_prefetch(a.attr + row + c, 0);  // read for grad_rast
+              }
+            }
+          }
+        const InterpPixel& p = block[k];
+        const bool hit = hits[k];
         const bool own = pix >= own_begin && pix < own_end;
         if (!hit && !own) continue;
         bool in[3] = {false, false, false};
