@@ -27,6 +27,19 @@ def ctx(device):
     return make_ctx(device)
 
 
+def per_thread_count(fn, counts=(1, 2, 3)):
+    """[fn() with torch on n CPU threads for n in counts]; the thread count is restored afterwards."""
+    before = torch.get_num_threads()
+    try:
+        results = []
+        for n in counts:
+            torch.set_num_threads(n)
+            results.append(fn())
+        return results
+    finally:
+        torch.set_num_threads(before)
+
+
 def assert_same_sums(a, b):
     """Gradients summed from the same terms: bit-equal on the CPU, whose order of additions is fixed; on CUDA,
     float atomics add them in whatever order the threads arrive, so only to rounding."""

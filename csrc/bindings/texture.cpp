@@ -174,13 +174,13 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
       });
   if (fold_mip) {
     // Level 0 stays a view of the start of the buffer that also held the levels' gradients (a third more).
-    const int64_t B = tex.numel() / (tex.size(-3) * tex.size(-2) * tex.size(-1));
-    for (size_t k = result.size() - 1; k > 4; --k)
-      add_mip_down_adjoint(result[k], result[k - 1], B, (int)mip[k - 5].size(-3), (int)mip[k - 5].size(-2),
-                           (int)tex.size(-1));
-    if (result.size() > 4)
-      add_mip_down_adjoint(result[4], result[0], B, (int)tex.size(-3), (int)tex.size(-2), (int)tex.size(-1));
-    for (size_t k = 4; k < result.size(); ++k) result[k] = none();
+    // Level l's gradient (result[3 + l]) goes into level l - 1's (result[0] for level 0).
+    for (int l = g.a.num_levels - 1; l > 0; --l) {
+      const TexLevel& above = g.a.levels[l - 1];
+      add_mip_down_adjoint(result[3 + l], result[l == 1 ? 0 : 2 + l], g.a.tex_batch * tex_faces(g.a),
+                           above.height, above.width, g.a.channels);
+      result[3 + l] = none();
+    }
     return result;
   }
   // The levels' gradients (a third of level 0's size at most) move out of the shared buffer; level 0 stays a
@@ -254,11 +254,8 @@ std::vector<Tensor> texture_fwd_mipped(const Tensor& tex, const Tensor& uv, cons
   const auto wanted = [&] { return max_mip_level < 0 || (int64_t)levels.size() < max_mip_level; };
   while (wanted() && std::max(level.size(1), level.size(2)) > 1) {
     level = texture_mip_down(level);
-    if (tex.dim() == 4) {
-      levels.push_back(level);
-      continue;
-    }
-    levels.push_back(facade::view(level, {tex.size(0), 6, level.size(1), level.size(2), level.size(3)}));
+    const bool cube = tex.dim() == 5;
+    levels.push_back(cube ? facade::view(level, {tex.size(0), 6, level.size(1), level.size(2), level.size(3)}) : level);
   }
   std::vector<Tensor> result = {texture_fwd(tex, uv, uv_da, bias, levels, filter, boundary)};
   result.insert(result.end(), levels.begin(), levels.end());

@@ -462,8 +462,6 @@ struct GradTriCache {
   GradTri g;
 };
 
-// Accumulates one covered pixel's gradient into grad_pos through add(flat_index, value): a plain add on the
-// CPU (per-chunk buffers) and atomicAdd on the GPU.
 // Pixel pix's triangle (id, 1-based) and loss gradients, or false where it passes none on: nothing drawn, or
 // gradients all zero.
 PR_HD bool pixel_grad_inputs(const RasterGradArgs& a, int64_t pix, int32_t& id, const float*& g, const float*& gdb) {
@@ -471,9 +469,12 @@ PR_HD bool pixel_grad_inputs(const RasterGradArgs& a, int64_t pix, int32_t& id, 
   if (id <= 0 || id > a.num_triangles) return false;
   g = a.grad_rast + pix * 4;
   gdb = a.grad_db ? a.grad_db + pix * 4 : nullptr;
-  return g[0] != 0.0f || g[1] != 0.0f || (gdb && (gdb[0] != 0.0f || gdb[1] != 0.0f || gdb[2] != 0.0f || gdb[3] != 0.0f));
+  return g[0] != 0.0f || g[1] != 0.0f ||
+         (gdb && (gdb[0] != 0.0f || gdb[1] != 0.0f || gdb[2] != 0.0f || gdb[3] != 0.0f));
 }
 
+// Accumulates one covered pixel's gradient into grad_pos through add(flat_index, value): a plain add on the
+// CPU (per-chunk buffers) and atomicAdd on the GPU.
 template <class Add>
 PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add, GradTriCache& cache) {
   int32_t id;

@@ -92,9 +92,7 @@ def _mode(op, name, value, modes):
 
 
 def _levels_for(op, tex, mip, cube, max_mip_level):
-    """The mip levels below tex to sample."""
-    if mip is None:
-        return _build_levels(tex, max_mip_level)
+    """The mip levels below tex to sample from a given chain (None is built inside texture_fwd_mipped)."""
     if isinstance(mip, TextureMipChain):
         if mip._base_shape != tuple(tex.shape) or mip._cube_mode != cube:
             raise ValueError(f"{op}: mip was built for a texture of shape {list(mip._base_shape)} "

@@ -5,7 +5,7 @@ import numpy as np
 import torch
 
 import prerast
-from conftest import make_ctx
+from conftest import make_ctx, per_thread_count
 from scenes import random_scene, to_torch
 
 
@@ -29,14 +29,7 @@ def gradients(attr, rast, rast_db, tri, grads):
 def test_same_gradients_for_one_thread_and_several():
     attr, rast, rast_db, tri, grads = scene("cpu")
     assert (rast[..., 3] > 0).float().mean() > 0.5
-    threads = torch.get_num_threads()
-    results = []
-    try:
-        for n in (1, 2, 3):
-            torch.set_num_threads(n)
-            results.append(gradients(attr, rast, rast_db, tri, grads))
-    finally:
-        torch.set_num_threads(threads)
+    results = per_thread_count(lambda: gradients(attr, rast, rast_db, tri, grads))
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert torch.equal(a, b)

@@ -4,7 +4,7 @@ import torch
 
 import prerast
 import reference
-from conftest import make_ctx
+from conftest import make_ctx, per_thread_count
 from scenes import random_scene, to_torch
 
 
@@ -120,17 +120,14 @@ def test_cpu_thread_count_does_not_change_results():
     p, t = to_torch(pos, tri, "cpu")
     p.requires_grad_(True)
     ctx = prerast.RasterizeCpuContext()
-    threads = torch.get_num_threads()
-    outs = []
-    try:
-        for n in (1, 2, 3):
-            torch.set_num_threads(n)
-            p.grad = None
-            rast, db = prerast.rasterize(ctx, p, t, (48, 48))
-            (rast[..., :2].sum() + db.sum()).backward()
-            outs.append((rast.detach(), db.detach(), p.grad.clone()))
-    finally:
-        torch.set_num_threads(threads)
+
+    def run():
+        p.grad = None
+        rast, db = prerast.rasterize(ctx, p, t, (48, 48))
+        (rast[..., :2].sum() + db.sum()).backward()
+        return rast.detach(), db.detach(), p.grad.clone()
+
+    outs = per_thread_count(run)
     for rast, db, g in outs[1:]:
         assert torch.equal(rast, outs[0][0]) and torch.equal(db, outs[0][1])
         torch.testing.assert_close(g, outs[0][2], rtol=1e-5, atol=1e-5)

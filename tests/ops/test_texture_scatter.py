@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import prerast
+from conftest import per_thread_count
 
 FILTERS = ("nearest", "linear", "linear-mipmap-nearest", "linear-mipmap-linear")
 
@@ -30,14 +31,7 @@ def gradients(tex, uv, uv_da, grad, filter_mode):
 @pytest.mark.parametrize("filter_mode", FILTERS)
 def test_same_gradients_for_any_thread_count(filter_mode):
     tex, uv, uv_da, grad = scene("cpu")
-    threads = torch.get_num_threads()
-    results = []
-    try:
-        for n in (1, 2, 3):
-            torch.set_num_threads(n)
-            results.append(gradients(tex, uv, uv_da, grad, filter_mode))
-    finally:
-        torch.set_num_threads(threads)
+    results = per_thread_count(lambda: gradients(tex, uv, uv_da, grad, filter_mode))
     for other in results[1:]:
         for a, b in zip(results[0], other):
             assert torch.equal(a, b)
