@@ -2,6 +2,7 @@
 killed build leaves no lock that blocks, a cached plugin is loaded only when it fits these sources and torch, and
 every failure says what to do. (The real build, and loading its result with no compiler, is
 tests/ci/test_two_images.py.)"""
+import fcntl
 import glob
 import json
 import os
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 
 import pytest
@@ -113,6 +115,39 @@ def test_killed_build_leaves_no_blocking_lock(tmp_path):
     result = json.loads(out)
     assert result["built"] and result["waited_for"] == []
     assert not glob.glob(str(tmp_path / ".partial-*")) and usable(str(tmp_path / "k"))
+
+
+def test_waiter_names_the_live_holder_only(tmp_path):
+    """The holder writes its pid just after it takes the lock, over whatever a killed holder left: a waiter that
+    looks in between must neither print '?' nor the dead process's pid."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / "k.lock"
+    path.write_text(f"{dead.pid}\n")
+    held = os.open(path, os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)  # a second open file description conflicts, even in this process
+    reports, result = [], []
+    waiter = threading.Thread(target=lambda: result.append(
+        _cache.BuildLock(str(path)).acquire(timeout=10, on_wait=reports.append)))
+    waiter.start()
+    time.sleep(0.4)
+    assert reports == []  # the dead pid is not reported
+    os.ftruncate(held, 0)
+    os.write(held, f"{os.getpid()}\n".encode())
+    deadline = time.time() + 5
+    while not reports and time.time() < deadline:
+        time.sleep(0.02)
+    assert reports == [os.getpid()]
+    os.close(held)
+    waiter.join(10)
+    assert result == [True]
+
+
+def test_released_lock_names_no_holder(tmp_path):
+    lock = _cache.BuildLock(str(tmp_path / "k.lock"))
+    assert lock.acquire(timeout=0) and lock.holder() == os.getpid()
+    lock.release()
+    assert lock.holder() is None
 
 
 def test_finding_a_copied_build_writes_nothing(tmp_path):

@@ -65,9 +65,14 @@ class BuildLock:
         self.fd = None
 
     def holder(self):
+        """The pid the holder wrote, if that process is alive."""
         try:
             with open(self.path) as f:
-                return int(f.read().split()[0])
+                pid = int(f.read().split()[0])
+            os.kill(pid, 0)
+            return pid
+        except PermissionError:  # alive, someone else's
+            return pid
         except (OSError, ValueError, IndexError):
             return None
 
@@ -76,15 +81,20 @@ class BuildLock:
         when the lock is busy."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # not inherited by the compiler processes
         deadline = None if timeout is None else time.monotonic() + timeout
-        waited = False
+        reported, busy_since = False, None
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                if not waited and on_wait:
-                    on_wait(self.holder())
-                waited = True
+                # The holder writes its pid just after it takes the lock (or a dead holder's pid is still
+                # there), so give it a second to appear before reporting whom we wait for.
+                busy_since = busy_since or time.monotonic()
+                if not reported and on_wait:
+                    pid = self.holder()
+                    if pid is not None or time.monotonic() - busy_since >= 1.0:
+                        on_wait(pid)
+                        reported = True
                 if deadline is not None and time.monotonic() >= deadline:
                     os.close(fd)
                     return False
@@ -96,6 +106,7 @@ class BuildLock:
 
     def release(self):
         if self.fd is not None:
+            os.ftruncate(self.fd, 0)  # so that the next waiter never reads our pid as its holder's
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
