@@ -1,5 +1,7 @@
 // CPU antialiasing: both passes over pixels in parallel. The pos gradient is scattered deterministically
 // (chunked_scatter).
+#include <memory>
+
 #include "antialias.h"
 #include "scatter_cpu.h"
 
@@ -20,6 +22,46 @@ void antialias_forward_cpu(const AntialiasArgs& a, const ParallelFor& pfor) {
   });
 }
 
+namespace {
+
+// What one pair adds to pos: at most six elements (two vertices' x, y, w).
+struct PairAdds {
+  int n = 0;
+  int64_t index[6];
+  float value[6];
+};
+
+// A pos far larger than the image (many vertices, few pixels) would cost every thread a copy of it, and summing
+// the copies more than the pairs' work. Instead the pairs' additions are worked out in parallel and kept, then pos
+// is split into one band of vertices per thread, and every thread adds the additions that fall in its band, in pair
+// order: each element gets the same sums in the same order as on one thread.
+void scatter_in_bands(const AntialiasArgs& a, int64_t pixels, int64_t pos_size, int bands, const ParallelFor& pfor) {
+  std::unique_ptr<PairAdds[]> adds(new PairAdds[2 * pixels]);
+  pfor(pixels, 1024, [&](int64_t b, int64_t e) {
+    for (int64_t pix = b; pix < e; ++pix)
+      for (int dir = 0; dir < 2; ++dir) {
+        PairAdds& pa = adds[2 * pix + dir];
+        pa.n = 0;
+        antialias_pos_backward(a, pix, dir, [&pa](int64_t i, float v) {
+          pa.index[pa.n] = i, pa.value[pa.n] = v, ++pa.n;
+        });
+      }
+  });
+  const int64_t rows = pos_size / 4;
+  pfor(bands, 1, [&](int64_t b, int64_t e) {
+    for (int64_t t = b; t < e; ++t) {
+      const int64_t begin = rows * t / bands * 4, end = rows * (t + 1) / bands * 4;
+      for (int64_t q = 0; q < 2 * pixels; ++q)
+        for (int k = 0; k < adds[q].n; ++k) {
+          const int64_t i = adds[q].index[k];
+          if (i >= begin && i < end) a.grad_pos[i] += adds[q].value[k];
+        }
+    }
+  });
+}
+
+}  // namespace
+
 void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int num_chunks) {
   const int64_t pixels = a.num_images * a.height * a.width;
   pfor(pixels, 1024, [&](int64_t b, int64_t e) {
@@ -30,6 +72,9 @@ void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int
   if (!a.grad_pos) return;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
   const bool wide = wide_scatter(pixels * 4, pos_size, num_chunks, kKeptScatterBytes);
+  // Bands cost a pass over the pairs' kept additions per thread; copies, a few passes over pos.
+  if (!wide && num_chunks > 1 && pos_size > 16 * pixels * (int64_t)(num_chunks - 1))
+    return scatter_in_bands(a, pixels, pos_size, num_chunks, pfor);
   chunked_scatter(wide, pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, auto* g) {
     for (int64_t pix = b; pix < e; ++pix)
       for (int dir = 0; dir < 2; ++dir) antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { g[i] += v; });

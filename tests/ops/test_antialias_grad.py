@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import prerast
-from conftest import make_ctx
+from conftest import make_ctx, per_thread_count
 from test_antialias import clip_pos, grid_mesh, vars_of
 
 
@@ -178,3 +178,28 @@ def test_fit_mesh_offset_through_silhouettes(ctx):
         first = loss.item() if first is None else first
     assert (offset.detach() - true_offset).abs().max() < 0.01, offset
     assert loss.item() < first / 100
+
+
+def test_pos_gradient_of_many_unused_vertices():
+    """A pos far larger than the image (a mesh followed by 300k vertices no triangle uses) is split into one band
+    of vertices per thread on the CPU: the same bits on any thread count (every element gets its additions in pixel
+    order), the gradient the mesh alone gets for its vertices, and zero for the rest."""
+    mesh, tri = grid_mesh(np.random.default_rng(6), n=8, jitter=0.25, images=2)
+    unused = torch.rand(2, 300_000, 4, generator=torch.Generator().manual_seed(1)) + 1.0
+    rast, _ = prerast.rasterize(make_ctx("cpu"), mesh, tri, (40, 48))
+    color = torch.rand(2, 40, 48, 5, generator=torch.Generator().manual_seed(2))
+    weight = torch.randn(2, 40, 48, 5, generator=torch.Generator().manual_seed(3))
+
+    def pos_grad(pos):
+        p = pos.clone().requires_grad_(True)
+        (prerast.antialias(color, rast, p, tri) * weight).sum().backward()
+        return p.grad
+
+    (alone,) = per_thread_count(lambda: pos_grad(mesh), (1,))
+    assert (alone.abs().sum(-1) > 0).sum() > 20
+    grads = per_thread_count(lambda: pos_grad(torch.cat([mesh, unused], 1)), (1, 2, 3))
+    for grad in grads:
+        assert torch.equal(grad, grads[0])
+    # The mesh alone is summed in double (few elements, many additions each), the large pos in float.
+    torch.testing.assert_close(grads[0][:, :mesh.shape[1]], alone, rtol=1e-5, atol=1e-4)
+    assert not grads[0][:, mesh.shape[1]:].any()
