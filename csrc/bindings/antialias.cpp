@@ -95,7 +95,7 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
   AntialiasArgs a = check_inputs(color, rast, pos, tri, half_edges, group_of, group_start);
   check_host_memory(kOp, color, bytes_of({color.numel()}) + bytes_of({rast.size(0), rast.size(1), rast.size(2), 2}));
   auto out = empty_like_float(color);
-  auto crossing = facade::new_empty(color, {a.num_images, a.height, a.width, 2}, Dtype::Float);
+  auto crossing = new_output(color, {a.num_images, a.height, a.width, 2});
   a.out = data<float>(out);
   a.crossing = data<float>(crossing);
   if (crossing.numel() == 0) return {out, crossing};

@@ -190,8 +190,6 @@ inline void check_host_memory(const char* op, const Tensor& like, double bytes,
            " of memory, but only ", size_str(available), " is available (MemAvailable plus free swap); ", advice);
 }
 
-inline Tensor empty_like_float(const Tensor& t) { return facade::new_empty(t, sizes(t), Dtype::Float); }
-
 inline ParallelFor torch_parallel_for() {
   return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     facade::parallel_for(n, grain, fn);
@@ -207,6 +205,8 @@ inline Tensor new_output(const Tensor& like, const std::vector<int64_t>& shape) 
     advise_huge_pages(data<float>(t), (size_t)t.numel() * sizeof(float));
   return t;
 }
+
+inline Tensor empty_like_float(const Tensor& t) { return new_output(t, sizes(t)); }
 
 // A zeroed float tensor for a backward pass's gradient (new_output, zeroed by all threads on the CPU).
 inline Tensor new_gradient(const Tensor& like, const std::vector<int64_t>& shape) {

@@ -78,7 +78,7 @@ std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& ras
   InterpArgs& a = in.a;
   check_host_memory(kOp, attr, bytes_of({rast.size(0), rast.size(1), rast.size(2), a.num_attrs + 2 * a.num_diff}));
   auto out = new_output(attr, {rast.size(0), rast.size(1), rast.size(2), a.num_attrs});
-  auto out_da = facade::new_empty(attr, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}, Dtype::Float);
+  auto out_da = new_output(attr, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff});
   a.out = data<float>(out);
   a.out_da = a.num_diff ? data<float>(out_da) : nullptr;
   if (a.num_pixels == 0) return {out, out_da};
@@ -113,8 +113,8 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
   }
   check_host_memory(kOp, attr, bytes_of({attr.numel()}) + bytes_of({rast.numel()}) * (a.num_diff ? 2 : 1));
   auto grad_attr = gradient_like(attr);
-  auto grad_rast = facade::new_empty(rast, sizes(rast), Dtype::Float);
-  auto grad_db = facade::new_empty(attr, a.num_diff ? sizes(*rast_db) : std::vector<int64_t>{0}, Dtype::Float);
+  auto grad_rast = new_output(rast, sizes(rast));
+  auto grad_db = new_output(attr, a.num_diff ? sizes(*rast_db) : std::vector<int64_t>{0});
   a.grad_out = data<float>(grad_out);
   a.grad_da = with_da ? data<float>(*grad_da) : nullptr;
   a.grad_attr = data<float>(grad_attr);

@@ -107,8 +107,8 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   PR_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
                     " are too many pixels for one call; split the batch");
   check_host_memory(kOp, pos, (output_db ? 2 : 1) * bytes_of({g.num_images, height, width, 4}));  // rast, rast_db
-  auto rast = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
-  auto rast_db = facade::new_empty(pos, {g.num_images, height, width, output_db ? 4 : 0}, Dtype::Float);
+  auto rast = new_output(pos, {g.num_images, height, width, 4});
+  auto rast_db = new_output(pos, {g.num_images, height, width, output_db ? 4 : 0});
   if (peel_prev.has_value()) {
     check_tensor(kOp, "previous layer", *peel_prev, Dtype::Float, {4});
     check_same_device(kOp, "previous layer", *peel_prev, pos, "pos");
