@@ -116,7 +116,9 @@ def extensions():
     define = [f'-DPRERAST_VERSION="{FULL_VERSION}"']
     # No -std flag: torch's BuildExtension adds the standard its headers need (C++17, or C++20 from 2.14).
     # -g0 after Python's own -g: debug info would triple the libraries' size in every wheel.
-    cxx = ["-O3", "-g0", "-fvisibility=hidden"] + define + ABI_FLAGS
+    # -ffp-contract=off: the CPU's float arithmetic stays the CUDA kernels' (--fmad=false), with no fused
+    # multiply-adds even where CFLAGS let the compiler use FMA instructions.
+    cxx = ["-O3", "-g0", "-fvisibility=hidden", "-ffp-contract=off"] + define + ABI_FLAGS
     cpu = CppExtension("prerast._C", SOURCES, extra_compile_args={"cxx": cxx}, py_limited_api=True)
     exts = [cpu]
     if WITH_CUDA:

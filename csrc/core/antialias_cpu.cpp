@@ -1,5 +1,5 @@
-// CPU antialiasing: both passes over pixels in parallel. The pos gradient is scattered deterministically
-// (chunked_scatter).
+// CPU antialiasing: both passes over pixels in parallel. The pos gradient is scattered deterministically (per-chunk
+// copies summed in a fixed order, or bands of pos, one per thread).
 #include <memory>
 
 #include "antialias.h"
@@ -26,7 +26,7 @@ namespace {
 
 // What one pair adds to pos: at most six elements (two vertices' x, y, w).
 struct PairAdds {
-  int n = 0;
+  int n;  // set for every pair by the parallel pass (no serial zeroing of the array first)
   int64_t index[6];
   float value[6];
 };

@@ -112,7 +112,8 @@ PR_HD void interp_backward_pixel(const InterpArgs& a, int64_t pix, bool hit, con
 }
 
 void interpolate_forward_cpu(const InterpArgs& a, const ParallelFor& pfor);
-// Accumulates into grad_attr through per-chunk buffers summed in a fixed order; at most max_extra_bytes of them.
+// Accumulates into grad_attr through per-chunk copies summed in a fixed order (at most max_extra_bytes of them), or,
+// for a grad_attr too large for copies or far larger than the pixels' work, one band of it per thread.
 void interpolate_backward_cpu(const InterpArgs& a, const ParallelFor& pfor, int num_chunks, int64_t max_extra_bytes);
 
 // CUDA entry points return nullptr on success or a message describing the failure.

@@ -1,4 +1,5 @@
-// CPU interpolation: pixels in parallel; the backward scatters into grad_attr deterministically (chunked_scatter).
+// CPU interpolation: pixels in parallel; the backward scatters into grad_attr deterministically (per-chunk copies
+// summed in a fixed order, or bands of grad_attr, one per thread).
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -32,8 +33,8 @@ void interpolate_forward_cpu(const InterpArgs& a, const ParallelFor& pfor) {
 
 namespace {
 
-// Two floats, two doubles, four floats: GCC's (and clang's) vector extensions, one SSE2 register each. Written
-// element by element, the float-to-double sums below stay scalar.
+// GCC's (and clang's) vector extensions, at most one SSE2 register each. Written element by element, the
+// float-to-double sums below stay scalar.
 typedef float Float2 __attribute__((vector_size(8)));
 typedef double Double2 __attribute__((vector_size(16)));
 typedef float Float4 __attribute__((vector_size(16)));
@@ -71,7 +72,7 @@ inline void rast_grads_of_four(const float* go, int64_t A, const float* d0, cons
 
 // Runs shorter than this add each pixel's gradient to g directly.
 constexpr int64_t kMinRun = 8;
-// How many pixels ahead the rows of grad_attr are prefetched.
+// Pixels are looked up (and their rows prefetched) kAhead to 2 kAhead ahead of the one being added.
 constexpr int64_t kAhead = 16;
 
 // Which part of the work one thread does: the pixels whose grad_rast and grad_db it writes, and the elements of g
@@ -103,12 +104,12 @@ class RunScatter {
     for (int64_t pix = b; pix < e;) {
       if (ahead < pix + kAhead)
         for (ahead = std::max(ahead, pix); ahead < std::min(e, pix + 2 * kAhead); ++ahead) look_up(ahead);
-      InterpPixel p = ring_[pix % (2 * kAhead)];
       if (!hits_[pix % (2 * kAhead)]) {  // background: zero gradients, nothing to add
-        if (owned(pix)) zero_pixel_grads(pix);
+        if (writes(pix)) zero_pixel_grads(pix);
         ++pix;
         continue;
       }
+      InterpPixel p = ring_[pix % (2 * kAhead)];
       const int64_t end = run_end(pix, e);
       bool in[3];
       for (int j = 0; j < 3; ++j) in[j] = p.row[j] >= s_.band_begin && p.row[j] < s_.band_end;
@@ -117,9 +118,11 @@ class RunScatter {
         pix = end;
       } else if (end - pix < kMinRun) {
         for (; pix < end; ++pix) {
+          const bool own = writes(pix);
+          if (!adds && !own) continue;
           const float* r = a_.rast + pix * 4;  // the same triangle, this pixel's barycentrics
           p.u = r[0], p.v = r[1], p.w = (1.0f - r[0]) - r[1];
-          interp_backward_pixel(owned(pix) ? a_ : attr_only_, pix, true, p, [&](int64_t c, const float* w) {
+          interp_backward_pixel(own ? a_ : attr_only_, pix, true, p, [&](int64_t c, const float* w) {
             for (int j = 0; j < 3; ++j)
               if (in[j]) g_[p.row[j] + c] += w[j];
           });
@@ -132,18 +135,20 @@ class RunScatter {
   }
 
  private:
-  bool owned(int64_t pix) const { return pix >= s_.own_begin && pix < s_.own_end; }
+  // Whether this share writes pix's grad_rast and grad_db (as interp_backward_pixel, none without grad_rast).
+  bool writes(int64_t pix) const { return a_.grad_rast && pix >= s_.own_begin && pix < s_.own_end; }
 
   void zero_pixel_grads(int64_t pix) const {
     for (int i = 0; i < 4; ++i) {
-      if (a_.grad_rast) a_.grad_rast[pix * 4 + i] = 0.0f;
+      a_.grad_rast[pix * 4 + i] = 0.0f;
       if (a_.grad_db) a_.grad_db[pix * 4 + i] = 0.0f;
     }
   }
 
-  // Looks up pixels a block at a time, and prefetches their rows of g in the band and the attribute rows grad_rast
-  // reads if the pixel is owned: when rows lie all over a large grad_attr, the misses on the triangles' indices and
-  // on the rows then overlap instead of being taken one after another.
+  // Looks up pixel pix into the ring and prefetches its rows of g in the band, and the attribute rows grad_rast
+  // reads if this share writes it. pixels() calls it for up to 2 kAhead pixels in a row, whenever fewer than kAhead
+  // are looked up ahead: when rows lie all over a large grad_attr, the misses on the triangles' indices and on the
+  // rows then overlap instead of being taken one after another.
   void look_up(int64_t pix) {
     InterpPixel& p = ring_[pix % (2 * kAhead)];
     hits_[pix % (2 * kAhead)] = interp_pixel(a_, pix, p);
@@ -151,7 +156,7 @@ class RunScatter {
     for (int j = 0; j < 3; ++j)
       for (int64_t c = 0; c < a_.num_attrs; c += 16) {
         if (p.row[j] >= s_.band_begin && p.row[j] < s_.band_end) __builtin_prefetch(g_ + p.row[j] + c, 1);
-        if (owned(pix)) __builtin_prefetch(a_.attr + p.row[j] + c, 0);
+        if (writes(pix)) __builtin_prefetch(a_.attr + p.row[j] + c, 0);
       }
   }
 
@@ -175,8 +180,9 @@ class RunScatter {
     std::fill(diff_.begin(), diff_.end(), 0.0);
     Double2 *s0 = sums_.data(), *s1 = s0 + V, *s2 = s1 + V;
     double *t0 = tail_.data(), *t1 = t0 + T, *t2 = t1 + T;
-    // The share's own pixels of the run, whose grad_rast is summed four pixels at a time.
-    const int64_t own_b = std::max(b, s_.own_begin), own_e = std::min(e, s_.own_end);
+    // The run's pixels this share writes grad_rast and grad_db for (grad_rast four pixels at a time).
+    int64_t own_b = std::max(b, s_.own_begin), own_e = std::min(e, s_.own_end);
+    if (!a_.grad_rast) own_b = own_e;
     for (int64_t pix = adds ? b : own_b; pix < (adds ? e : own_e); ++pix) {
       const float* r = a_.rast + pix * 4;
       const float u = r[0], v = r[1], w = (1.0f - r[0]) - r[1];
@@ -194,20 +200,19 @@ class RunScatter {
           t0[k] += (double)(x * u), t1[k] += (double)(x * v), t2[k] += (double)(x * w);
         }
       }
-      const bool own = owned(pix);
+      const bool own = pix >= own_b && pix < own_e;
       float gdb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       for (int64_t k = 0; k < D && a_.grad_da; ++k) {
         const int64_t c = a_.diff[k];
         const float* db = a_.rast_db + pix * 4;
         const float gx = a_.grad_da[pix * 2 * D + 2 * k], gy = a_.grad_da[pix * 2 * D + 2 * k + 1];
         const float w0 = gx * db[0] + gy * db[1], w1 = gx * db[2] + gy * db[3];
-        diff_[3 * k] += (double)w0, diff_[3 * k + 1] += (double)w1, diff_[3 * k + 2] += (double)(-(w0 + w1));
+        if (adds) diff_[3 * k] += (double)w0, diff_[3 * k + 1] += (double)w1, diff_[3 * k + 2] += (double)(-(w0 + w1));
         if (own) gdb[0] += gx * d0_[c], gdb[1] += gy * d0_[c], gdb[2] += gx * d1_[c], gdb[3] += gy * d1_[c];
       }
       if (!own) continue;
       if (a_.grad_db)
         for (int i = 0; i < 4; ++i) a_.grad_db[pix * 4 + i] = gdb[i];
-      if (!a_.grad_rast) continue;
       // Four pixels at a time while their grad_out rows are in L1; the last few one by one.
       const int64_t first = pix - (pix - own_b) % 4;
       if (pix - first == 3) {
