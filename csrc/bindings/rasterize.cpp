@@ -107,9 +107,7 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   PR_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
                     " are too many pixels for one call; split the batch");
   check_host_memory(kOp, pos, (output_db ? 2 : 1) * bytes_of({g.num_images, height, width, 4}));  // rast, rast_db
-  // Not on huge pages: both threads write every 2 MiB of the image (tiles side by side), and would queue on each
-  // huge page's first fault while one of them zeroes it (1k triangles at 4096^2, four runs each: 51-63 ms on 4 KiB
-  // pages, 53-82 ms on huge pages).
+  // Plain allocations: the CPU core asks for huge pages for them itself, just before shading (rasterize_cpu.cpp).
   auto rast = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
   auto rast_db = facade::new_empty(pos, {g.num_images, height, width, output_db ? 4 : 0}, Dtype::Float);
   if (peel_prev.has_value()) {
