@@ -77,12 +77,20 @@ void chunked_scatter(int64_t n, float* dest, int64_t size, int num_chunks, const
     for (int64_t c = b; c < e; ++c)
       body(n * c / num_chunks, n * (c + 1) / num_chunks, !wide && c == 0 ? (Acc*)dest : first_copy + c * size);
   });
+  // Each element's sum is dest, then the copies in chunk order; worked out a block of elements at a time, copy
+  // after copy, so that the loops vectorise (the same additions in the same order as element after element).
   if (copies > 0)
     pfor(size, 1 << 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        Acc sum = dest[i];
-        for (int c = wide ? 0 : 1; c < num_chunks; ++c) sum += first_copy[c * size + i], first_copy[c * size + i] = 0;
-        dest[i] = (float)sum;
+      constexpr int64_t kBlock = 512;
+      Acc sum[kBlock];
+      for (int64_t i0 = b; i0 < e; i0 += kBlock) {
+        const int64_t m = std::min(kBlock, e - i0);
+        for (int64_t j = 0; j < m; ++j) sum[j] = dest[i0 + j];
+        for (int c = wide ? 0 : 1; c < num_chunks; ++c) {
+          Acc* __restrict copy = first_copy + c * size + i0;
+          for (int64_t j = 0; j < m; ++j) sum[j] += copy[j], copy[j] = 0;
+        }
+        for (int64_t j = 0; j < m; ++j) dest[i0 + j] = (float)sum[j];
       }
     });
   if (extra.size * sizeof(Acc) > kKeptScatterBytes) extra.release();
