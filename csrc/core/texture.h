@@ -213,6 +213,7 @@ PR_HD float bilinear_weight(const TapFrac& f, int k) {
 // -1 means "outside, reads zero".
 PR_HD int boundary_index(float i, int size, int mode) {
   if (mode == kBoundaryWrap) {
+    if (i >= 0.0f && i < (float)size) return (int)i;  // fmodf's answer too, without the libm call
     float r = fmodf(i, (float)size);
     if (r < 0.0f) r += (float)size;
     const int k = (int)r;
