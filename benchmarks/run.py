@@ -9,9 +9,11 @@ Each benchmarks/bench_<op>.py defines cases(device, quick) yielding dicts with k
     name      row label, e.g. "rasterize 100k tris 1024^2 b1"
     forward   callable running the op once and returning its outputs
     inputs    tensors requiring grad (backward is timed only when present)
-The backward is timed as torch.autograd.backward(float outputs, fixed random gradients of their shapes): what a
-loss hands the op, so that the time is the op's backward and not that of building a loss's gradient (the gradient
-of out.sum() is a broadcast scalar that must first be written out in full, as large as the output).
+The forward is timed in a loop of forward calls. The backward is timed on its own inside a loop of training steps
+(forward, then torch.autograd.backward(float outputs, fixed random gradients of their shapes)): what a loss hands
+the op, so that the time is the op's backward and not that of building a loss's gradient (the gradient of
+out.sum() is a broadcast scalar that must first be written out in full, as large as the output). Each figure is
+the median over at least 1 s of calls (0.2 s with --quick).
 """
 import argparse
 import glob
@@ -32,7 +34,10 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def timeit(fn, device, min_time=0.2, max_reps=50):
+def timeit(fn, device, min_time=1.0, max_reps=50):
+    """Median ms of fn's calls, repeated for at least min_time s (and three calls): on the CPU a call that takes
+    fresh memory from the kernel sometimes waits for it to find huge pages, so a few calls' median is not enough.
+    fn returns None (the call is timed) or a tuple of seconds it timed itself (the median of each is returned)."""
     t0 = time.perf_counter()
     fn()  # warm-up (allocator, caches)
     sync(device)
@@ -42,11 +47,11 @@ def timeit(fn, device, min_time=0.2, max_reps=50):
     start = time.perf_counter()
     while len(times) < max_reps and (time.perf_counter() - start < min_time or len(times) < min(3, max_reps)):
         t0 = time.perf_counter()
-        fn()
+        parts = fn()
         sync(device)
-        times.append(time.perf_counter() - t0)
-    times.sort()
-    return 1000 * times[len(times) // 2]
+        times.append((time.perf_counter() - t0,) if parts is None else parts)
+    medians = tuple(1000 * sorted(column)[len(column) // 2] for column in zip(*times))
+    return medians[0] if len(medians) == 1 else medians
 
 
 def differentiable(out):
@@ -54,20 +59,28 @@ def differentiable(out):
     return [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
 
 
-def run_case(case, device):
-    row = {"name": case["name"], "device": device, "forward_ms": timeit(case["forward"], device)}
+def run_case(case, device, min_time=1.0):
+    def forward():
+        case["forward"]()
+
+    row = {"name": case["name"], "device": device, "forward_ms": timeit(forward, device, min_time)}
     inputs = case.get("inputs")
     if inputs:
         gen = torch.Generator(device=inputs[0].device).manual_seed(0)
         grads = [torch.randn(o.shape, generator=gen, device=o.device) for o in differentiable(case["forward"]())]
 
-        def fwd_bwd():
+        def step():
             for t in inputs:
                 t.grad = None
-            torch.autograd.backward(differentiable(case["forward"]()), grads)
+            t0 = time.perf_counter()
+            outs = differentiable(case["forward"]())
+            sync(device)
+            t1 = time.perf_counter()
+            torch.autograd.backward(outs, grads)
+            sync(device)
+            return time.perf_counter() - t0, time.perf_counter() - t1
 
-        row["forward_backward_ms"] = timeit(fwd_bwd, device)
-        row["backward_ms"] = max(row["forward_backward_ms"] - row["forward_ms"], 0.0)
+        row["forward_backward_ms"], row["backward_ms"] = timeit(step, device, min_time)
     return row
 
 
@@ -110,7 +123,7 @@ def main():
         for device in a.device:
             for case in mod.cases(device, a.quick):
                 try:
-                    row = run_case(case, device)
+                    row = run_case(case, device, 0.2 if a.quick else 1.0)
                 except (RuntimeError, MemoryError) as e:  # e.g. out of memory on the largest scenes
                     row = {"name": case["name"], "device": device, "error": str(e).splitlines()[0]}
                 rows.append(row)
