@@ -209,11 +209,15 @@ PR_HD float bilinear_weight(const TapFrac& f, int k) {
   return ((k & 1) ? f.fx : 1.0f - f.fx) * ((k & 2) ? f.fy : 1.0f - f.fy);
 }
 
-// Index of the texel at integer-valued coordinate i along an axis of `size` texels under a 2D boundary mode;
-// -1 means "outside, reads zero".
+// Index of the texel at integer-valued coordinate i (a floor, or a floor + 1) along an axis of `size` texels under
+// a 2D boundary mode; -1 means "outside, reads zero".
 PR_HD int boundary_index(float i, int size, int mode) {
   if (mode == kBoundaryWrap) {
-    if (i >= 0.0f && i < (float)size) return (int)i;  // fmodf's answer too, without the libm call
+    // Within int range the remainder in int is fmodf's, which is exact for integers, without the libm call.
+    if (i >= -2147483648.0f && i < 2147483648.0f) {
+      const int k = (int)i % size;
+      return k < 0 ? k + size : k;
+    }
     float r = fmodf(i, (float)size);
     if (r < 0.0f) r += (float)size;
     const int k = (int)r;
