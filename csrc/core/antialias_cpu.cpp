@@ -72,8 +72,8 @@ void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int
   if (!a.grad_pos) return;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
   const bool wide = wide_scatter(pixels * 4, pos_size, num_chunks, kKeptScatterBytes);
-  // Bands cost a pass over the pairs' kept additions per thread; copies, a few passes over pos.
-  if (!wide && num_chunks > 1 && pos_size > 16 * pixels * (int64_t)(num_chunks - 1))
+  // Bands cost every thread a pass over the pairs' kept additions.
+  if (!wide && bands_over_copies(pos_size, pixels, num_chunks))
     return scatter_in_bands(a, pixels, pos_size, num_chunks, pfor);
   chunked_scatter(wide, pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, auto* g) {
     for (int64_t pix = b; pix < e; ++pix)

@@ -112,7 +112,7 @@ class RunScatter {
       InterpPixel p = ring_[pix % (2 * kAhead)];
       const int64_t end = run_end(pix, e);
       bool in[3];
-      for (int j = 0; j < 3; ++j) in[j] = p.row[j] >= s_.band_begin && p.row[j] < s_.band_end;
+      for (int j = 0; j < 3; ++j) in[j] = in_band(p.row[j]);
       const bool adds = in[0] || in[1] || in[2];
       if (!adds && (end <= s_.own_begin || pix >= s_.own_end)) {
         pix = end;
@@ -135,6 +135,8 @@ class RunScatter {
   }
 
  private:
+  bool in_band(int64_t row) const { return row >= s_.band_begin && row < s_.band_end; }
+
   // Whether this share writes pix's grad_rast and grad_db (as interp_backward_pixel, none without grad_rast).
   bool writes(int64_t pix) const { return a_.grad_rast && pix >= s_.own_begin && pix < s_.own_end; }
 
@@ -155,7 +157,7 @@ class RunScatter {
     if (!hits_[pix % (2 * kAhead)]) return;
     for (int j = 0; j < 3; ++j)
       for (int64_t c = 0; c < a_.num_attrs; c += 16) {
-        if (p.row[j] >= s_.band_begin && p.row[j] < s_.band_end) __builtin_prefetch(g_ + p.row[j] + c, 1);
+        if (in_band(p.row[j])) __builtin_prefetch(g_ + p.row[j] + c, 1);
         if (writes(pix)) __builtin_prefetch(a_.attr + p.row[j] + c, 0);
       }
   }
@@ -278,10 +280,10 @@ void interpolate_backward_cpu(const InterpArgs& a, const ParallelFor& pfor, int 
   const int wide_chunks = (int)std::max<int64_t>(1, std::min<int64_t>(num_chunks, max_extra_bytes / (size * 8)));
   const bool wide = wide_scatter(a.num_pixels * a.num_attrs, attr_size, wide_chunks, max_extra_bytes);
   const int chunks = wide ? wide_chunks : (int)std::min<int64_t>(num_chunks, 1 + max_extra_bytes / (size * 4));
-  // Bands cost every extra thread a walk over all pixels (their triangles' indices miss the cache, some 16
-  // elements' worth of summing copies); copies cost a few passes over grad_attr, or, when none fits, run serially.
+  // A pixel's walk costs some 16 elements' worth of summing copies (its triangle's indices miss the cache); when no
+  // copy fits, copies would run serially.
   if (!wide && num_chunks > 1 && a.num_pixels >= 4096 &&
-      (chunks == 1 || attr_size > 16 * a.num_pixels * (int64_t)(num_chunks - 1)))
+      (chunks == 1 || bands_over_copies(attr_size, a.num_pixels, num_chunks)))
     return scatter_in_bands(a, attr_size, num_chunks, pfor);
   chunked_scatter(wide, a.num_pixels, a.grad_attr, attr_size, chunks, pfor,
                   [&](int64_t b, int64_t e, auto* g) { RunScatter(a, g, Share{b, e, 0, attr_size}).pixels(b, e); });

@@ -24,6 +24,13 @@ inline bool wide_scatter(int64_t n, int64_t size, int num_chunks, int64_t max_by
   return size <= n && (double)size * sizeof(double) * std::max(num_chunks, 1) <= (double)max_bytes;
 }
 
+// Whether a gradient of `size` elements is better split into one band of it per thread, every thread walking all n
+// items, than copied once per extra chunk and the copies summed: when it exceeds some 16 elements per item and
+// extra thread (a copy costs a few passes over the gradient, a band every extra thread a walk over the items).
+inline bool bands_over_copies(int64_t size, int64_t n, int num_chunks) {
+  return num_chunks > 1 && size > 16 * n * (int64_t)(num_chunks - 1);
+}
+
 // The spare copies, on huge pages: a scatter's additions land all over them, and with 4 KiB pages many would also
 // miss the TLB (a 1024^2 RGB texture's double copy spans 6k such pages).
 template <class Acc>
