@@ -150,6 +150,21 @@ def test_released_lock_names_no_holder(tmp_path):
     assert lock.holder() is None
 
 
+def test_unreadable_lock_names_no_holder(tmp_path, monkeypatch):
+    """Another user's lock file that this user may not read: no holder to name, and no error."""
+    path = tmp_path / "k.lock"
+    path.write_text("123\n")
+    real_open = open
+
+    def guarded(file, *args, **kwargs):
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", guarded)
+    assert _cache.BuildLock(str(path)).holder() is None
+
+
 def test_finding_a_copied_build_writes_nothing(tmp_path):
     (tmp_path / "built" / "k").mkdir(parents=True)
     (tmp_path / "built" / "k" / "plugin.so").write_text("x")

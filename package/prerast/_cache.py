@@ -69,12 +69,15 @@ class BuildLock:
         try:
             with open(self.path) as f:
                 pid = int(f.read().split()[0])
-            os.kill(pid, 0)
-            return pid
-        except PermissionError:  # alive, someone else's
-            return pid
         except (OSError, ValueError, IndexError):
             return None
+        try:
+            os.kill(pid, 0)
+        except PermissionError:  # alive, someone else's
+            pass
+        except OSError:
+            return None
+        return pid
 
     def acquire(self, timeout=None, on_wait=None, poll=0.1):
         """Take the lock; returns False if timeout (seconds) passed first. on_wait(holder_pid) is called once
