@@ -2,14 +2,16 @@
 # GPU check, for a machine with an NVIDIA GPU, torch (CUDA build) and a CUDA toolkit (nvcc) of the same major
 # version: builds and installs the wheel for the local torch and this GPU's arch, runs the CUDA-vs-CPU tests and
 # every op test and the fuzz suite on both devices, the benchmark, and a small case and the fuzz cases under
-# compute-sanitizer when it is installed. Writes its logs to ${GPU_CHECK_OUT:-gpu-check}/. Meant to finish within
-# 10 minutes on 16 cores.
+# compute-sanitizer when it is installed. Writes its logs to ${GPU_CHECK_OUT:-gpu-check}/. Every step after the
+# build fits what is left of GPU_CHECK_SECONDS (480 by default, counted from the start), so the whole check ends
+# inside a lease of that length, with the most important steps first.
 # PRERAST_WHEEL=path installs that wheel instead of building one (a stable-ABI wheel built elsewhere).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(mkdir -p "${GPU_CHECK_OUT:-gpu-check}" && cd "${GPU_CHECK_OUT:-gpu-check}" && pwd)
 mkdir -p "$out"
 PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1  # a step stopped at its limit still leaves what it printed
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export PATH="$CUDA_HOME/bin:$PATH"
 cap=$($PY -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())")
@@ -18,10 +20,18 @@ export MAX_JOBS=${MAX_JOBS:-$(nproc)}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/gpu.txt"
 echo "torch: $($PY -c 'import torch; print(torch.__version__)')  arch: $PRERAST_CUDA_ARCH_LIST"
 
-step() { echo; echo "=== $1 ($(date +%T))"; }
+step() { echo; echo "=== $1 ($(date +%T), $(left) s left)"; }
 status=0
 
 start=$(date +%s)
+deadline=$(( start + ${GPU_CHECK_SECONDS:-480} ))
+left() { echo $(( deadline - $(date +%s) )); }
+# The seconds a step may take: its cap $1, but no more than is left after keeping back $2 for later steps, and no
+# less than $3 (a step that matters more than those later ones).
+within() {
+  local n=$(( $(left) - ${2:-0} )) floor=${3:-1}
+  (( n > $1 )) && n=$1; (( n < floor )) && n=$floor; echo "$n"
+}
 if [ -n "${PRERAST_WHEEL:-}" ]; then
   step "install $PRERAST_WHEEL"
   wheel=$PRERAST_WHEEL
@@ -43,9 +53,16 @@ step "tests on CPU and CUDA"
 # with gradients captured in a CUDA graph, and the rasterizer's path for tile lists that overflow their capacity.
 # tests/fuzz: thousands of bad and extreme inputs per device, each op family in a child process of its own.
 # Spread over worker processes when pytest-xdist is there; a per-test limit when pytest-timeout is.
+# precompile refuses a C++ compiler with only a static libstdc++ (some toolchains under /opt are): Inductor builds
+# with $CXX, so point it at the system's g++ when that one has the shared library.
+shared_libstdcxx() { [ -e "$("$1" -print-file-name=libstdc++.so 2> /dev/null)" ]; }
+if ! shared_libstdcxx "${CXX:-g++}" && shared_libstdcxx /usr/bin/g++; then
+  echo "CXX=${CXX:-g++} has no shared libstdc++: Inductor uses /usr/bin/g++"; export CXX=/usr/bin/g++
+fi
 par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 12) && export OMP_NUM_THREADS=1
 $PY -c "import pytest_timeout" 2> /dev/null && par+=(--timeout 120)
-timeout 300 $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
+# SIGINT at the limit: pytest stops and still prints which tests failed so far.
+timeout -k 15 -s INT "$(within 270 150 120)" $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
   tests/test_custom_ops.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py tests/fuzz \
   --junitxml "$out/tests.xml" 2>&1 | tee "$out/tests.log" | tail -60
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
@@ -78,19 +95,21 @@ torch.cuda.synchronize()
 torch.cuda.synchronize()
 print("ok")
 PYEOF
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 $PY "$out/sanitize.py" 2>&1 | tail -20 | tee "$out/sanitizer.txt"
+  timeout "$(within 90 90)" compute-sanitizer --tool memcheck --error-exitcode 9 $PY "$out/sanitize.py" 2>&1 | tail -20 | tee "$out/sanitizer.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
   step "compute-sanitizer (memcheck) on the fuzz cases on CUDA"
   # The fuzz cases (tests/fuzz) in a seeded random order for as long as the budget allows, each process under
   # memcheck: a reported access error fails the case in progress. The cases that end in a device-side assert (each
   # needs a fresh process) are left to the test step above.
-  timeout 300 $PY tests/fuzz/fuzz_runner.py --device cuda --skip-device-asserts --timeout 120 --budget 180 \
+  fuzz_budget=$(within 210 110 10)  # no case starts after it; the one in progress may take its --timeout more
+  timeout "$(( fuzz_budget + 60 ))" $PY tests/fuzz/fuzz_runner.py --device cuda --skip-device-asserts --timeout 60 \
+    --budget "$fuzz_budget" \
     --prefix "compute-sanitizer --tool memcheck --error-exitcode 9" 2>&1 | tail -40 | tee "$out/fuzz-sanitizer.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 step "benchmark"
-timeout 100 $PY benchmarks/run.py --device cuda --json "$out/bench-cuda.json" | tee "$out/bench-cuda.txt"
-timeout 60 $PY benchmarks/run.py --device cuda cpu --quick --json "$out/bench-quick.json" | tee "$out/bench-quick.txt"
+timeout "$(within 60 20 20)" $PY benchmarks/run.py --device cuda --json "$out/bench-cuda.json" | tee "$out/bench-cuda.txt"
+timeout "$(within 30 0 10)" $PY benchmarks/run.py --device cuda cpu --quick --json "$out/bench-quick.json" | tee "$out/bench-quick.txt"
 step "done: status $status"
 exit $status

@@ -122,3 +122,43 @@ def test_dynamic_inference_artifact_serves_other_sizes(tmp_path):
         target = torch.rand(1, *res, 3)
         for got, want in zip(loaded(pos, tri, uv, tex, target), Renderer()(pos, tri, uv, tex, target)):
             torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def fake_compiler(folder, static_lib):
+    """A g++ stand-in that answers --version and -print-file-name (finding libstdc++.a when static_lib, never
+    libstdc++.so), and records any other call and fails."""
+    open(os.path.join(folder, "libstdc++.a"), "w").close()
+    path = os.path.join(folder, "fake-g++")
+    with open(path, "w") as f:
+        f.write(textwrap.dedent(f"""\
+            #!/bin/sh
+            case "$1" in
+              --version) echo "g++ (fake) 12"; exit 0;;
+              -print-file-name=libstdc++.a) {'echo "' + folder + '/libstdc++.a"' if static_lib else 'echo libstdc++.a'};;
+              -print-file-name=*) echo "${{1#-print-file-name=}}";;
+              *) echo "$*" >> "{folder}/compile-calls.log"; exit 1;;
+            esac
+            """))
+    os.chmod(path, 0o755)
+    return path
+
+
+def test_compiler_with_only_static_libstdcxx_is_refused_before_compiling(tmp_path):
+    import pytest
+    from render_scene import Renderer
+
+    compiler = fake_compiler(str(tmp_path), static_lib=True)
+    inputs = (*grid_scene(n=2), torch.rand(1, 8, 8, 3))
+    with torch._inductor.config.patch({"cpp.cxx": (compiler,)}):
+        with pytest.raises(RuntimeError, match="only a static libstdc\\+\\+.*CXX="):
+            prerast.precompile(Renderer(), inputs, tmp_path / "r.pt2")
+    assert not (tmp_path / "compile-calls.log").exists() and not (tmp_path / "r.pt2").exists()
+
+
+def test_compiler_without_libstdcxx_is_not_taken_for_a_static_one(tmp_path):
+    # A compiler that finds neither library (clang with libc++, say) is not the crashing kind.
+    from prerast._precompile import _static_only_libstdcxx
+
+    assert not _static_only_libstdcxx(fake_compiler(str(tmp_path), static_lib=False))
+    assert _static_only_libstdcxx(fake_compiler(str(tmp_path), static_lib=True))
+    assert not _static_only_libstdcxx(str(tmp_path / "no-such-compiler"))

@@ -13,6 +13,7 @@ Either artifact serves only the torch (and Triton) it was made with, and GPU ker
 """
 import importlib
 import os
+import subprocess
 import zipfile
 from unittest import mock
 
@@ -48,6 +49,37 @@ def _require_torch_api(training):
                            f"{torch.__version__} lacks; it needs torch >= {needed[1]}")
 
 
+def _static_only_libstdcxx(compiler):
+    """True when compiler can link libstdc++ only statically: `-print-file-name` finds libstdc++.a but answers
+    libstdc++.so with the bare name. (A compiler that uses no libstdc++, such as clang with libc++, finds neither.)"""
+    def find(name):
+        try:
+            out = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        found = out.stdout.strip()
+        return found if out.returncode == 0 and os.path.isabs(found) and os.path.exists(found) else None
+    return find("libstdc++.a") is not None and find("libstdc++.so") is None
+
+
+def _require_shared_libstdcxx():
+    """Inductor links what it compiles with the C++ compiler it finds. With only a static libstdc++, each compiled
+    library carries and exports its own copy, which the dynamic linker mixes with the process's libstdc++.so
+    symbol by symbol: such packages crash when loaded. Refuse before compiling instead."""
+    from torch._inductor import cpp_builder, exc  # (a heavy import, only here)
+
+    try:
+        compiler = cpp_builder.get_cpp_compiler()
+    except exc.InvalidCxxCompiler:
+        return  # Inductor says so itself, in its own words, when it needs the compiler
+    if _static_only_libstdcxx(compiler):
+        raise RuntimeError(
+            f"prerast.precompile: the C++ compiler {compiler!r} has only a static libstdc++ "
+            f"(`{compiler} -print-file-name=libstdc++.so` does not find a shared one). What Inductor builds with it "
+            f"carries its own copy of libstdc++, which crashes when loaded next to torch's. Point CXX at a compiler "
+            f"that links libstdc++ dynamically, e.g. CXX=/usr/bin/g++ (a distribution's g++), and run again.")
+
+
 def precompile(fn, example_inputs, path, training=False, dynamic=False):
     """Compile fn (a function or torch.nn.Module) for the tuple example_inputs and write one artifact to path.
 
@@ -58,6 +90,7 @@ def precompile(fn, example_inputs, path, training=False, dynamic=False):
     """
     _loader.require()
     _require_torch_api(training)
+    _require_shared_libstdcxx()
     example_inputs = tuple(example_inputs)
     path = os.fspath(path)
     if training:
