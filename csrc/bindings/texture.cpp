@@ -133,8 +133,8 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
                     shape_str(grad_out), ", expected ", shape_str(out_shape));
   g.grad_out = data<float>(grad_out);
   const auto none = [&] { return facade::new_empty(tex, {0}, Dtype::Float); };
-  // The level gradients are views of one zeroed buffer, back to back (as the CPU path needs). Without levels
-  // the texture's gradient is a tensor of its own: autograd would copy a view of a larger buffer.
+  // The level gradients are views of one zeroed buffer, back to back (as both paths need); without levels the
+  // texture's gradient is a tensor of its own.
   int64_t total = tex.numel();
   for (const Tensor& m : mip) total += m.numel();
   // Every level's gradient (the levels below 0 twice: they are copied out of the shared buffer), and uv's,
@@ -173,7 +173,9 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
         return texture_backward_cuda(g, s, ws.handle());
       });
   if (fold_mip) {
-    // Level 0 stays a view of the start of the buffer that also held the levels' gradients (a third more).
+    // Level 0 stays a view of the start of the buffer that also held the levels' gradients: autograd keeps that
+    // view as tex.grad, with the buffer (a third more than tex) until the gradient is freed or replaced. A copy
+    // would cost as much time as the fold itself, for memory that the backward needed at its peak anyway.
     // Level l's gradient (result[3 + l]) goes into level l - 1's (result[0] for level 0).
     for (int l = g.a.num_levels - 1; l > 0; --l) {
       const TexLevel& above = g.a.levels[l - 1];

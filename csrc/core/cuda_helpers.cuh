@@ -45,7 +45,11 @@ __device__ inline void add_grouped(T* p, T v) {
 // A float gradient of n elements summed in double on the device: the backward kernels add into acc (zeroed by
 // begin), and finish rounds it once into out. Millions of float atomics into one element (every pixel of a large
 // triangle adds into its three vertices) would lose digits; in double they do not. Where the work (contributions)
-// is smaller than the gradient, most elements get few contributions: acc stays null and kernels add into out.
+// is smaller than the gradient, most elements get few contributions: acc stays null and kernels add into out. So
+// does a gradient of over kMaxWideSumElements: a double copy of a gradient that large (2x its size, on top of it)
+// could exhaust the device where the float sums fit, and its elements get few contributions each on average.
+constexpr int64_t kMaxWideSumElements = int64_t(1) << 27;  // a 1 GiB double copy
+
 struct WideSum {
   double* acc = nullptr;
   float* out = nullptr;

@@ -59,7 +59,8 @@ struct TextureArgs {
 struct TextureGradArgs {
   TextureArgs a;
   const float* grad_out = nullptr;           // [N, H, W, C]
-  // Shaped like the levels, zero-initialised. The CPU path needs them back to back in one buffer, in order.
+  // Shaped like the levels, zero-initialised. Both paths need them back to back in one buffer, in order: they add
+  // at grad_levels[0] + a texel's index over all levels.
   float* grad_levels[kMaxMipLevels] = {};
   float* grad_uv = nullptr;                  // shaped like uv, zero-initialised; null: not wanted
   float* grad_uv_da = nullptr;               // likewise for uv_da
@@ -116,7 +117,7 @@ PR_HD void mip_down_adjoint_row(const float* grad_next, int sh, int sw, int C, f
   for (int x = x_begin; x < x_end; ++x, o += C) {
     const int px = sw == 1 ? 0 : (x / 2 < dw - 1 ? x / 2 : dw - 1);
     const float s = px == dw - 1 ? scale_last : scale;
-    const float* g = g_row + px * C;
+    const float* g = g_row + (int64_t)px * C;
     if (accumulate)
       for (int c = 0; c < C; ++c) o[c] += g[c] * s;
     else

@@ -59,15 +59,17 @@ const char* texture_backward_cuda(const TextureGradArgs& g, StreamHandle stream_
   int64_t offset[kMaxMipLevels] = {};
   for (int l = 1; l < a.num_levels; ++l) offset[l] = offset[l - 1] + level_elements(a, l - 1);
   const unsigned grid = grid_for(a.num_pixels, 256);
-  if (!wide_texture_sums(a)) {
+  // In double where texels get many contributions (the CPU's rule), unless the copy would be too large.
+  WideSum sum;
+  if (wide_texture_sums(a))
+    PR_CUDA_TRY_MSG(wide_sum_begin(sum, g.grad_levels[0], gradient_elements(a), gradient_elements(a), ws, stream));
+  if (!sum.acc) {
     AtomicAdd<float> add{g.grad_levels[0], {}};
     for (int l = 0; l < a.num_levels; ++l) add.offset[l] = offset[l];
     backward_kernel<<<grid, 256, 0, stream>>>(g, add);
     PR_CUDA_TRY(cudaGetLastError());
     return nullptr;
   }
-  WideSum sum;
-  PR_CUDA_TRY_MSG(wide_sum_begin(sum, g.grad_levels[0], gradient_elements(a), gradient_elements(a), ws, stream));
   AtomicAdd<double> add{sum.acc, {}};
   for (int l = 0; l < a.num_levels; ++l) add.offset[l] = offset[l];
   backward_kernel<<<grid, 256, 0, stream>>>(g, add);

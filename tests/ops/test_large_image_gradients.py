@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import prerast
+from conftest import requires_cuda
 from reference import pixel_centers
 
 SIZE = 8192
@@ -84,3 +85,21 @@ def test_texture_gradient_of_a_magnified_texture(device, upstream):
     want = np.array([[np.sum(g * (1 - fx) * (1 - fy)), np.sum(g * fx * (1 - fy))],
                      [np.sum(g * (1 - fx) * fy), np.sum(g * fx * fy)]])
     assert relative_error(grad[0, :, :, 0].double().cpu().numpy(), want) < 1e-5
+
+
+@requires_cuda
+def test_texture_gradient_too_large_for_a_double_copy():
+    # 4100 x 8192 x 4 texels (past 2^27, the largest gradient CUDA copies into double) under 11600^2 pixels: as
+    # many contributions as texels, so double sums would be chosen; the gradient falls back to float sums instead of
+    # a 1 GiB copy. Bilinear weights with wrap addressing sum to 1: each channel's gradient sums to grad_out's.
+    tex = torch.zeros(1, 4100, 8192, 4, device="cuda", requires_grad=True)
+    uv = torch.rand(1, 11600, 11600, 2, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
+    out = prerast.texture(tex, uv, filter_mode="linear", boundary_mode="wrap")
+    del uv
+    g = torch.rand_like(out)
+    (grad,) = torch.autograd.grad(out, tex, g)
+    del out
+    want = g.double().sum((0, 1, 2))
+    got = grad.double().sum((0, 1, 2))
+    assert torch.isfinite(grad).all()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=0)
