@@ -77,10 +77,6 @@ def clipped_pixel_bbox(p, W, H):
     return (x0, y0, x1, y1) if x0 <= x1 and y0 <= y1 else None
 
 
-def _cross(a, b):
-    return [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
-
-
 def _dot(a, b):
     return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
@@ -110,20 +106,21 @@ def tri_setup(p, W, H):
     if not abs(d) > 1e-14 * n[0] * n[1] * n[2]:
         return None
     sg = f32(1) if d > 0 else f32(-1)
-    r = [_cross(v[1], v[2]), _cross(v[2], v[0]), _cross(v[0], v[1])]
     bw_exp = [ei - min(e) for ei in e]
     s = {"a": [], "b": [], "c": [], "tol": [], "v": v, "sg": sg, "bw_exp": bw_exp,
          "bw": [f32(2.0 ** -k) for k in bw_exp]}
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(3):
-            a, b, c = sg * r[i][0], sg * r[i][1], sg * r[i][2]
+            P, Q = d64[(i + 1) % 3], d64[(i + 2) % 3]  # the rows in double (exact products), rounded once
+            ra, rb, rc = P[1] * Q[2] - P[2] * Q[1], P[2] * Q[0] - P[0] * Q[2], P[0] * Q[1] - P[1] * Q[0]
+            a, b, c = f32(float(sg) * ra), f32(float(sg) * rb), f32(float(sg) * rc)
             if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
                 return None
-            P, Q = v[(i + 1) % 3], v[(i + 2) % 3]
             mag = (abs(P[1] * Q[2]) + abs(P[2] * Q[1]) + abs(P[2] * Q[0]) + abs(P[0] * Q[2]) + abs(P[0] * Q[1])
                    + abs(P[1] * Q[0]))
+            total = float(abs(a)) + float(abs(b)) + float(abs(c))
             s["a"].append(a), s["b"].append(b), s["c"].append(c)
-            s["tol"].append(f32(1e-6) * (mag + abs(a) + abs(b) + abs(c)))
+            s["tol"].append(f32(2.0 ** -21 * total + 2.0 ** -46 * mag + 2.0 ** -120))
         inv = 1.0 / abs(d)
         s["z"] = [f32(float(p[i, 2]) * inv) for i in range(3)]
     if not all(np.isfinite(z) for z in s["z"]):

@@ -160,19 +160,27 @@ PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, Tri
   double n0 = sqrt((double)dot3(v0, v0)), n1 = sqrt((double)dot3(v1, v1)), n2 = sqrt((double)dot3(v2, v2));
   if (!(fabs(d) > 1e-14 * n0 * n1 * n2)) return false;
   const float sg = d > 0 ? 1.0f : -1.0f;
-  V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
   const V3 vs[3] = {v0, v1, v2};
   s.sg = sg;
   for (int i = 0; i < 3; ++i) {
-    s.a[i] = sg * r[i].x, s.b[i] = sg * r[i].y, s.c[i] = sg * r[i].z;
+    // The row r_i = v_j x v_k in double, where the products of floats are exact, rounded once: computed in float,
+    // the difference of two products near 1 would keep only an absolute 2^-24 of precision, which for a triangle
+    // a few pixels across at 4096^2 (edge values near 1e-6) is percents of its barycentrics and depth.
+    const V3 p = vs[(i + 1) % 3], q = vs[(i + 2) % 3];
+    const double ra = (double)p.y * q.z - (double)p.z * q.y;
+    const double rb = (double)p.z * q.x - (double)p.x * q.z;
+    const double rc = (double)p.x * q.y - (double)p.y * q.x;
+    s.a[i] = (float)(sg * ra), s.b[i] = (float)(sg * rb), s.c[i] = (float)(sg * rc);
     if (!isfinite(s.a[i]) || !isfinite(s.b[i]) || !isfinite(s.c[i])) return false;
     s.v[i][0] = vs[i].x, s.v[i][1] = vs[i].y, s.v[i][2] = vs[i].z;
-    // Rounding of the cross product (two products and a difference per component) and of the evaluation
-    // (|px|, |py| <= ~1): a generous multiple of 2^-24 times the magnitudes involved.
-    const V3 p = vs[(i + 1) % 3], q = vs[(i + 2) % 3];
-    float mag = fabsf(p.y * q.z) + fabsf(p.z * q.y) + fabsf(p.z * q.x) + fabsf(p.x * q.z) + fabsf(p.x * q.y) +
-                fabsf(p.y * q.x);
-    s.tol[i] = 1e-6f * (mag + fabsf(s.a[i]) + fabsf(s.b[i]) + fabsf(s.c[i]));
+    // edge_eval against edge_test's double value: rounding the row (2^-24 of each entry) and the float evaluation
+    // (|px|, |py| <= 1: under 3 * 2^-24 of |a| + |b| + |c|) come to under 4 * 2^-24 of that sum; the double
+    // value is off by a few 2^-53 of the products' magnitudes. tol is twice the sum of both bounds, with a floor
+    // for subnormal rows.
+    const double mag = fabs((double)p.y * q.z) + fabs((double)p.z * q.y) + fabs((double)p.z * q.x) +
+                       fabs((double)p.x * q.z) + fabs((double)p.x * q.y) + fabs((double)p.y * q.x);
+    const double sum = (double)fabsf(s.a[i]) + fabsf(s.b[i]) + fabsf(s.c[i]);
+    s.tol[i] = (float)(0x1p-21 * sum + 0x1p-46 * mag + 0x1p-120);
   }
   return true;
 }
@@ -319,11 +327,20 @@ PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, Grad
   }
   const float *q0 = n.p[0], *q1 = n.p[1], *q2 = n.p[2];
   V3 v0{q0[0], q0[1], q0[3]}, v1{q1[0], q1[1], q1[3]}, v2{q2[0], q2[1], q2[3]};
-  V3 r[3] = {cross3(v1, v2), cross3(v2, v0), cross3(v0, v1)};
-  float det = dot3(v0, r[0]);
-  bool ok = det != 0.0f;
+  // The adjugate and det M in double (as the forward's rows), rounded once: in float a small triangle's rows and
+  // det would keep only an absolute 2^-24 of their precision.
+  const V3 vs[3] = {v0, v1, v2};
+  double r[3][3];
   for (int i = 0; i < 3; ++i) {
-    g.K[i][0] = r[i].x / det, g.K[i][1] = r[i].y / det, g.K[i][2] = r[i].z / det;
+    const V3 p = vs[(i + 1) % 3], q = vs[(i + 2) % 3];
+    r[i][0] = (double)p.y * q.z - (double)p.z * q.y;
+    r[i][1] = (double)p.z * q.x - (double)p.x * q.z;
+    r[i][2] = (double)p.x * q.y - (double)p.y * q.x;
+  }
+  const double det = ((double)v0.x * r[0][0] + (double)v0.y * r[0][1]) + (double)v0.z * r[0][2];
+  bool ok = det != 0.0;
+  for (int i = 0; i < 3; ++i) {
+    for (int c = 0; c < 3; ++c) g.K[i][c] = (float)(r[i][c] / det);
     ok = ok && isfinite(g.K[i][0]) && isfinite(g.K[i][1]) && isfinite(g.K[i][2]);
   }
   for (int i = 0; i < 3; ++i)
