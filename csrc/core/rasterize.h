@@ -338,9 +338,10 @@ PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, Grad
     r[i][2] = (double)p.x * q.y - (double)p.y * q.x;
   }
   const double det = ((double)v0.x * r[0][0] + (double)v0.y * r[0][1]) + (double)v0.z * r[0][2];
+  const double inv = 1.0 / det;  // one division (the CUDA backward does this per pixel)
   bool ok = det != 0.0;
   for (int i = 0; i < 3; ++i) {
-    for (int c = 0; c < 3; ++c) g.K[i][c] = (float)(r[i][c] / det);
+    for (int c = 0; c < 3; ++c) g.K[i][c] = (float)(r[i][c] * inv);
     ok = ok && isfinite(g.K[i][0]) && isfinite(g.K[i][1]) && isfinite(g.K[i][2]);
   }
   for (int i = 0; i < 3; ++i)
