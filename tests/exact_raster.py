@@ -110,17 +110,6 @@ def tri_setup(p, W, H):
     s = {"a": [], "b": [], "c": [], "tol": [], "v": v, "sg": sg, "bw_exp": bw_exp,
          "bw": [f32(2.0 ** -k) for k in bw_exp]}
     with np.errstate(over="ignore", invalid="ignore"):
-        for i in range(3):
-            P, Q = d64[(i + 1) % 3], d64[(i + 2) % 3]  # the rows in double (exact products), rounded once
-            ra, rb, rc = P[1] * Q[2] - P[2] * Q[1], P[2] * Q[0] - P[0] * Q[2], P[0] * Q[1] - P[1] * Q[0]
-            a, b, c = f32(float(sg) * ra), f32(float(sg) * rb), f32(float(sg) * rc)
-            if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
-                return None
-            mag = (abs(P[1] * Q[2]) + abs(P[2] * Q[1]) + abs(P[2] * Q[0]) + abs(P[0] * Q[2]) + abs(P[0] * Q[1])
-                   + abs(P[1] * Q[0]))
-            total = float(abs(a)) + float(abs(b)) + float(abs(c))
-            s["a"].append(a), s["b"].append(b), s["c"].append(c)
-            s["tol"].append(f32(2.0 ** -21 * total + 2.0 ** -46 * mag + 2.0 ** -120))
         inv = 1.0 / abs(d)
         s["z"] = [f32(float(p[i, 2]) * inv) for i in range(3)]
     if not all(np.isfinite(z) for z in s["z"]):
@@ -128,6 +117,23 @@ def tri_setup(p, W, H):
     box = clipped_pixel_bbox(p.astype(np.float32), W, H)
     if box is None:
         return None
+    x0, y0, x1, y1 = box
+    # set_edge_origin about the box's central pixel centre: rows in double (exact products), rounded once.
+    ox, oy = pixel_center_ndc((x0 + x1) // 2, W), pixel_center_ndc((y0 + y1) // 2, H)
+    s["ox"], s["oy"] = ox, oy
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i in range(3):
+            P, Q = d64[(i + 1) % 3], d64[(i + 2) % 3]
+            ra, rb, rc = P[1] * Q[2] - P[2] * Q[1], P[2] * Q[0] - P[0] * Q[2], P[0] * Q[1] - P[1] * Q[0]
+            a, b = f32(float(sg) * ra), f32(float(sg) * rb)
+            c = f32(float(sg) * ((ra * float(ox) + rb * float(oy)) + rc))
+            if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
+                return None
+            mag = (abs(P[1] * Q[2]) + abs(P[2] * Q[1]) + abs(P[2] * Q[0]) + abs(P[0] * Q[2]) + abs(P[0] * Q[1])
+                   + abs(P[1] * Q[0]))
+            size = 2.0 * float(abs(a)) + 2.0 * float(abs(b)) + float(abs(c))
+            s["a"].append(a), s["b"].append(b), s["c"].append(c)
+            s["tol"].append(f32(2.0 ** -20 * size + 2.0 ** -46 * mag + 2.0 ** -120))
     s["box"] = box
     return s
 
@@ -137,7 +143,8 @@ def pixel_center_ndc(i, size):
 
 
 def _edges(s, px, py):
-    return [(s["a"][i] * px + s["b"][i] * py) + s["c"][i] for i in range(3)]
+    dx, dy = px - s["ox"], py - s["oy"]
+    return [(s["a"][i] * dx + s["b"][i] * dy) + s["c"][i] for i in range(3)]
 
 
 def _attrs(s, px, py, W, H):

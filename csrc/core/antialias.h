@@ -123,13 +123,15 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
   TriSetup s;
   double det;
   NormTri nt;
-  if (!tri_edge_setup(base + (int64_t)idx[0] * 4, base + (int64_t)idx[1] * 4, base + (int64_t)idx[2] * 4, s, det,
-                      nt))
-    return false;
   const int64_t fx = c.front % a.width, fy = (c.front / a.width) % a.height;
   const int64_t bx = c.back % a.width, by = (c.back / a.width) % a.height;
   c.pf[0] = pixel_center_ndc((int)fx, a.width), c.pf[1] = pixel_center_ndc((int)fy, a.height);
   c.pb[0] = pixel_center_ndc((int)bx, a.width), c.pb[1] = pixel_center_ndc((int)by, a.height);
+  // The edge functions about the front pixel's centre (next to both points evaluated).
+  if (!tri_edge_setup(base + (int64_t)idx[0] * 4, base + (int64_t)idx[1] * 4, base + (int64_t)idx[2] * 4, s, det,
+                      nt) ||
+      !set_edge_origin(s, c.pf[0], c.pf[1]))
+    return false;
   int e = -1;
   float best = 0.0f;
   for (int i = 0; i < 3; ++i) {
@@ -141,7 +143,9 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
     if (e < 0 || t < best) e = i, best = t, c.lf = lf, c.lb = lb;
   }
   if (e < 0) return false;
-  const float n[3] = {s.a[e], s.b[e], s.c[e]};
+  double ra, rb, rc;  // edge e's row about the NDC origin, as edge_continues takes it
+  exact_row(s, e, ra, rb, rc);
+  const float n[3] = {(float)(s.sg * ra), (float)(s.sg * rb), (float)(s.sg * rc)};
   if (edge_continues(a, base, f, e, n)) return false;
   const int j = (e + 1) % 3, k = (e + 2) % 3;
   c.row[0] = (base - a.pos) + (int64_t)idx[j] * 4, c.row[1] = (base - a.pos) + (int64_t)idx[k] * 4;

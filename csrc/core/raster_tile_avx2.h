@@ -1,6 +1,6 @@
 // AVX2 shading of one (triangle, tile) pair: eight pixels of a row at a time, with the arithmetic of frag_eval.
 //
-// Each lane computes lambda_i = (a_i * px + b_i * py) + c_i, S and z/w with the same float operations in the
+// Each lane computes lambda_i = (a_i * (px - ox) + b_i * (py - oy)) + c_i, S and z/w with the same float operations in the
 // same order as edge_eval and frag_eval (separate multiplies and adds: AVX2 without FMA never contracts them),
 // so every lane's values are bit-identical to the scalar ones. Where lambda_i is within tol_i of 0 (or NaN) in
 // some lane, edge_test's double-precision re-decision is evaluated for the row in AVX2 double arithmetic, with
@@ -53,12 +53,8 @@ struct ExactEdge {
 };
 
 inline ExactEdge exact_edge(const TriSetup& s, int i) {
-  const float* p = s.v[(i + 1) % 3];
-  const float* q = s.v[(i + 2) % 3];
   ExactEdge e;
-  e.ra = (double)p[1] * q[2] - (double)p[2] * q[1];
-  e.rb = (double)p[2] * q[0] - (double)p[0] * q[2];
-  e.rc = (double)p[0] * q[1] - (double)p[1] * q[0];
+  exact_row(s, i, e.ra, e.rb, e.rc);
   e.sg = s.sg;
   const double a = s.sg * e.ra, b = s.sg * e.rb;
   e.tie_inside = a > 0.0 || (a == 0.0 && b > 0.0);
@@ -98,21 +94,22 @@ __attribute__((target("avx2"))) inline void draw_span_avx2(const TriSetup& s, in
     tol[i] = _mm256_set1_ps(s.tol[i]), ntol[i] = _mm256_set1_ps(-s.tol[i]);
     exact[i] = exact_edge(s, i);
   }
+  const __m256 ox = _mm256_set1_ps(s.ox);
   const __m256i id1 = _mm256_set1_epi32(s.tri + 1), item = _mm256_set1_epi32(setup_index);
   const int g0 = (sp.x0 - sp.xa) >> 3, g1 = (sp.x1 - sp.xa) >> 3;
   for (int y = sp.y0; y <= sp.y1; ++y) {
     const float py = pixel_center_ndc(y, H);
     __m256 bpy[3];
-    for (int i = 0; i < 3; ++i) bpy[i] = _mm256_set1_ps(s.b[i] * py);
+    for (int i = 0; i < 3; ++i) bpy[i] = _mm256_set1_ps(s.b[i] * (py - s.oy));
     for (int g = g0; g <= g1; ++g) {
       const int xg = sp.xa + 8 * g;
       // Lanes of the span: x0 <= x <= x1.
       const int lo = std::max(sp.x0 - xg, 0), hi = std::min(sp.x1 - xg, 7);
       int inside = (0xFF >> (7 - hi)) & (0xFF << lo) & 0xFF;
-      const __m256 px = _mm256_loadu_ps(px_ndc + xg);
+      const __m256 px = _mm256_loadu_ps(px_ndc + xg), dx = _mm256_sub_ps(px, ox);
       __m256 l[3];
       for (int i = 0; i < 3 && inside; ++i) {
-        l[i] = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(a[i], px), bpy[i]), c[i]);
+        l[i] = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(a[i], dx), bpy[i]), c[i]);
         // edge_test: far from 0 (|l| > tol), the float sign decides; otherwise (or NaN) the double value.
         const int far = _mm256_movemask_ps(
             _mm256_or_ps(_mm256_cmp_ps(l[i], tol[i], _CMP_GT_OQ), _mm256_cmp_ps(l[i], ntol[i], _CMP_LT_OQ)));
@@ -168,12 +165,14 @@ __attribute__((target("avx2"))) inline bool write_group_avx2(const TileKeys& t, 
   const float* s0 = (const float*)setups;
 #define PRERAST_FIELD(offset) _mm256_mask_i32gather_ps(zero, s0 + (offset), base, drawn, 4)
   const __m256 px = _mm256_loadu_ps(px_ndc + x), pyv = _mm256_set1_ps(py);
+  const __m256 dx = _mm256_sub_ps(px, PRERAST_FIELD(offsetof(TriSetup, ox) / 4));
+  const __m256 dy = _mm256_sub_ps(pyv, PRERAST_FIELD(offsetof(TriSetup, oy) / 4));
   __m256 a[3], b[3], w[3], L[3];
   for (int i = 0; i < 3; ++i) {
     a[i] = PRERAST_FIELD(offsetof(TriSetup, a) / 4 + i), b[i] = PRERAST_FIELD(offsetof(TriSetup, b) / 4 + i);
     w[i] = PRERAST_FIELD(offsetof(TriSetup, bw) / 4 + i);
     const __m256 c = PRERAST_FIELD(offsetof(TriSetup, c) / 4 + i);
-    const __m256 l = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(a[i], px), _mm256_mul_ps(b[i], pyv)), c);
+    const __m256 l = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(a[i], dx), _mm256_mul_ps(b[i], dy)), c);
     L[i] = _mm256_mul_ps(w[i], _mm256_max_ps(l, zero));  // inside_value: max_ps(-0, 0) and max_ps(NaN, 0) give 0
   }
 #undef PRERAST_FIELD

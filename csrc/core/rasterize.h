@@ -28,7 +28,8 @@ constexpr int64_t kRangeImagesPerCall = 256;  // range mode: images per core cal
 
 // Everything needed to evaluate one (image, triangle) work item at a pixel.
 struct TriSetup {
-  float a[3], b[3], c[3];  // lambda_i = a_i * px + b_i * py + c_i, sign-normalised so inside means >= 0
+  float a[3], b[3], c[3];  // lambda_i = a_i (px - ox) + b_i (py - oy) + c_i, sign-normalised: inside means >= 0
+  float ox, oy;            // the NDC point the edge functions are taken about (set_edge_origin)
   float tol[3];            // bound on the float rounding of lambda_i: closer to 0 is re-decided in double
   float v[3][3];           // the vertices' (x, y, w), for that double-precision re-evaluation
   float sg;                // sign(det M)
@@ -144,9 +145,10 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
   return x0 <= x1 && y0 <= y1;
 }
 
-// Fills the edge functions of s (a, b, c, tol, v, sg, bw) for vertices p0..2, n with the normalised vertices
-// and d = det M of those; returns false if the triangle can draw nothing for being non-finite or degenerate in
-// homogeneous space (zero area on screen). Antialiasing evaluates the rasterizer's coverage with this alone.
+// Fills s's vertices and orientation (v, sg, bw), n with the normalised vertices and d = det M of those; returns
+// false if the triangle can draw nothing for being non-finite or degenerate in homogeneous space (zero area on
+// screen). set_edge_origin then fills the edge functions. Antialiasing evaluates the rasterizer's coverage with
+// these two alone.
 PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d, NormTri& n) {
   if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
   normalise_vertices(p0, p1, p2, n);
@@ -159,28 +161,45 @@ PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, Tri
       (double)v0.z * ((double)v1.x * v2.y - (double)v1.y * v2.x);
   double n0 = sqrt((double)dot3(v0, v0)), n1 = sqrt((double)dot3(v1, v1)), n2 = sqrt((double)dot3(v2, v2));
   if (!(fabs(d) > 1e-14 * n0 * n1 * n2)) return false;
-  const float sg = d > 0 ? 1.0f : -1.0f;
+  s.sg = d > 0 ? 1.0f : -1.0f;
   const V3 vs[3] = {v0, v1, v2};
-  s.sg = sg;
+  for (int i = 0; i < 3; ++i) s.v[i][0] = vs[i].x, s.v[i][1] = vs[i].y, s.v[i][2] = vs[i].z;
+  return true;
+}
+
+// Row i of the adjugate of M, r_i = v_j x v_k (not sign-normalised), in double: the products of floats are exact
+// there, so the rows of a shared edge are exact negations of each other.
+PR_HD void exact_row(const TriSetup& s, int i, double& ra, double& rb, double& rc) {
+  const float* p = s.v[(i + 1) % 3];
+  const float* q = s.v[(i + 2) % 3];
+  ra = (double)p[1] * q[2] - (double)p[2] * q[1];
+  rb = (double)p[2] * q[0] - (double)p[0] * q[2];
+  rc = (double)p[0] * q[1] - (double)p[1] * q[0];
+}
+
+// The edge functions of s taken about the NDC point (ox, oy), |ox|, |oy| <= 1: a_i and b_i are the rounded rows and
+// c_i the value at (ox, oy), both computed in double. About a point near the triangle, an edge value is a sum of
+// products of the triangle's own size; taken about the NDC origin it would be the difference of products near 1,
+// whose float rounding for a triangle a few pixels across at 4096^2 (edge values near 1e-6) is percents of its
+// barycentrics and depth. Returns false if a row is not finite.
+PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy) {
+  s.ox = ox, s.oy = oy;
   for (int i = 0; i < 3; ++i) {
-    // The row r_i = v_j x v_k in double, where the products of floats are exact, rounded once: computed in float,
-    // the difference of two products near 1 would keep only an absolute 2^-24 of precision, which for a triangle
-    // a few pixels across at 4096^2 (edge values near 1e-6) is percents of its barycentrics and depth.
-    const V3 p = vs[(i + 1) % 3], q = vs[(i + 2) % 3];
-    const double ra = (double)p.y * q.z - (double)p.z * q.y;
-    const double rb = (double)p.z * q.x - (double)p.x * q.z;
-    const double rc = (double)p.x * q.y - (double)p.y * q.x;
-    s.a[i] = (float)(sg * ra), s.b[i] = (float)(sg * rb), s.c[i] = (float)(sg * rc);
+    double ra, rb, rc;
+    exact_row(s, i, ra, rb, rc);
+    s.a[i] = (float)(s.sg * ra), s.b[i] = (float)(s.sg * rb);
+    s.c[i] = (float)(s.sg * ((ra * ox + rb * oy) + rc));
     if (!isfinite(s.a[i]) || !isfinite(s.b[i]) || !isfinite(s.c[i])) return false;
-    s.v[i][0] = vs[i].x, s.v[i][1] = vs[i].y, s.v[i][2] = vs[i].z;
-    // edge_eval against edge_test's double value: rounding the row (2^-24 of each entry) and the float evaluation
-    // (|px|, |py| <= 1: under 3 * 2^-24 of |a| + |b| + |c|) come to under 4 * 2^-24 of that sum; the double
-    // value is off by a few 2^-53 of the products' magnitudes. tol is twice the sum of both bounds, with a floor
-    // for subnormal rows.
-    const double mag = fabs((double)p.y * q.z) + fabs((double)p.z * q.y) + fabs((double)p.z * q.x) +
-                       fabs((double)p.x * q.z) + fabs((double)p.x * q.y) + fabs((double)p.y * q.x);
-    const double sum = (double)fabsf(s.a[i]) + fabsf(s.b[i]) + fabsf(s.c[i]);
-    s.tol[i] = (float)(0x1p-21 * sum + 0x1p-46 * mag + 0x1p-120);
+    // edge_eval against edge_test's double value, for pixel centres (|px|, |py| <= 1, so |px - ox| <= 2):
+    // rounding the entries and px - ox, and the float evaluation, come to under 5 * 2^-24 of
+    // 2|a| + 2|b| + |c|; the double values are off by a few 2^-53 of the products' magnitudes. tol is over
+    // three times the first bound and far over the second, with a floor for subnormal values.
+    const float* p = s.v[(i + 1) % 3];
+    const float* q = s.v[(i + 2) % 3];
+    const double mag = fabs((double)p[1] * q[2]) + fabs((double)p[2] * q[1]) + fabs((double)p[2] * q[0]) +
+                       fabs((double)p[0] * q[2]) + fabs((double)p[0] * q[1]) + fabs((double)p[1] * q[0]);
+    const double size = 2.0 * fabsf(s.a[i]) + 2.0 * fabsf(s.b[i]) + fabsf(s.c[i]);
+    s.tol[i] = (float)(0x1p-20 * size + 0x1p-46 * mag + 0x1p-120);
   }
   return true;
 }
@@ -201,24 +220,25 @@ PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t 
   const float* p[3] = {n.p[0], n.p[1], n.p[2]};
   int x0, y0, x1, y1;
   if (!clipped_pixel_bbox(p, W, H, x0, y0, x1, y1)) return false;
+  // About the centre of the box: every pixel it evaluates lies within the box.
+  if (!set_edge_origin(s, pixel_center_ndc((x0 + x1) / 2, W), pixel_center_ndc((y0 + y1) / 2, H))) return false;
   s.x0 = x0, s.y0 = y0, s.x1 = x1, s.y1 = y1;
   return true;
 }
 
 // --- per-pixel evaluation -------------------------------------------------------------------------------
 
-PR_HD float edge_eval(const TriSetup& s, int i, float px, float py) { return (s.a[i] * px + s.b[i] * py) + s.c[i]; }
+PR_HD float edge_eval(const TriSetup& s, int i, float px, float py) {
+  return (s.a[i] * (px - s.ox) + s.b[i] * (py - s.oy)) + s.c[i];
+}
 
 // Is (px, py) on the inside of edge i, given its float value l? Values within rounding distance of 0 are
 // re-evaluated in double, where the rows of neighbouring triangles are still exact negations of each other:
 // this keeps coverage a partition even where several edges meet near a pixel centre (shared vertices).
 PR_HD bool edge_test(const TriSetup& s, int i, float l, float px, float py) {
   if (fabsf(l) > s.tol[i]) return l > 0.0f;
-  const float* p = s.v[(i + 1) % 3];
-  const float* q = s.v[(i + 2) % 3];
-  double ra = (double)p[1] * q[2] - (double)p[2] * q[1];
-  double rb = (double)p[2] * q[0] - (double)p[0] * q[2];
-  double rc = (double)p[0] * q[1] - (double)p[1] * q[0];
+  double ra, rb, rc;
+  exact_row(s, i, ra, rb, rc);
   double ld = s.sg * (((ra * px) + (rb * py)) + rc);
   double a = s.sg * ra, b = s.sg * rb;
   return ld > 0.0 || (ld == 0.0 && (a > 0.0 || (a == 0.0 && b > 0.0)));
@@ -283,7 +303,7 @@ PR_HD bool rect_may_cover(const TriSetup& s, float cx0, float cy0, float cx1, fl
   for (int i = 0; i < 3; ++i) {
     float px = s.a[i] > 0 ? cx1 : cx0, py = s.b[i] > 0 ? cy1 : cy0;
     float m = edge_eval(s, i, px, py);
-    float tol = 1e-5f * (fabsf(s.a[i]) + fabsf(s.b[i]) + fabsf(s.c[i]));
+    float tol = 1e-5f * (2.0f * fabsf(s.a[i]) + 2.0f * fabsf(s.b[i]) + fabsf(s.c[i]));
     if (m < -tol) return false;
   }
   return true;
