@@ -117,9 +117,11 @@ def tri_setup(p, W, H):
     box = clipped_pixel_bbox(p.astype(np.float32), W, H)
     if box is None:
         return None
-    x0, y0, x1, y1 = box
-    # set_edge_origin about the box's central pixel centre: rows in double (exact products), rounded once.
-    ox, oy = pixel_center_ndc((x0 + x1) // 2, W), pixel_center_ndc((y0 + y1) // 2, H)
+    # set_edge_origin about vertex 0 on screen (clamped to the NDC square; the NDC origin if w <= 0): rows in
+    # double (exact products), rounded once.
+    front = v[0][2] > 0
+    ox = min(max(v[0][0] / v[0][2], f32(-1)), f32(1)) if front else f32(0)
+    oy = min(max(v[0][1] / v[0][2], f32(-1)), f32(1)) if front else f32(0)
     s["ox"], s["oy"] = ox, oy
     with np.errstate(over="ignore", invalid="ignore"):
         for i in range(3):

@@ -127,10 +127,8 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
   const int64_t bx = c.back % a.width, by = (c.back / a.width) % a.height;
   c.pf[0] = pixel_center_ndc((int)fx, a.width), c.pf[1] = pixel_center_ndc((int)fy, a.height);
   c.pb[0] = pixel_center_ndc((int)bx, a.width), c.pb[1] = pixel_center_ndc((int)by, a.height);
-  // The edge functions about the front pixel's centre (next to both points evaluated).
   if (!tri_edge_setup(base + (int64_t)idx[0] * 4, base + (int64_t)idx[1] * 4, base + (int64_t)idx[2] * 4, s, det,
-                      nt) ||
-      !set_edge_origin(s, c.pf[0], c.pf[1]))
+                      nt))
     return false;
   int e = -1;
   float best = 0.0f;

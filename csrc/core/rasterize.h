@@ -4,8 +4,10 @@
 // (x, y, w), the adjugate rows r_i give edge functions lambda_i(px, py) = r_i . (px, py, 1). A pixel centre is
 // inside when all three lambda_i (normalised by sign(det M)) are >= 0 and their sum is > 0, which is exactly
 // "inside the triangle and w > 0". Triangles crossing w = 0 therefore need no geometric clipping; the only
-// clipping done is for the bounding box. Because r_i of a shared edge is bit-for-bit the negation of the
-// neighbour's, a top-left style tie rule gives watertight, non-overlapping coverage along shared edges.
+// clipping done is for the bounding box. Each triangle evaluates its edge functions in float about a point of its
+// own (set_edge_origin), for precision; a value within its rounding bound of 0 is re-decided in double from the
+// exact rows about the NDC origin (edge_test). There, r_i of a shared edge is bit-for-bit the negation of the
+// neighbour's, so a top-left style tie rule gives watertight, non-overlapping coverage along shared edges.
 //
 // Positions are homogeneous: s * (x, y, z, w) is the same point for any s > 0. Before any of this math, every
 // vertex is scaled by its own power of two 2^-e, chosen so that its largest |component| lies in [1, 2)
@@ -145,11 +147,14 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
   return x0 <= x1 && y0 <= y1;
 }
 
-// Fills s's vertices and orientation (v, sg, bw), n with the normalised vertices and d = det M of those; returns
-// false if the triangle can draw nothing for being non-finite or degenerate in homogeneous space (zero area on
-// screen). set_edge_origin then fills the edge functions. Antialiasing evaluates the rasterizer's coverage with
-// these two alone.
-PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d, NormTri& n) {
+PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy, bool tolerances = true);
+
+// Fills the edge functions of s (v, sg, bw, then a, b, c, tol about vertex 0's projection: set_edge_origin) for
+// vertices p0..2, n with the normalised vertices and d = det M of those; returns false if the triangle can draw
+// nothing for being non-finite or degenerate in homogeneous space (zero area on screen). Antialiasing evaluates
+// the rasterizer's coverage with this alone, and the backward takes its rows from it.
+PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d, NormTri& n,
+                          bool tolerances = true) {
   if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
   normalise_vertices(p0, p1, p2, n);
   barycentric_weights(n.e, s.bw, s.bw_exp);
@@ -164,7 +169,11 @@ PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, Tri
   s.sg = d > 0 ? 1.0f : -1.0f;
   const V3 vs[3] = {v0, v1, v2};
   for (int i = 0; i < 3; ++i) s.v[i][0] = vs[i].x, s.v[i][1] = vs[i].y, s.v[i][2] = vs[i].z;
-  return true;
+  // About vertex 0 on screen, within the NDC square (every pixel centre then lies within 2 of it), or about the
+  // NDC origin where vertex 0 is not in front of the camera (such a triangle is not small on screen).
+  const bool front = v0.z > 0.0f;
+  return set_edge_origin(s, front ? fminf(fmaxf(v0.x / v0.z, -1.0f), 1.0f) : 0.0f,
+                         front ? fminf(fmaxf(v0.y / v0.z, -1.0f), 1.0f) : 0.0f, tolerances);
 }
 
 // Row i of the adjugate of M, r_i = v_j x v_k (not sign-normalised), in double: the products of floats are exact
@@ -181,8 +190,8 @@ PR_HD void exact_row(const TriSetup& s, int i, double& ra, double& rb, double& r
 // c_i the value at (ox, oy), both computed in double. About a point near the triangle, an edge value is a sum of
 // products of the triangle's own size; taken about the NDC origin it would be the difference of products near 1,
 // whose float rounding for a triangle a few pixels across at 4096^2 (edge values near 1e-6) is percents of its
-// barycentrics and depth. Returns false if a row is not finite.
-PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy) {
+// barycentrics and depth. Returns false if a row is not finite. Without `tolerances` (the backward), tol is left.
+PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy, bool tolerances) {
   s.ox = ox, s.oy = oy;
   for (int i = 0; i < 3; ++i) {
     double ra, rb, rc;
@@ -190,6 +199,7 @@ PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy) {
     s.a[i] = (float)(s.sg * ra), s.b[i] = (float)(s.sg * rb);
     s.c[i] = (float)(s.sg * ((ra * ox + rb * oy) + rc));
     if (!isfinite(s.a[i]) || !isfinite(s.b[i]) || !isfinite(s.c[i])) return false;
+    if (!tolerances) continue;
     // edge_eval against edge_test's double value, for pixel centres (|px|, |py| <= 1, so |px - ox| <= 2):
     // rounding the entries and px - ox, and the float evaluation, come to under 5 * 2^-24 of
     // 2|a| + 2|b| + |c|; the double values are off by a few 2^-53 of the products' magnitudes. tol is over
@@ -220,8 +230,6 @@ PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t 
   const float* p[3] = {n.p[0], n.p[1], n.p[2]};
   int x0, y0, x1, y1;
   if (!clipped_pixel_bbox(p, W, H, x0, y0, x1, y1)) return false;
-  // About the centre of the box: every pixel it evaluates lies within the box.
-  if (!set_edge_origin(s, pixel_center_ndc((x0 + x1) / 2, W), pixel_center_ndc((y0 + y1) / 2, H))) return false;
   s.x0 = x0, s.y0 = y0, s.x1 = x1, s.y1 = y1;
   return true;
 }
@@ -322,64 +330,66 @@ PR_HD void tile_centres(int tx, int ty, int W, int H, float& cx0, float& cy0, fl
 // the barycentrics and (optionally) gdb of (du/dX, du/dY, dv/dX, dv/dY) at pixel centre (px, py).
 // With K = M^-1, lambda = K q, A_x = K e_x, A_y = K e_y, dL/dM = -K^T G K^T where G collects the gradients
 // of the three vectors against q, e_x, e_y.
-// It comes in two parts: frag_grad_tri (what depends on the triangle only: K) and frag_grad_pixel, so that a
-// loop over pixels of one triangle computes K once (GradTriCache).
+// It comes in two parts: frag_grad_tri (what depends on the triangle only) and frag_grad_pixel, so that a
+// loop over pixels of one triangle computes the first once (GradTriCache).
 //
 // M is that of the normalised vertices (see the top of this file), and the barycentrics are lambda weighted by
 // bw, i.e. the rows of K~ = diag(bw) K: with G the gradient to the rows of K~, dL/dM = -K~^T G K^T. The
 // gradient to an original vertex is that to its normalised one times 2^-e.
+//
+// The rows are the forward's own edge functions (tri_edge_setup), so that a pixel's lambda is bit for bit the
+// forward's barycentric numerator (one the forward found 0 on an edge is 0 here too) and a small triangle's keep
+// float precision. Those are taken about a point o and scaled by |det M|: with q' = q - (o, 0), they are the rows
+// of |det M| K' for K' = K T^-1 = (T M)^-1, where M' = T M has rows x - ox w, y - oy w and w. The formula is
+// homogeneous of degree 1 in the rows, so it gives |det M| dL/dM'; untranslate_grad and the per-vertex scale
+// (1 / |det M| times 2^-e) turn that into the gradient.
 struct GradTri {
-  float K[3][3];       // M^-1 of the normalised vertices' (x, y, w); zero where M is singular in float
-  float Kw[3][3];      // diag(bw) K
-  int16_t bw_exp[3];   // as in TriSetup
-  int e[3];            // the vertices' normalising exponents
-  float scale[3];      // 2^-e where that is a normal float, else 0 (then scaled through double)
+  float K[3][3];      // rows (a_i, b_i, c_i) of the forward's edge functions; zero for a degenerate triangle
+  float Kw[3][3];     // diag(bw) K
+  float bw[3];        // as in TriSetup
+  int16_t bw_exp[3];  // as in TriSetup
+  float ox, oy;       // o
+  double scale[3];    // 2^-e_b / |det M|: from |det M| dL/dM' (untranslated) to the gradient of vertex b
 };
 
 PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, GradTri& g) {
+  TriSetup s;
+  double d;
   NormTri n;
-  normalise_vertices(p0, p1, p2, n);
-  float bw[3];
-  barycentric_weights(n.e, bw, g.bw_exp);
-  for (int i = 0; i < 3; ++i) {
-    g.e[i] = n.e[i];
-    g.scale[i] = -n.e[i] >= -126 && -n.e[i] <= 127 ? pow2f(-n.e[i]) : 0.0f;
-  }
-  const float *q0 = n.p[0], *q1 = n.p[1], *q2 = n.p[2];
-  V3 v0{q0[0], q0[1], q0[3]}, v1{q1[0], q1[1], q1[3]}, v2{q2[0], q2[1], q2[3]};
-  // The adjugate and det M in double (as the forward's rows), rounded once: in float a small triangle's rows and
-  // det would keep only an absolute 2^-24 of their precision.
-  const V3 vs[3] = {v0, v1, v2};
-  double r[3][3];
-  for (int i = 0; i < 3; ++i) {
-    const V3 p = vs[(i + 1) % 3], q = vs[(i + 2) % 3];
-    r[i][0] = (double)p.y * q.z - (double)p.z * q.y;
-    r[i][1] = (double)p.z * q.x - (double)p.x * q.z;
-    r[i][2] = (double)p.x * q.y - (double)p.y * q.x;
-  }
-  const double det = ((double)v0.x * r[0][0] + (double)v0.y * r[0][1]) + (double)v0.z * r[0][2];
-  const double inv = 1.0 / det;  // one division (the CUDA backward does this per pixel)
-  bool ok = det != 0.0;
-  for (int i = 0; i < 3; ++i) {
-    for (int c = 0; c < 3; ++c) g.K[i][c] = (float)(r[i][c] * inv);
-    ok = ok && isfinite(g.K[i][0]) && isfinite(g.K[i][1]) && isfinite(g.K[i][2]);
-  }
-  for (int i = 0; i < 3; ++i)
-    for (int c = 0; c < 3; ++c) {
-      if (!ok) g.K[i][c] = 0.0f;
-      g.Kw[i][c] = bw[i] * g.K[i][c];
+  if (!tri_edge_setup(p0, p1, p2, s, d, n, false)) {
+    for (int i = 0; i < 3; ++i) {
+      for (int c = 0; c < 3; ++c) g.K[i][c] = g.Kw[i][c] = 0.0f;
+      g.bw[i] = 0.0f, g.bw_exp[i] = 0, g.scale[i] = 0.0;
     }
+    g.ox = g.oy = 0.0f;
+    return;
+  }
+  const double inv = 1.0 / fabs(d);
+  for (int i = 0; i < 3; ++i) {
+    g.K[i][0] = s.a[i], g.K[i][1] = s.b[i], g.K[i][2] = s.c[i];
+    for (int c = 0; c < 3; ++c) g.Kw[i][c] = s.bw[i] * g.K[i][c];
+    g.bw[i] = s.bw[i], g.bw_exp[i] = s.bw_exp[i];
+    g.scale[i] = inv * pow2d(-n.e[i]);
+  }
+  g.ox = s.ox, g.oy = s.oy;
 }
 
 // The gradient to the normalised vertices (x, y, w, as out[vertex][0, 1, 3]) is linear in G, the gradient to
-// the rows of K~ = Kw against (q, e_x, e_y) at one pixel: frag_grad_rows computes a pixel's G (and returns the sum
+// the rows of K~ = Kw against (q', e_x, e_y) at one pixel: frag_grad_rows computes a pixel's G (and returns the sum
 // of the weighted barycentrics S, which decides whether float was enough), frag_grad_apply turns G into the
 // gradient. A loop over the pixels of one triangle may sum G first and apply once (the CPU backward does).
+// K holds the float rows (lambda is evaluated as the forward's edge_eval and inside_value), w the weights in T,
+// (dx, dy) = (px, py) - o.
 template <class T>
-PR_HD T frag_grad_rows(const T Kw[3][3], T px, T py, int W, int H, T gu, T gv, const float* gdb, T G[3][3]) {
+PR_HD T frag_grad_rows(const float K[3][3], const T Kw[3][3], const T w[3], float dx, float dy, int W, int H, T gu,
+                       T gv, const float* gdb, T G[3][3]) {
   T lam[3], Ax[3], Ay[3];
-  for (int i = 0; i < 3; ++i) lam[i] = (Kw[i][0] * px + Kw[i][1] * py) + Kw[i][2], Ax[i] = Kw[i][0], Ay[i] = Kw[i][1];
-  T S = lam[0] + lam[1] + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
+  for (int i = 0; i < 3; ++i) {
+    // The forward's value (edge_eval, inside_value), differentiated as the linear function it is inside.
+    const float l = (K[i][0] * dx + K[i][1] * dy) + K[i][2];
+    lam[i] = w[i] * (T)inside_value(l), Ax[i] = Kw[i][0], Ay[i] = Kw[i][1];
+  }
+  T S = (lam[0] + lam[1]) + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
   // One division per pixel: the dozens of divisions by S and S^2 below cost more than the rest of the pixel.
   const T r = (T)1 / S, r2 = r * r;
   T u = lam[0] * r, v = lam[1] * r;
@@ -400,11 +410,11 @@ PR_HD T frag_grad_rows(const T Kw[3][3], T px, T py, int W, int H, T gu, T gv, c
       gy[j] = (g1 * ky * (e0 * S - lam[0]) + g3 * ky * (e1 * S - lam[1])) * r2;
     }
   }
-  for (int i = 0; i < 3; ++i) G[i][0] = gl[i] * px + gx[i], G[i][1] = gl[i] * py + gy[i], G[i][2] = gl[i];
+  for (int i = 0; i < 3; ++i) G[i][0] = gl[i] * (T)dx + gx[i], G[i][1] = gl[i] * (T)dy + gy[i], G[i][2] = gl[i];
   return S;
 }
 
-// dL/dM = -K~^T G K^T, as out[vertex][x, y, -, w] of the normalised vertices.
+// -K~^T G K^T, as out[vertex][x, y, -, w].
 template <class T>
 PR_HD void frag_grad_apply(const T K[3][3], const T Kw[3][3], const T G[3][3], T out[3][4]) {
   T Tm[3][3];  // G K^T
@@ -418,33 +428,43 @@ PR_HD void frag_grad_apply(const T K[3][3], const T Kw[3][3], const T G[3][3], T
   for (int b = 0; b < 3; ++b) out[b][2] = 0;  // z gets none
 }
 
+// The gradient for M from that for M' = T M (out[vertex][x, y, -, w]): x' = x - ox w and y' = y - oy w, so only
+// w's changes.
 template <class T>
-PR_HD T frag_grad_pixel_t(const T K[3][3], const T Kw[3][3], T px, T py, int W, int H, T gu, T gv,
-                          const float* gdb, T out[3][4]) {
+PR_HD void untranslate_grad(T out[3][4], T ox, T oy) {
+  for (int b = 0; b < 3; ++b) out[b][3] -= ox * out[b][0] + oy * out[b][1];
+}
+
+template <class T>
+PR_HD T frag_grad_pixel_t(const GradTri& g, const T K[3][3], const T Kw[3][3], const T w[3], float dx, float dy,
+                          int W, int H, T gu, T gv, const float* gdb, T out[3][4]) {
   T G[3][3];
-  const T S = frag_grad_rows(Kw, px, py, W, H, gu, gv, gdb, G);
-  frag_grad_apply(K, Kw, G, out);
+  const T S = frag_grad_rows<T>(g.K, Kw, w, dx, dy, W, H, gu, gv, gdb, G);
+  frag_grad_apply<T>(K, Kw, G, out);
+  untranslate_grad<T>(out, (T)g.ox, (T)g.oy);
   return S;
 }
 
 // The gradient to the original vertices (out[vertex][x, y, z, w]; z gets none) at pixel centre (px, py).
 PR_HD void frag_grad_pixel(const GradTri& g, float px, float py, int W, int H, float gu, float gv, const float* gdb,
                            float out[3][4]) {
+  const float dx = px - g.ox, dy = py - g.oy;
   float o[3][4];
-  const float S = frag_grad_pixel_t<float>(g.K, g.Kw, px, py, W, H, gu, gv, gdb, o);
-  if (S >= kMinWeightedSum) {
-    // Multiplying by a normal power of two rounds once, like scale_pow2.
+  const float S = frag_grad_pixel_t<float>(g, g.K, g.Kw, g.bw, dx, dy, W, H, gu, gv, gdb, o);
+  if (S >= kMinWeightedSum && all_finite(&o[0][0], 12)) {
     for (int b = 0; b < 3; ++b)
-      for (int k = 0; k < 4; ++k)
-        out[b][k] = g.scale[b] != 0.0f ? o[b][k] * g.scale[b] : scale_pow2(o[b][k], -g.e[b]);
+      for (int k = 0; k < 4; ++k) out[b][k] = (float)(o[b][k] * g.scale[b]);
   } else {
-    // Weights too far apart for float (or a point on the triangle's boundary where float rounding cancels S).
-    double K[3][3], Kw[3][3], od[3][4];
-    for (int i = 0; i < 3; ++i)
-      for (int c = 0; c < 3; ++c) K[i][c] = g.K[i][c], Kw[i][c] = pow2d(-g.bw_exp[i]) * K[i][c];
-    const double Sd = frag_grad_pixel_t<double>(K, Kw, px, py, W, H, gu, gv, gdb, od);
+    // Weights too far apart for float, a point on the triangle's boundary where float rounding cancels S, or
+    // terms in 1 / S^2 past float's range.
+    double K[3][3], Kw[3][3], w[3], od[3][4];
+    for (int i = 0; i < 3; ++i) {
+      w[i] = pow2d(-g.bw_exp[i]);
+      for (int c = 0; c < 3; ++c) K[i][c] = g.K[i][c], Kw[i][c] = w[i] * K[i][c];
+    }
+    const double Sd = frag_grad_pixel_t<double>(g, K, Kw, w, dx, dy, W, H, gu, gv, gdb, od);
     for (int b = 0; b < 3; ++b)
-      for (int k = 0; k < 4; ++k) out[b][k] = Sd > 0.0 ? (float)(od[b][k] * pow2d(-g.e[b])) : 0.0f;
+      for (int k = 0; k < 4; ++k) out[b][k] = Sd > 0.0 ? (float)(od[b][k] * g.scale[b]) : 0.0f;
   }
   for (int b = 0; b < 3; ++b) out[b][2] = 0.0f;
 }
@@ -494,7 +514,8 @@ PR_HD bool behind_prev(const float* prev, float zw, int32_t /*id1*/) {
 }
 
 // frag_grad_tri's result for the last triangle a pixel_backward loop met, kept while consecutive pixels belong to the
-// same triangle of the same image (a GPU thread's grid-stride loop; the CPU sums whole runs, see rasterize_cpu.cpp).
+// same triangle of the same image. (The CUDA backward gives each thread one pixel, so there it is computed per
+// pixel; the CPU sums whole runs instead, see rasterize_cpu.cpp.)
 struct GradTriCache {
   int64_t key = -1;
   GradTri g;

@@ -287,8 +287,22 @@ def test_barycentrics_of_vertices_with_far_apart_scales(ctx):
     torch.testing.assert_close(r[0, :, 9, :2], r1[0, :, 9, :2], rtol=0, atol=1e-6)
     inside = (r1[0, ..., 3] > 0) & (r1[0, ..., 1] > 1e-3)
     torch.testing.assert_close(r[0, ..., 1][inside], torch.ones(int(inside.sum())))
-    for t in (r, db, g):
+    for t in (r, db):
         assert torch.isfinite(t).all()
+    # Gradients. On AC, B's barycentric is 0 while its weight is 2^100 times A's and C's: u and v change there by
+    # about 2^100 per unit of A's or C's position (finite in float), rast_db (itself about 2^100 there) by about
+    # 2^300 per unit of B's (past float's range). So the loss takes rast_db off AC only. And on AC, u and v are
+    # the position between A and C alone: they pass B no gradient at all.
+    p = pos.clone().to(ctx.device).requires_grad_(True)
+    rast, rast_db = prerast.rasterize(ctx, p, tri.to(ctx.device), (Hs, Ws))
+    on_edge = torch.zeros(1, Hs, Ws, 1, device=ctx.device)
+    on_edge[:, :, 9] = 1
+    uv_loss = rast[..., :2] * weights((1, Hs, Ws, 2), 1, ctx.device)
+    db_loss = rast_db * (1 - on_edge) * weights((1, Hs, Ws, 4), 2, ctx.device)
+    (g,) = torch.autograd.grad(uv_loss.sum() + db_loss.sum(), p, retain_graph=True)
+    assert torch.isfinite(g).all()
+    (g_edge,) = torch.autograd.grad((uv_loss * on_edge).sum(), p)
+    assert torch.isfinite(g_edge).all() and (g_edge[0, 1] == 0).all() and (g_edge[0, 0] != 0).any()
     if isinstance(ctx, prerast.RasterizeCpuContext):
         ref, ref_db = exact_raster.rasterize(pos.numpy(), tri.numpy(), Hs, Ws)
         assert np.array_equal(r.numpy().view(np.uint32), ref.view(np.uint32))
