@@ -378,16 +378,19 @@ PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, Grad
 // the rows of K~ = Kw against (q', e_x, e_y) at one pixel: frag_grad_rows computes a pixel's G (and returns the sum
 // of the weighted barycentrics S, which decides whether float was enough), frag_grad_apply turns G into the
 // gradient. A loop over the pixels of one triangle may sum G first and apply once (the CPU backward does).
-// K holds the float rows (lambda is evaluated as the forward's edge_eval and inside_value), w the weights in T,
-// (dx, dy) = (px, py) - o.
+// (dx, dy) = (px, py) - o. With `exact`, lambda_i is the forward's value bit for bit: w_i times edge_eval's l_i
+// (from the float rows K) after inside_value; without, it is Kw's row at (dx, dy), the same value for a positive l
+// (the weights are powers of two) but not clamped at 0: a little cheaper, and a rounding below 0 only matters for
+// weights far apart, where S comes out below kMinWeightedSum (or negative) and the caller takes the exact path.
 template <class T>
 PR_HD T frag_grad_rows(const float K[3][3], const T Kw[3][3], const T w[3], float dx, float dy, int W, int H, T gu,
-                       T gv, const float* gdb, T G[3][3]) {
+                       T gv, const float* gdb, T G[3][3], bool exact) {
   T lam[3], Ax[3], Ay[3];
   for (int i = 0; i < 3; ++i) {
-    // The forward's value (edge_eval, inside_value), differentiated as the linear function it is inside.
-    const float l = (K[i][0] * dx + K[i][1] * dy) + K[i][2];
-    lam[i] = w[i] * (T)inside_value(l), Ax[i] = Kw[i][0], Ay[i] = Kw[i][1];
+    // Differentiated as the linear function it is inside the triangle.
+    lam[i] = exact ? w[i] * (T)inside_value((K[i][0] * dx + K[i][1] * dy) + K[i][2])
+                   : (Kw[i][0] * (T)dx + Kw[i][1] * (T)dy) + Kw[i][2];
+    Ax[i] = Kw[i][0], Ay[i] = Kw[i][1];
   }
   T S = (lam[0] + lam[1]) + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
   // One division per pixel: the dozens of divisions by S and S^2 below cost more than the rest of the pixel.
@@ -437,9 +440,9 @@ PR_HD void untranslate_grad(T out[3][4], T ox, T oy) {
 
 template <class T>
 PR_HD T frag_grad_pixel_t(const GradTri& g, const T K[3][3], const T Kw[3][3], const T w[3], float dx, float dy,
-                          int W, int H, T gu, T gv, const float* gdb, T out[3][4]) {
+                          int W, int H, T gu, T gv, const float* gdb, T out[3][4], bool exact) {
   T G[3][3];
-  const T S = frag_grad_rows<T>(g.K, Kw, w, dx, dy, W, H, gu, gv, gdb, G);
+  const T S = frag_grad_rows<T>(g.K, Kw, w, dx, dy, W, H, gu, gv, gdb, G, exact);
   frag_grad_apply<T>(K, Kw, G, out);
   untranslate_grad<T>(out, (T)g.ox, (T)g.oy);
   return S;
@@ -450,7 +453,7 @@ PR_HD void frag_grad_pixel(const GradTri& g, float px, float py, int W, int H, f
                            float out[3][4]) {
   const float dx = px - g.ox, dy = py - g.oy;
   float o[3][4];
-  const float S = frag_grad_pixel_t<float>(g, g.K, g.Kw, g.bw, dx, dy, W, H, gu, gv, gdb, o);
+  const float S = frag_grad_pixel_t<float>(g, g.K, g.Kw, g.bw, dx, dy, W, H, gu, gv, gdb, o, false);
   if (S >= kMinWeightedSum && all_finite(&o[0][0], 12)) {
     for (int b = 0; b < 3; ++b)
       for (int k = 0; k < 4; ++k) out[b][k] = (float)(o[b][k] * g.scale[b]);
@@ -462,7 +465,7 @@ PR_HD void frag_grad_pixel(const GradTri& g, float px, float py, int W, int H, f
       w[i] = pow2d(-g.bw_exp[i]);
       for (int c = 0; c < 3; ++c) K[i][c] = g.K[i][c], Kw[i][c] = w[i] * K[i][c];
     }
-    const double Sd = frag_grad_pixel_t<double>(g, K, Kw, w, dx, dy, W, H, gu, gv, gdb, od);
+    const double Sd = frag_grad_pixel_t<double>(g, K, Kw, w, dx, dy, W, H, gu, gv, gdb, od, true);
     for (int b = 0; b < 3; ++b)
       for (int k = 0; k < 4; ++k) out[b][k] = Sd > 0.0 ? (float)(od[b][k] * g.scale[b]) : 0.0f;
   }

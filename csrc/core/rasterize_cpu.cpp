@@ -330,7 +330,7 @@ class TriangleRun {
     const float px = pixel_center_ndc(x, a_.width), py = pixel_center_ndc(y, a_.height);
     float G[3][3];  // about the triangle's point o, as frag_grad_pixel
     const float S =
-        frag_grad_rows<float>(t.K, t.Kw, t.bw, px - t.ox, py - t.oy, a_.width, a_.height, g[0], g[1], gdb, G);
+        frag_grad_rows<float>(t.K, t.Kw, t.bw, px - t.ox, py - t.oy, a_.width, a_.height, g[0], g[1], gdb, G, false);
     // One test for all nine: any inf or NaN among them makes the sum non-finite (a sum that merely overflows sends
     // the pixel to the double path too, which is only slower).
     const float all = ((G[0][0] + G[0][1] + G[0][2]) + (G[1][0] + G[1][1] + G[1][2])) + (G[2][0] + G[2][1] + G[2][2]);
