@@ -337,9 +337,9 @@ PR_HD void tile_centres(int tx, int ty, int W, int H, float& cx0, float& cy0, fl
 // bw, i.e. the rows of K~ = diag(bw) K: with G the gradient to the rows of K~, dL/dM = -K~^T G K^T. The
 // gradient to an original vertex is that to its normalised one times 2^-e.
 //
-// The rows are the forward's own edge functions (tri_edge_setup), so that a pixel's lambda is bit for bit the
-// forward's barycentric numerator (one the forward found 0 on an edge is 0 here too) and a small triangle's keep
-// float precision. Those are taken about a point o and scaled by |det M|: with q' = q - (o, 0), they are the rows
+// The rows are the forward's own edge functions (tri_edge_setup), so that a pixel's lambda is the forward's
+// barycentric numerator (bit for bit where positive; on the exact path also where the forward clamped it to 0 on
+// an edge) and a small triangle's keep float precision. Those are taken about a point o and scaled by |det M|: with q' = q - (o, 0), they are the rows
 // of |det M| K' for K' = K T^-1 = (T M)^-1, where M' = T M has rows x - ox w, y - oy w and w. The formula is
 // homogeneous of degree 1 in the rows, so it gives |det M| dL/dM'; untranslate_grad and the per-vertex scale
 // (1 / |det M| times 2^-e) turn that into the gradient.
