@@ -350,6 +350,7 @@ struct GradTri {
   int16_t bw_exp[3];  // as in TriSetup
   float ox, oy;       // o
   double scale[3];    // 2^-e_b / |det M|: from |det M| dL/dM' (untranslated) to the gradient of vertex b
+  bool float_ok;      // the weights are normal floats well inside float's range (else only the double path)
 };
 
 PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, GradTri& g) {
@@ -362,6 +363,7 @@ PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, Grad
       g.bw[i] = 0.0f, g.bw_exp[i] = 0, g.scale[i] = 0.0;
     }
     g.ox = g.oy = 0.0f;
+    g.float_ok = true;
     return;
   }
   const double inv = 1.0 / fabs(d);
@@ -372,19 +374,25 @@ PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, Grad
     g.scale[i] = inv * pow2d(-n.e[i]);
   }
   g.ox = s.ox, g.oy = s.oy;
+  // A weight of 2^-100 or less: Kw in float would lose the weighted rows' precision (or underflow altogether).
+  g.float_ok = s.bw_exp[0] < 100 && s.bw_exp[1] < 100 && s.bw_exp[2] < 100;
 }
 
 // The gradient to the normalised vertices (x, y, w, as out[vertex][0, 1, 3]) is linear in G, the gradient to
-// the rows of K~ = Kw against (q', e_x, e_y) at one pixel: frag_grad_rows computes a pixel's G (and returns the sum
-// of the weighted barycentrics S, which decides whether float was enough), frag_grad_apply turns G into the
-// gradient. A loop over the pixels of one triangle may sum G first and apply once (the CPU backward does).
+// the rows of K~ = Kw against (q', e_x, e_y) at one pixel: G_i = (gl_i dx + gx_i, gl_i dy + gy_i, gl_i).
+// frag_grad_terms computes a pixel's gl, gx, gy (and returns the sum of the weighted barycentrics S, which decides
+// whether float was enough); frag_grad_apply turns G into the gradient. A loop over the pixels of one triangle
+// may sum G first and apply once (the CPU backward does); a single pixel applies its terms directly
+// (frag_grad_pixel_t), which avoids a cancellation in G K^T.
 // (dx, dy) = (px, py) - o. With `exact`, lambda_i is the forward's value bit for bit: w_i times edge_eval's l_i
 // (from the float rows K) after inside_value; without, it is Kw's row at (dx, dy), the same value for a positive l
 // (the weights are powers of two) but not clamped at 0: a little cheaper, and a rounding below 0 only matters for
 // weights far apart, where S comes out below kMinWeightedSum (or negative) and the caller takes the exact path.
+// Each complement (S - lambda_0, Sx - Ax_0, ...) is summed from the other terms rather than subtracted: where one
+// weight dominates (u near 1 for vertex scales far apart) the subtraction would cancel.
 template <class T>
-PR_HD T frag_grad_rows(const float K[3][3], const T Kw[3][3], const T w[3], float dx, float dy, int W, int H, T gu,
-                       T gv, const float* gdb, T G[3][3], bool exact) {
+PR_HD T frag_grad_terms(const float K[3][3], const T Kw[3][3], const T w[3], float dx, float dy, int W, int H,
+                        T gu, T gv, const float* gdb, T gl[3], T gx[3], T gy[3], bool exact) {
   T lam[3], Ax[3], Ay[3];
   for (int i = 0; i < 3; ++i) {
     // Differentiated as the linear function it is inside the triangle.
@@ -392,29 +400,52 @@ PR_HD T frag_grad_rows(const float K[3][3], const T Kw[3][3], const T w[3], floa
                    : (Kw[i][0] * (T)dx + Kw[i][1] * (T)dy) + Kw[i][2];
     Ax[i] = Kw[i][0], Ay[i] = Kw[i][1];
   }
-  T S = (lam[0] + lam[1]) + lam[2], Sx = Ax[0] + Ax[1] + Ax[2], Sy = Ay[0] + Ay[1] + Ay[2];
+  const T S = (lam[0] + lam[1]) + lam[2];
+  const T c0 = lam[1] + lam[2], c1 = lam[0] + lam[2];  // S - lambda_0, S - lambda_1
   // One division per pixel: the dozens of divisions by S and S^2 below cost more than the rest of the pixel.
   const T r = (T)1 / S, r2 = r * r;
-  T u = lam[0] * r, v = lam[1] * r;
-  T gl[3], gx[3] = {0, 0, 0}, gy[3] = {0, 0, 0};
-  for (int j = 0; j < 3; ++j) gl[j] = (gu * ((T)(j == 0) - u) + gv * ((T)(j == 1) - v)) * r;
-  if (gdb) {
-    const T g0 = (T)gdb[0], g1 = (T)gdb[1], g2 = (T)gdb[2], g3 = (T)gdb[3];
-    T kx = (T)2 / (T)W, ky = (T)2 / (T)H;
-    T d[4] = {kx * (Ax[0] * S - lam[0] * Sx) * r2, ky * (Ay[0] * S - lam[0] * Sy) * r2,
-              kx * (Ax[1] * S - lam[1] * Sx) * r2, ky * (Ay[1] * S - lam[1] * Sy) * r2};
-    for (int j = 0; j < 3; ++j) {
-      T e0 = (T)(j == 0), e1 = (T)(j == 1);
-      gl[j] += g0 * (kx * (Ax[0] - e0 * Sx) * r2 - (T)2 * d[0] * r);
-      gl[j] += g1 * (ky * (Ay[0] - e0 * Sy) * r2 - (T)2 * d[1] * r);
-      gl[j] += g2 * (kx * (Ax[1] - e1 * Sx) * r2 - (T)2 * d[2] * r);
-      gl[j] += g3 * (ky * (Ay[1] - e1 * Sy) * r2 - (T)2 * d[3] * r);
-      gx[j] = (g0 * kx * (e0 * S - lam[0]) + g2 * kx * (e1 * S - lam[1])) * r2;
-      gy[j] = (g1 * ky * (e0 * S - lam[0]) + g3 * ky * (e1 * S - lam[1])) * r2;
-    }
+  for (int j = 0; j < 3; ++j) {
+    // e_j S - lambda: d u / d lambda_j = (e_j0 S - lambda_0) / S^2, likewise v.
+    const T a0 = j == 0 ? c0 : -lam[0], a1 = j == 1 ? c1 : -lam[1];
+    gl[j] = (gu * a0 + gv * a1) * r2, gx[j] = 0, gy[j] = 0;
   }
-  for (int i = 0; i < 3; ++i) G[i][0] = gl[i] * (T)dx + gx[i], G[i][1] = gl[i] * (T)dy + gy[i], G[i][2] = gl[i];
+  if (!gdb) return S;
+  const T cx0 = Ax[1] + Ax[2], cx1 = Ax[0] + Ax[2], cy0 = Ay[1] + Ay[2], cy1 = Ay[0] + Ay[2];  // Sx - Ax_0, ...
+  const T g0 = (T)gdb[0], g1 = (T)gdb[1], g2 = (T)gdb[2], g3 = (T)gdb[3];
+  const T kx = (T)2 / (T)W, ky = (T)2 / (T)H;
+  // du/dX = kx (Ax_0 S - lambda_0 Sx) / S^2 = kx (Ax_0 (S - lambda_0) - lambda_0 (Sx - Ax_0)) / S^2, likewise.
+  const T d[4] = {kx * (Ax[0] * c0 - lam[0] * cx0) * r2, ky * (Ay[0] * c0 - lam[0] * cy0) * r2,
+                  kx * (Ax[1] * c1 - lam[1] * cx1) * r2, ky * (Ay[1] * c1 - lam[1] * cy1) * r2};
+  for (int j = 0; j < 3; ++j) {
+    const bool j0 = j == 0, j1 = j == 1;
+    const T a0 = j0 ? c0 : -lam[0], a1 = j1 ? c1 : -lam[1];
+    const T bx0 = j0 ? -cx0 : Ax[0], by0 = j0 ? -cy0 : Ay[0];  // Ax_0 - e_j0 Sx, Ay_0 - e_j0 Sy
+    const T bx1 = j1 ? -cx1 : Ax[1], by1 = j1 ? -cy1 : Ay[1];
+    gl[j] += g0 * (kx * bx0 * r2 - (T)2 * d[0] * r);
+    gl[j] += g1 * (ky * by0 * r2 - (T)2 * d[1] * r);
+    gl[j] += g2 * (kx * bx1 * r2 - (T)2 * d[2] * r);
+    gl[j] += g3 * (ky * by1 * r2 - (T)2 * d[3] * r);
+    gx[j] = (g0 * kx * a0 + g2 * kx * a1) * r2;
+    gy[j] = (g1 * ky * a0 + g3 * ky * a1) * r2;
+  }
   return S;
+}
+
+// A pixel's G from its terms.
+template <class T>
+PR_HD void frag_grad_rows(const T gl[3], const T gx[3], const T gy[3], float dx, float dy, T G[3][3]) {
+  for (int i = 0; i < 3; ++i) G[i][0] = gl[i] * (T)dx + gx[i], G[i][1] = gl[i] * (T)dy + gy[i], G[i][2] = gl[i];
+}
+
+// -K~^T Tm as out[vertex][x, y, -, w], for Tm = G K^T.
+template <class T>
+PR_HD void frag_grad_finish(const T Kw[3][3], const T Tm[3][3], T out[3][4]) {
+  for (int a = 0; a < 3; ++a)
+    for (int b = 0; b < 3; ++b) {
+      T dm = -(Kw[0][a] * Tm[0][b] + Kw[1][a] * Tm[1][b] + Kw[2][a] * Tm[2][b]);
+      out[b][a == 2 ? 3 : a] = dm;  // rows of M are x, y, w
+    }
+  for (int b = 0; b < 3; ++b) out[b][2] = 0;  // z gets none
 }
 
 // -K~^T G K^T, as out[vertex][x, y, -, w].
@@ -423,12 +454,7 @@ PR_HD void frag_grad_apply(const T K[3][3], const T Kw[3][3], const T G[3][3], T
   T Tm[3][3];  // G K^T
   for (int i = 0; i < 3; ++i)
     for (int b = 0; b < 3; ++b) Tm[i][b] = G[i][0] * K[b][0] + G[i][1] * K[b][1] + G[i][2] * K[b][2];
-  for (int a = 0; a < 3; ++a)
-    for (int b = 0; b < 3; ++b) {
-      T dm = -(Kw[0][a] * Tm[0][b] + Kw[1][a] * Tm[1][b] + Kw[2][a] * Tm[2][b]);
-      out[b][a == 2 ? 3 : a] = dm;  // rows of M are x, y, w
-    }
-  for (int b = 0; b < 3; ++b) out[b][2] = 0;  // z gets none
+  frag_grad_finish(Kw, Tm, out);
 }
 
 // The gradient for M from that for M' = T M (out[vertex][x, y, -, w]): x' = x - ox w and y' = y - oy w, so only
@@ -438,12 +464,18 @@ PR_HD void untranslate_grad(T out[3][4], T ox, T oy) {
   for (int b = 0; b < 3; ++b) out[b][3] -= ox * out[b][0] + oy * out[b][1];
 }
 
+// One pixel: Tm_ib = G_i . K_b = gl_i l_b + gx_i a_b + gy_i b_b with l_b the pixel's edge value. Expanded as
+// (gl_i dx) a_b + (gl_i dy) b_b + gl_i c_b it would cancel to rounding noise times gl_i (~ 1 / S) where l_b is 0.
 template <class T>
 PR_HD T frag_grad_pixel_t(const GradTri& g, const T K[3][3], const T Kw[3][3], const T w[3], float dx, float dy,
                           int W, int H, T gu, T gv, const float* gdb, T out[3][4], bool exact) {
-  T G[3][3];
-  const T S = frag_grad_rows<T>(g.K, Kw, w, dx, dy, W, H, gu, gv, gdb, G, exact);
-  frag_grad_apply<T>(K, Kw, G, out);
+  T gl[3], gx[3], gy[3], Tm[3][3];
+  const T S = frag_grad_terms<T>(g.K, Kw, w, dx, dy, W, H, gu, gv, gdb, gl, gx, gy, exact);
+  for (int b = 0; b < 3; ++b) {
+    const T l = (T)((g.K[b][0] * dx + g.K[b][1] * dy) + g.K[b][2]);
+    for (int i = 0; i < 3; ++i) Tm[i][b] = gl[i] * l + gx[i] * K[b][0] + gy[i] * K[b][1];
+  }
+  frag_grad_finish(Kw, Tm, out);
   untranslate_grad<T>(out, (T)g.ox, (T)g.oy);
   return S;
 }
@@ -453,7 +485,7 @@ PR_HD void frag_grad_pixel(const GradTri& g, float px, float py, int W, int H, f
                            float out[3][4]) {
   const float dx = px - g.ox, dy = py - g.oy;
   float o[3][4];
-  const float S = frag_grad_pixel_t<float>(g, g.K, g.Kw, g.bw, dx, dy, W, H, gu, gv, gdb, o, false);
+  const float S = g.float_ok ? frag_grad_pixel_t<float>(g, g.K, g.Kw, g.bw, dx, dy, W, H, gu, gv, gdb, o, false) : 0;
   if (S >= kMinWeightedSum && all_finite(&o[0][0], 12)) {
     for (int b = 0; b < 3; ++b)
       for (int k = 0; k < 4; ++k) out[b][k] = (float)(o[b][k] * g.scale[b]);

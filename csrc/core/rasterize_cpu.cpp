@@ -309,7 +309,7 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
 namespace {
 
 // The backward over pixels [b, e): consecutive pixels mostly belong to the same triangle, and a pixel's gradient
-// is linear in its G (frag_grad_rows), so a run of them sums G in double and applies K once (frag_grad_apply)
+// is linear in its G (frag_grad_terms, frag_grad_rows), so a run of them sums G in double and applies K once (frag_grad_apply)
 // instead of per pixel. Pixels whose weights need double go through frag_grad_pixel one by one, as on the GPU.
 template <class Acc>
 class TriangleRun {
@@ -328,13 +328,15 @@ class TriangleRun {
     }
     const GradTri& t = t_;
     const float px = pixel_center_ndc(x, a_.width), py = pixel_center_ndc(y, a_.height);
-    float G[3][3];  // about the triangle's point o, as frag_grad_pixel
-    const float S =
-        frag_grad_rows<float>(t.K, t.Kw, t.bw, px - t.ox, py - t.oy, a_.width, a_.height, g[0], g[1], gdb, G, false);
+    const float dx = px - t.ox, dy = py - t.oy;  // about the triangle's point o, as frag_grad_pixel
+    float gl[3], gx[3], gy[3], G[3][3];
+    const float S = frag_grad_terms<float>(t.K, t.Kw, t.bw, dx, dy, a_.width, a_.height, g[0], g[1], gdb, gl, gx, gy,
+                                           false);
+    frag_grad_rows<float>(gl, gx, gy, dx, dy, G);
     // One test for all nine: any inf or NaN among them makes the sum non-finite (a sum that merely overflows sends
     // the pixel to the double path too, which is only slower).
     const float all = ((G[0][0] + G[0][1] + G[0][2]) + (G[1][0] + G[1][1] + G[1][2])) + (G[2][0] + G[2][1] + G[2][2]);
-    if (S >= kMinWeightedSum && isfinite(all)) {
+    if (t.float_ok && S >= kMinWeightedSum && isfinite(all)) {
       for (int i = 0; i < 3; ++i)
         for (int c = 0; c < 3; ++c) sum_[i][c] += G[i][c];
       any_ = true;

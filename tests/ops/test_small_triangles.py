@@ -100,3 +100,43 @@ def test_position_gradient_of_small_triangles(ctx, device):
     # Relative to the largest component: 1e-7 measured with the forward's rows about vertex 0 (5e-5 with M inverted
     # in double about the NDC origin, 5e-2 with it inverted in float).
     assert (got - want).abs().max() < 1e-5 * want.abs().max(), ((got - want).abs().max(), want.abs().max())
+
+
+@pytest.mark.parametrize("ratio_exp", [16, 40])
+def test_position_gradient_with_vertex_weights_far_apart(ctx, device, ratio_exp):
+    # Vertices 1 and 2 scaled by 2^k (the same points on screen, perspective weights 2^-k against vertex 0's): u is 1
+    # to within 2^-k, and its complements must not be formed as 1 - u. Gradients of u, v and rast_db against a
+    # float64 solve.
+    s = 2.0 ** ratio_exp
+    pos = np.array([[-0.3, -0.4, 0.1, 1.0], [0.5 * s, -0.2 * s, 0.3 * s, 1.2 * s], [0.1 * s, 0.6 * s, 0.2 * s, 0.9 * s]],
+                   np.float32)
+    tri = np.array([[0, 1, 2]], np.int32)
+    res = 48
+    p = torch.from_numpy(pos)[None].to(device).requires_grad_(True)
+    rast, db = prerast.rasterize(ctx, p, torch.from_numpy(tri).to(device), (res, res))
+    gen = torch.Generator().manual_seed(6)
+    g_rast = torch.zeros(rast.shape)
+    g_rast[..., :2] = torch.randn(rast.shape[:-1] + (2,), generator=gen)
+    g_db = torch.randn(db.shape, generator=gen)
+    (grad,) = torch.autograd.grad([rast, db], p, [g_rast.to(device), g_db.to(device)])
+    ids = rast[0, ..., 3].detach().cpu().long()
+    y, x = torch.nonzero(ids > 0, as_tuple=True)
+    assert len(y) > 150
+    p64 = torch.from_numpy(pos).double().requires_grad_(True)
+    px = ((2 * x.double() + 1) / res - 1).requires_grad_(True)
+    py = ((2 * y.double() + 1) / res - 1).requires_grad_(True)
+    M = p64[torch.zeros(len(y), 3, dtype=torch.long) + torch.arange(3)][..., [0, 1, 3]].transpose(1, 2)
+    lam = torch.linalg.solve(M, torch.stack([px, py, torch.ones_like(px)], -1)[..., None])[..., 0]
+    u, v = lam[:, 0] / lam.sum(-1), lam[:, 1] / lam.sum(-1)
+    # rast_db in pixel units: d/dX = (2 / W) d/dpx, through the graph (create_graph keeps it differentiable).
+    du_dx, du_dy = torch.autograd.grad(u.sum(), (px, py), create_graph=True)
+    dv_dx, dv_dy = torch.autograd.grad(v.sum(), (px, py), create_graph=True)
+    gdb = g_db[0, y, x].double()
+    loss = (g_rast[0, y, x, 0].double() * u + g_rast[0, y, x, 1].double() * v).sum() + \
+        (2 / res * (gdb[:, 0] * du_dx + gdb[:, 1] * du_dy + gdb[:, 2] * dv_dx + gdb[:, 3] * dv_dy)).sum()
+    (want,) = torch.autograd.grad(loss, p64)
+    got = grad[0].cpu().double()
+    # Per vertex, relative to that vertex's largest component (their scales differ by 2^k).
+    for k in range(3):
+        err = (got[k] - want[k]).abs().max() / want[k].abs().max()
+        assert err < 1e-3, (k, float(err))
