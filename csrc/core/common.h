@@ -49,9 +49,7 @@ PR_HD bool all_finite(const float* p, int n) {
   for (int k = 0; k < n; ++k) ok = ok && isfinite(p[k]);
   return ok;
 }
-PR_HD bool finite4(const float* p) {
-  return isfinite(p[0]) && isfinite(p[1]) && isfinite(p[2]) && isfinite(p[3]);
-}
+PR_HD bool finite4(const float* p) { return all_finite(p, 4); }
 
 // --- scaling by powers of two ------------------------------------------------------------------------------
 //

@@ -147,7 +147,43 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
   return x0 <= x1 && y0 <= y1;
 }
 
-PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy, bool tolerances = true);
+// Row i of the adjugate of M, r_i = v_j x v_k (not sign-normalised), in double: the products of floats are exact
+// there, so the rows of a shared edge are exact negations of each other.
+PR_HD void exact_row(const TriSetup& s, int i, double& ra, double& rb, double& rc) {
+  const float* p = s.v[(i + 1) % 3];
+  const float* q = s.v[(i + 2) % 3];
+  ra = (double)p[1] * q[2] - (double)p[2] * q[1];
+  rb = (double)p[2] * q[0] - (double)p[0] * q[2];
+  rc = (double)p[0] * q[1] - (double)p[1] * q[0];
+}
+
+// The edge functions of s taken about the NDC point (ox, oy), |ox|, |oy| <= 1: a_i and b_i are the rounded rows and
+// c_i the value at (ox, oy), both computed in double. About a point near the triangle, an edge value is a sum of
+// products of the triangle's own size; taken about the NDC origin it would be the difference of products near 1,
+// whose float rounding for a triangle a few pixels across at 4096^2 (edge values near 1e-6) is percents of its
+// barycentrics and depth. Returns false if a row is not finite. Without `tolerances` (the backward), tol is left.
+PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy, bool tolerances = true) {
+  s.ox = ox, s.oy = oy;
+  for (int i = 0; i < 3; ++i) {
+    double ra, rb, rc;
+    exact_row(s, i, ra, rb, rc);
+    s.a[i] = (float)(s.sg * ra), s.b[i] = (float)(s.sg * rb);
+    s.c[i] = (float)(s.sg * ((ra * ox + rb * oy) + rc));
+    if (!isfinite(s.a[i]) || !isfinite(s.b[i]) || !isfinite(s.c[i])) return false;
+    if (!tolerances) continue;
+    // edge_eval against edge_test's double value, for pixel centres (|px|, |py| <= 1, so |px - ox| <= 2):
+    // rounding the entries and px - ox, and the float evaluation, come to under 5 * 2^-24 of
+    // 2|a| + 2|b| + |c|; the double values are off by a few 2^-53 of the products' magnitudes. tol is over
+    // three times the first bound and far over the second, with a floor for subnormal values.
+    const float* p = s.v[(i + 1) % 3];
+    const float* q = s.v[(i + 2) % 3];
+    const double mag = fabs((double)p[1] * q[2]) + fabs((double)p[2] * q[1]) + fabs((double)p[2] * q[0]) +
+                       fabs((double)p[0] * q[2]) + fabs((double)p[0] * q[1]) + fabs((double)p[1] * q[0]);
+    const double size = 2.0 * fabsf(s.a[i]) + 2.0 * fabsf(s.b[i]) + fabsf(s.c[i]);
+    s.tol[i] = (float)(0x1p-20 * size + 0x1p-46 * mag + 0x1p-120);
+  }
+  return true;
+}
 
 // Fills the edge functions of s (v, sg, bw, then a, b, c, tol about vertex 0's projection: set_edge_origin) for
 // vertices p0..2, n with the normalised vertices and d = det M of those; returns false if the triangle can draw
@@ -176,44 +212,6 @@ PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, Tri
                          front ? fminf(fmaxf(v0.y / v0.z, -1.0f), 1.0f) : 0.0f, tolerances);
 }
 
-// Row i of the adjugate of M, r_i = v_j x v_k (not sign-normalised), in double: the products of floats are exact
-// there, so the rows of a shared edge are exact negations of each other.
-PR_HD void exact_row(const TriSetup& s, int i, double& ra, double& rb, double& rc) {
-  const float* p = s.v[(i + 1) % 3];
-  const float* q = s.v[(i + 2) % 3];
-  ra = (double)p[1] * q[2] - (double)p[2] * q[1];
-  rb = (double)p[2] * q[0] - (double)p[0] * q[2];
-  rc = (double)p[0] * q[1] - (double)p[1] * q[0];
-}
-
-// The edge functions of s taken about the NDC point (ox, oy), |ox|, |oy| <= 1: a_i and b_i are the rounded rows and
-// c_i the value at (ox, oy), both computed in double. About a point near the triangle, an edge value is a sum of
-// products of the triangle's own size; taken about the NDC origin it would be the difference of products near 1,
-// whose float rounding for a triangle a few pixels across at 4096^2 (edge values near 1e-6) is percents of its
-// barycentrics and depth. Returns false if a row is not finite. Without `tolerances` (the backward), tol is left.
-PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy, bool tolerances) {
-  s.ox = ox, s.oy = oy;
-  for (int i = 0; i < 3; ++i) {
-    double ra, rb, rc;
-    exact_row(s, i, ra, rb, rc);
-    s.a[i] = (float)(s.sg * ra), s.b[i] = (float)(s.sg * rb);
-    s.c[i] = (float)(s.sg * ((ra * ox + rb * oy) + rc));
-    if (!isfinite(s.a[i]) || !isfinite(s.b[i]) || !isfinite(s.c[i])) return false;
-    if (!tolerances) continue;
-    // edge_eval against edge_test's double value, for pixel centres (|px|, |py| <= 1, so |px - ox| <= 2):
-    // rounding the entries and px - ox, and the float evaluation, come to under 5 * 2^-24 of
-    // 2|a| + 2|b| + |c|; the double values are off by a few 2^-53 of the products' magnitudes. tol is over
-    // three times the first bound and far over the second, with a floor for subnormal values.
-    const float* p = s.v[(i + 1) % 3];
-    const float* q = s.v[(i + 2) % 3];
-    const double mag = fabs((double)p[1] * q[2]) + fabs((double)p[2] * q[1]) + fabs((double)p[2] * q[0]) +
-                       fabs((double)p[0] * q[2]) + fabs((double)p[0] * q[1]) + fabs((double)p[1] * q[0]);
-    const double size = 2.0 * fabsf(s.a[i]) + 2.0 * fabsf(s.b[i]) + fabsf(s.c[i]);
-    s.tol[i] = (float)(0x1p-20 * size + 0x1p-46 * mag + 0x1p-120);
-  }
-  return true;
-}
-
 // Fills s for triangle `t` with vertices p[0..2]; returns false (and an empty box) if it can draw nothing:
 // non-finite input, degenerate in homogeneous space (zero area on screen), or wholly outside -w <= z <= w.
 PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t t, int W, int H, TriSetup& s) {
@@ -236,8 +234,12 @@ PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t 
 
 // --- per-pixel evaluation -------------------------------------------------------------------------------
 
+// An edge function's float value at (dx, dy) from its origin, from its row (a, b, c): the forward's (edge_eval) and
+// the backward's (frag_grad_terms, frag_grad_pixel_t), bit for bit.
+PR_HD float row_value(float a, float b, float c, float dx, float dy) { return (a * dx + b * dy) + c; }
+
 PR_HD float edge_eval(const TriSetup& s, int i, float px, float py) {
-  return (s.a[i] * (px - s.ox) + s.b[i] * (py - s.oy)) + s.c[i];
+  return row_value(s.a[i], s.b[i], s.c[i], px - s.ox, py - s.oy);
 }
 
 // Is (px, py) on the inside of edge i, given its float value l? Values within rounding distance of 0 are
@@ -396,7 +398,7 @@ PR_HD T frag_grad_terms(const float K[3][3], const T Kw[3][3], const T w[3], flo
   T lam[3], Ax[3], Ay[3];
   for (int i = 0; i < 3; ++i) {
     // Differentiated as the linear function it is inside the triangle.
-    lam[i] = exact ? w[i] * (T)inside_value((K[i][0] * dx + K[i][1] * dy) + K[i][2])
+    lam[i] = exact ? w[i] * (T)inside_value(row_value(K[i][0], K[i][1], K[i][2], dx, dy))
                    : (Kw[i][0] * (T)dx + Kw[i][1] * (T)dy) + Kw[i][2];
     Ax[i] = Kw[i][0], Ay[i] = Kw[i][1];
   }
@@ -472,7 +474,7 @@ PR_HD T frag_grad_pixel_t(const GradTri& g, const T K[3][3], const T Kw[3][3], c
   T gl[3], gx[3], gy[3], Tm[3][3];
   const T S = frag_grad_terms<T>(g.K, Kw, w, dx, dy, W, H, gu, gv, gdb, gl, gx, gy, exact);
   for (int b = 0; b < 3; ++b) {
-    const T l = (T)((g.K[b][0] * dx + g.K[b][1] * dy) + g.K[b][2]);
+    const T l = (T)row_value(g.K[b][0], g.K[b][1], g.K[b][2], dx, dy);
     for (int i = 0; i < 3; ++i) Tm[i][b] = gl[i] * l + gx[i] * K[b][0] + gy[i] * K[b][1];
   }
   frag_grad_finish(Kw, Tm, out);
