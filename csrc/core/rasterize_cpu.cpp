@@ -309,8 +309,8 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
 namespace {
 
 // The backward over pixels [b, e): consecutive pixels mostly belong to the same triangle, and a pixel's gradient
-// is linear in its G (frag_grad_terms, frag_grad_rows), so a run of them sums G in double and applies K once (frag_grad_apply)
-// instead of per pixel. Pixels whose weights need double go through frag_grad_pixel one by one, as on the GPU.
+// is linear in its G (frag_grad_terms, frag_grad_rows), so a run of them sums G in double and applies K once
+// (frag_grad_apply) instead of per pixel. Pixels whose weights need double go through frag_grad_pixel one by one, as on the GPU.
 template <class Acc>
 class TriangleRun {
  public:
@@ -326,24 +326,23 @@ class TriangleRun {
       idx_ = a_.tri + (int64_t)(id - 1) * 3;
       frag_grad_tri(a_.pos + (base_ + idx_[0]) * 4, a_.pos + (base_ + idx_[1]) * 4, a_.pos + (base_ + idx_[2]) * 4, t_);
     }
-    const GradTri& t = t_;
     const float px = pixel_center_ndc(x, a_.width), py = pixel_center_ndc(y, a_.height);
-    const float dx = px - t.ox, dy = py - t.oy;  // about the triangle's point o, as frag_grad_pixel
+    const float dx = px - t_.ox, dy = py - t_.oy;  // about the triangle's point o, as frag_grad_pixel
     float gl[3], gx[3], gy[3], G[3][3];
-    const float S = frag_grad_terms<float>(t.K, t.Kw, t.bw, dx, dy, a_.width, a_.height, g[0], g[1], gdb, gl, gx, gy,
-                                           false);
+    const float S = frag_grad_terms<float>(t_.K, t_.Kw, t_.bw, dx, dy, a_.width, a_.height, g[0], g[1], gdb, gl, gx,
+                                           gy, false);
     frag_grad_rows<float>(gl, gx, gy, dx, dy, G);
     // One test for all nine: any inf or NaN among them makes the sum non-finite (a sum that merely overflows sends
     // the pixel to the double path too, which is only slower).
     const float all = ((G[0][0] + G[0][1] + G[0][2]) + (G[1][0] + G[1][1] + G[1][2])) + (G[2][0] + G[2][1] + G[2][2]);
-    if (t.float_ok && S >= kMinWeightedSum && isfinite(all)) {
+    if (t_.float_ok && S >= kMinWeightedSum && isfinite(all)) {
       for (int i = 0; i < 3; ++i)
         for (int c = 0; c < 3; ++c) sum_[i][c] += G[i][c];
       any_ = true;
       return;
     }
     float out[3][4];
-    frag_grad_pixel(t, px, py, a_.width, a_.height, g[0], g[1], gdb, out);
+    frag_grad_pixel(t_, px, py, a_.width, a_.height, g[0], g[1], gdb, out);
     for (int j = 0; j < 3; ++j) add(j, out[j][0], out[j][1], out[j][3]);
   }
 
@@ -355,13 +354,12 @@ class TriangleRun {
 
   void flush() {
     if (!any_) return;
-    const GradTri& t = t_;
     double K[3][3], Kw[3][3], out[3][4];
     for (int i = 0; i < 3; ++i)
-      for (int c = 0; c < 3; ++c) K[i][c] = t.K[i][c], Kw[i][c] = t.Kw[i][c];
+      for (int c = 0; c < 3; ++c) K[i][c] = t_.K[i][c], Kw[i][c] = t_.Kw[i][c];
     frag_grad_apply<double>(K, Kw, sum_, out);
-    untranslate_grad<double>(out, t.ox, t.oy);
-    for (int j = 0; j < 3; ++j) add(j, out[j][0] * t.scale[j], out[j][1] * t.scale[j], out[j][3] * t.scale[j]);
+    untranslate_grad<double>(out, t_.ox, t_.oy);
+    for (int j = 0; j < 3; ++j) add(j, out[j][0] * t_.scale[j], out[j][1] * t_.scale[j], out[j][3] * t_.scale[j]);
     for (auto& row : sum_) row[0] = row[1] = row[2] = 0.0;
     any_ = false;
   }
