@@ -34,11 +34,14 @@ def drawn_pixels(rast, count, seed):
     return y, x, ids[y, x] - 1
 
 
-def barycentrics64(pos, tri, y, x):
-    """(lam [P, 3]) with M lam = (px, py, 1) in float64, M's columns the vertices' (x, y, w), for pixels (y, x)
-    drawn by triangles tri [P, 3]; pos is a float64 tensor (autograd flows through it)."""
-    px = (2 * x.double() + 1) / SIZE - 1
-    py = (2 * y.double() + 1) / SIZE - 1
+def pixel_centres64(y, x, size=SIZE):
+    """NDC (px, py) in float64 of the centres of pixels (y, x) of a size x size image."""
+    return (2 * x.double() + 1) / size - 1, (2 * y.double() + 1) / size - 1
+
+
+def barycentrics64(pos, tri, px, py):
+    """(lam [P, 3]) with M lam = (px, py, 1) in float64, M's columns the vertices' (x, y, w), for NDC points
+    (px, py) drawn by triangles tri [P, 3]; pos, px and py are float64 tensors (autograd flows through them)."""
     M = pos[tri][..., [0, 1, 3]].transpose(1, 2)  # [P, 3 (x, y, w), 3 vertices]
     q = torch.stack([px, py, torch.ones_like(px)], -1)[..., None]
     return torch.linalg.solve(M, q)[..., 0]
@@ -55,7 +58,7 @@ def test_barycentrics_and_depth_of_small_triangles(ctx, device, mesh):
                                 (SIZE, SIZE))
     rast = rast[0].cpu()
     y, x, t = drawn_pixels(rast, 200_000, seed=2)
-    lam = barycentrics64(torch.from_numpy(pos).double(), torch.from_numpy(tri).long()[t], y, x)
+    lam = barycentrics64(torch.from_numpy(pos).double(), torch.from_numpy(tri).long()[t], *pixel_centres64(y, x))
     S = lam.sum(-1)
     u, v = lam[:, 0] / S, lam[:, 1] / S
     zw = (lam * torch.from_numpy(pos).double()[torch.from_numpy(tri).long()[t]][..., 2]).sum(-1)
@@ -92,7 +95,7 @@ def test_position_gradient_of_small_triangles(ctx, device):
     y, x = torch.nonzero(ids > 0, as_tuple=True)
     t = ids[y, x] - 1
     p64 = torch.from_numpy(pos).double().requires_grad_(True)
-    lam = barycentrics64(p64, torch.from_numpy(tri).long()[t], y, x)
+    lam = barycentrics64(p64, torch.from_numpy(tri).long()[t], *pixel_centres64(y, x))
     S = lam.sum(-1)
     loss = (gc[y, x, 0].double() * lam[:, 0] / S + gc[y, x, 1].double() * lam[:, 1] / S).sum()
     (want,) = torch.autograd.grad(loss, p64)
@@ -123,10 +126,8 @@ def test_position_gradient_with_vertex_weights_far_apart(ctx, device, ratio_exp)
     y, x = torch.nonzero(ids > 0, as_tuple=True)
     assert len(y) > 150
     p64 = torch.from_numpy(pos).double().requires_grad_(True)
-    px = ((2 * x.double() + 1) / res - 1).requires_grad_(True)
-    py = ((2 * y.double() + 1) / res - 1).requires_grad_(True)
-    M = p64[torch.zeros(len(y), 3, dtype=torch.long) + torch.arange(3)][..., [0, 1, 3]].transpose(1, 2)
-    lam = torch.linalg.solve(M, torch.stack([px, py, torch.ones_like(px)], -1)[..., None])[..., 0]
+    px, py = (c.requires_grad_(True) for c in pixel_centres64(y, x, res))
+    lam = barycentrics64(p64, torch.from_numpy(tri).long()[torch.zeros(len(y), dtype=torch.long)], px, py)
     u, v = lam[:, 0] / lam.sum(-1), lam[:, 1] / lam.sum(-1)
     # rast_db in pixel units: d/dX = (2 / W) d/dpx, through the graph (create_graph keeps it differentiable).
     du_dx, du_dy = torch.autograd.grad(u.sum(), (px, py), create_graph=True)
