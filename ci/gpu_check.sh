@@ -54,10 +54,12 @@ step "tests on CPU and CUDA"
 # tests/fuzz: thousands of bad and extreme inputs per device, each op family in a child process of its own.
 # Spread over worker processes when pytest-xdist is there; a per-test limit when pytest-timeout is.
 # precompile refuses a C++ compiler with only a static libstdc++ (some toolchains under /opt are): Inductor builds
-# with $CXX, so point it at the system's g++ when that one has the shared library.
-shared_libstdcxx() { [ -e "$("$1" -print-file-name=libstdc++.so 2> /dev/null)" ]; }
-if ! shared_libstdcxx "${CXX:-g++}" && shared_libstdcxx /usr/bin/g++; then
-  echo "CXX=${CXX:-g++} has no shared libstdc++: Inductor uses /usr/bin/g++"; export CXX=/usr/bin/g++
+# with $CXX, so point it at the system's g++ when precompile's own rule accepts that one.
+static_only() {
+  $PY -c 'import sys; from prerast._precompile import _static_only_libstdcxx as f; sys.exit(not f(sys.argv[1]))' "$1"
+}
+if static_only "${CXX:-g++}" && [ -x /usr/bin/g++ ] && ! static_only /usr/bin/g++; then
+  echo "CXX=${CXX:-g++} has only a static libstdc++: Inductor uses /usr/bin/g++"; export CXX=/usr/bin/g++
 fi
 par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 12) && export OMP_NUM_THREADS=1
 $PY -c "import pytest_timeout" 2> /dev/null && par+=(--timeout 120)
