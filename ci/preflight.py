@@ -3,6 +3,7 @@
     python -m ci preflight --pr              # the cells of a pull request
     python -m ci preflight --published       # the cells of a release
     python -m ci preflight --cell 2.14.1+cu130 [--cell ...]
+    python -m ci preflight --published --pypi DIR --torch-index DIR/{platform}   # other indexes (a mirror, a test)
 
 A cell names one exact torch build (2.14.1 from PyPI, or 2.14.1+cu126 from download.pytorch.org/whl/cu126), and
 its wheel job installs that build under each of the cell's Pythons inside the manylinux image. This asks the index
@@ -22,9 +23,12 @@ from ci import matrix
 PYPI_SIMPLE = "https://pypi.org/simple"
 
 
-def index_of(cell):
-    """Where the cell's wheel job gets its torch: PyPI for the build PyPI serves, torch's index for the others."""
-    return PYPI_SIMPLE if cell.on_pypi else cell.torch_index()
+def index_of(cell, pypi=PYPI_SIMPLE, torch_index=None):
+    """Where the cell's wheel job gets its torch: PyPI for the build PyPI serves, torch's index for the others.
+    `torch_index` replaces the matrix's template (https://download.pytorch.org/whl/{platform})."""
+    if cell.on_pypi:
+        return pypi
+    return torch_index.format(platform=cell.platform) if torch_index else cell.torch_index()
 
 
 def wanted_version(cell):
@@ -32,13 +36,25 @@ def wanted_version(cell):
     return cell.torch if cell.on_pypi else cell.id
 
 
+# glibc versions whose manylinux tag has a legacy alias (PEP 513, 571, 599).
+LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
 def image_platforms(policy):
-    """Platform tags a wheel may carry to install in the manylinux image: manylinux_2_28 and every older tag,
-    legacy aliases included (pip expands only manylinux2014/2010 by itself; torch 2.4 is tagged manylinux1)."""
+    """Every platform tag a wheel may carry and still install in the manylinux image, in the order pip inside it
+    prefers them (packaging.tags on the image's glibc): manylinux_2_28 down to the oldest manylinux of the machine
+    (2_5 on x86, 2_17 elsewhere), each with its legacy alias, then the plain linux_<machine> tag, which pip accepts
+    on every Linux. PyTorch's own index tags its 2.4-2.6 builds linux_x86_64 (cu126 of 2.6 and everything from 2.7
+    on manylinux_2_28), PyPI's torch up to 2.6 is manylinux1; pip never widens a --platform list by itself."""
     major, glibc = (int(x) for x in re.fullmatch(r"manylinux_(\d+)_(\d+)", policy["manylinux"]).groups())
     machine = policy["machine"]
-    tags = [f"manylinux_{major}_{m}_{machine}" for m in range(glibc, 4, -1)]
-    return tags + [f"manylinux{alias}_{machine}" for alias in ("2014", "2010", "1")]
+    oldest = 5 if machine in ("x86_64", "i686") else 17
+    tags = []
+    for minor in range(glibc, oldest - 1, -1):
+        tags.append(f"manylinux_{major}_{minor}_{machine}")
+        if minor in LEGACY_MANYLINUX:
+            tags.append(f"{LEGACY_MANYLINUX[minor]}_{machine}")
+    return tags + [f"linux_{machine}"]
 
 
 def pip_env():
@@ -98,7 +114,7 @@ def check(cells, index_for=index_of, ask=None, jobs=8):
                 problems.append((cell.id, python, f"could not ask {index}: {error}"))
             elif wanted_version(cell) not in versions:
                 problems.append((cell.id, python, f"{index} has no torch {wanted_version(cell)} for Python {python} "
-                                                  f"on {platforms[0]}"))
+                                                  f"on {platforms[0]} or an older tag"))
     return sorted(problems, key=lambda p: (matrix._vkey(p[0]), p[0], matrix._vkey(p[1])))
 
 
@@ -108,10 +124,16 @@ def main(argv=None):
     p.add_argument("--published", action="store_true")
     p.add_argument("--pr", action="store_true", help="only the cells built on pull requests")
     p.add_argument("--cell", action="append", help="a cell name, e.g. 2.14.1+cu130 (repeatable)")
+    p.add_argument("--pypi", default=PYPI_SIMPLE, help=f"the index of PyPI's builds (default {PYPI_SIMPLE}); "
+                                                       "a local folder is read as a find-links folder")
+    p.add_argument("--torch-index", help="the index of the other builds, {platform} replaced by cpu, cu126, ... "
+                                         "(default: the matrix's, https://download.pytorch.org/whl/{platform})")
     a = p.parse_args(argv)
+    if a.torch_index and "{platform}" not in a.torch_index:
+        p.error(f"--torch-index {a.torch_index}: needs {{platform}}, e.g. https://download.pytorch.org/whl/{{platform}}")
     cells = matrix.load()
     cells = [matrix.find(n, cells) for n in a.cell] if a.cell else matrix.select(cells, a.published, a.pr)
-    problems = check(cells)
+    problems = check(cells, index_for=lambda c: index_of(c, a.pypi, a.torch_index))
     pairs = sum(len(c.pythons) for c in cells)
     if not problems:
         print(f"preflight: all {pairs} torch builds of {len(cells)} cells exist")

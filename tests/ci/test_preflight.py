@@ -1,7 +1,10 @@
-"""`python -m ci preflight` against a fake index (a local folder of empty wheel files): pip reads only the names,
-so the real `pip index versions` answers without the network."""
+"""`python -m ci preflight` against fake indexes (local folders of empty wheel files named as the real indexes name
+them): pip reads only the names, so the real `pip index versions` answers without the network."""
 import os
+import subprocess
 import sys
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
@@ -11,7 +14,7 @@ CELLS = matrix.load()
 
 
 def fake_index(folder, *wheels):
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     for name in wheels:
         (folder / name).write_bytes(b"")
     return str(folder)
@@ -20,6 +23,78 @@ def fake_index(folder, *wheels):
 def torch_wheel(version, python, plat="manylinux_2_28_x86_64"):
     tag = "cp" + python.replace(".", "")
     return f"torch-{version}-{tag}-{tag}-{plat}.whl"
+
+
+# How the two indexes name torch's Linux x86_64 wheels, as their file lists show, e.g.
+#   download.pytorch.org/whl/cu124: torch-2.4.0+cu124-cp312-cp312-linux_x86_64.whl     (2.4, 2.5, 2.6 but cu126)
+#   download.pytorch.org/whl/cu126: torch-2.6.0+cu126-cp312-cp312-manylinux_2_28_x86_64.whl   (and all from 2.7)
+#   pypi.org/simple/torch:          torch-2.6.0-cp312-cp312-manylinux1_x86_64.whl      (up to 2.6)
+#                                   torch-2.7.0-cp312-cp312-manylinux_2_28_x86_64.whl  (from 2.7)
+def pytorch_index_tag(release, platform):
+    old = matrix._vkey(release)[:2] < (2, 6) or (matrix._vkey(release)[:2] == (2, 6) and platform != "cu126")
+    return "linux_x86_64" if old else "manylinux_2_28_x86_64"
+
+
+def pypi_tag(release):
+    return "manylinux1_x86_64" if matrix._vkey(release)[:2] < (2, 7) else "manylinux_2_28_x86_64"
+
+
+def published_indexes(root):
+    """A fake PyPI (root/pypi) and PyTorch index (root/whl/<platform>) holding every build ci/published_builds.toml
+    lists, for every patch release and Python of the matrix, with the real file names; next to them the files a
+    real index also has and a cell must not take: free-threaded, aarch64 and Windows builds."""
+    releases = matrix.releases()
+    pythons = {matrix.minor(r["version"]): r["pythons"] for r in matrix._load_toml(matrix.MATRIX_FILE)["torch"]}
+    pypi_platform = {matrix.minor(r["version"]): r["pypi"] for r in matrix._load_toml(matrix.MATRIX_FILE)["torch"]}
+    for minor, platforms in matrix.published_builds().items():
+        for release in releases[minor]["patches"]:
+            for platform in platforms:
+                tag = pytorch_index_tag(release, platform)
+                names = [torch_wheel(f"{release}+{platform}", p, tag) for p in pythons[minor]]
+                names += [f"torch-{release}+{platform}-cp313-cp313t-{tag}.whl",
+                          torch_wheel(f"{release}+{platform}", "3.12", "manylinux_2_28_aarch64"),
+                          torch_wheel(f"{release}+{platform}", "3.12", "win_amd64")]
+                fake_index(root / "whl" / platform, *names)
+            names = [torch_wheel(release, p, pypi_tag(release)) for p in pythons[minor]]
+            fake_index(root / "pypi", *names, torch_wheel(release, "3.12", "manylinux_2_28_aarch64"))
+    return str(root / "pypi"), str(root / "whl" / "{platform}")
+
+
+def run_preflight(*args):
+    return subprocess.run([sys.executable, "-m", "ci", "preflight", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_published_cells_all_found_on_indexes_named_as_the_real_ones(tmp_path):
+    pypi, torch_index = published_indexes(tmp_path)
+    published = matrix.select(CELLS, published=True)
+    pairs = sum(len(c.pythons) for c in published)
+    out = run_preflight("--published", "--pypi", pypi, "--torch-index", torch_index)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"all {pairs} torch builds of {len(published)} cells exist" in out.stdout
+    # Both naming schemes are in play: the 2.4-2.6 classic cells come from linux_x86_64 files.
+    assert any(pytorch_index_tag(c.torch, c.platform) == "linux_x86_64" and not c.on_pypi for c in published)
+    assert any(pytorch_index_tag(c.torch, c.platform) != "linux_x86_64" and not c.on_pypi for c in published)
+
+
+def test_without_the_linux_tag_the_older_builds_are_missing(tmp_path, monkeypatch, capsys):
+    """The check above can fail: with the manylinux tags alone (what preflight asked before), every cell of torch
+    2.4-2.6 from PyTorch's index (but 2.6's cu126) is reported missing, and nothing else."""
+    pypi, torch_index = published_indexes(tmp_path)
+    full = preflight.image_platforms
+    monkeypatch.setattr(preflight, "image_platforms", lambda policy: [t for t in full(policy) if t.startswith("many")])
+    assert preflight.main(["--published", "--pypi", pypi, "--torch-index", torch_index]) == 1
+    captured = capsys.readouterr()
+    missing = {line.split()[1] for line in captured.out.splitlines() if line.startswith("preflight: ")}
+    expected = {c.id for c in matrix.select(CELLS, published=True)
+                if not c.on_pypi and pytorch_index_tag(c.torch, c.platform) == "linux_x86_64"}
+    assert missing == expected and len(expected) >= 5
+
+
+def test_torch_index_option_needs_its_platform_placeholder(capsys):
+    with pytest.raises(SystemExit):
+        preflight.main(["--pr", "--torch-index", "/srv/whl"])
+    assert "needs {platform}" in capsys.readouterr().err
 
 
 def test_every_python_of_a_cell_is_asked_and_the_missing_one_named(tmp_path):
@@ -48,6 +123,12 @@ def test_older_manylinux_tags_count_and_newer_ones_do_not(tmp_path):
     problems = preflight.check([old, new], index_for=lambda c: index)
     assert {c for c, _, _ in problems} == {"2.13.0+cpu"}  # glibc 2.34 wheels do not install in the 2.28 image
     assert len(problems) == len(new.pythons)
+
+
+def test_the_plain_linux_tag_counts(tmp_path):
+    cell = matrix.find("2.4.0+cu124")
+    index = fake_index(tmp_path / "idx", *(torch_wheel(cell.id, p, "linux_x86_64") for p in cell.pythons))
+    assert preflight.check([cell], index_for=lambda c: index) == []
 
 
 def test_pip_configuration_is_not_consulted(tmp_path, monkeypatch):
@@ -83,10 +164,25 @@ def test_command_names_missing_cells_and_fails(monkeypatch, capsys):
     assert all(c in captured.err for c in ("2.4.0+cu124", "2.14.1+cu126", "2.14.1+cu130", "2.13.0+cpu"))
 
 
-def test_image_platforms_go_down_from_the_image_tag_to_manylinux1():
-    tags = preflight.image_platforms({"manylinux": "manylinux_2_28", "machine": "x86_64"})
-    assert tags[0] == "manylinux_2_28_x86_64" and tags[-1] == "manylinux1_x86_64"
-    assert {"manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64"} <= set(tags)
+def test_image_platforms_are_what_pip_in_the_image_accepts(monkeypatch):
+    """The tag list equals what packaging.tags (pip's own copy) yields on an x86_64 Linux whose glibc is the
+    image's 2.28: the same tags, in the same order."""
+    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
+        pytest.skip("packaging.tags answers for the machine it runs on: needs x86_64 Linux")
+    from pip._vendor.packaging import _manylinux, _musllinux, tags
+
+    monkeypatch.setattr(_manylinux, "_get_glibc_version", lambda: (2, 28))
+    monkeypatch.setattr(_musllinux, "_get_musl_version", lambda executable: None)
+    monkeypatch.setattr(tags.sysconfig, "get_platform", lambda: "linux-x86_64")
+    expected = list(tags._linux_platforms(is_32bit=False))
+    got = preflight.image_platforms({"manylinux": "manylinux_2_28", "machine": "x86_64"})
+    assert got == expected
+    assert got[0] == "manylinux_2_28_x86_64" and got[-1] == "linux_x86_64"
+    assert {"manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(got)
+    assert "manylinux_2_34_x86_64" not in got
+    # Elsewhere than x86 manylinux starts at glibc 2.17.
+    arm = preflight.image_platforms({"manylinux": "manylinux_2_28", "machine": "aarch64"})
+    assert arm[-3:] == ["manylinux_2_17_aarch64", "manylinux2014_aarch64", "linux_aarch64"]
 
 
 def test_an_unreachable_index_is_an_error_not_a_missing_build():
