@@ -9,6 +9,10 @@
     cibw-env    the cibuildwheel environment of one cell (the CI workflow appends it to $GITHUB_ENV)
     gh-matrix   the CI workflow's job matrix, as JSON
     preflight   ask each cell's index whether its exact torch build exists, for each of its Pythons
+    release-check   before tagging: the tag matches the version, the matrix the published builds, and the
+                repository settings to tick
+    tag-check   the tag is v + the package version (the workflow's first step on a tag)
+    release-manifests   every release's manifest.json merged (the Pages job builds the index from it)
     repair      repair one wheel with the package's policy and check it (cibuildwheel's repair command)
     smoke       smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)
     symbols     audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)
@@ -175,7 +179,7 @@ def main(argv=None):
     s.set_defaults(func=cmd_summary)
 
     i = sub.add_parser("index", help="find-links pages + PEP 503 index from wheels")
-    i.add_argument("wheels", nargs="+", help="folders (searched recursively) or wheel files")
+    i.add_argument("wheels", nargs="*", help="folders (searched recursively) or wheel files")
     i.add_argument("--out", required=True)
     i.add_argument("--base-url", help="URL the wheels are served from (default: relative links to the files)")
     i.add_argument("--manifest", help="manifest.json of an earlier index whose wheels the new index keeps")
@@ -198,12 +202,14 @@ def main(argv=None):
 
     # commands with parsers of their own
     delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "preflight": "ci.preflight", "symbols": "ci.symbols",
-                 "abi-proof": "ci.abi_proof"}
+                 "abi-proof": "ci.abi_proof", "release-check": "ci.release", "tag-check": "ci.release:tag_main",
+                 "release-manifests": "ci.release:manifests_main"}
     for name in delegated:
         sub.add_parser(name, help=f"see python -m ci {name} --help")
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in delegated:
-        return __import__(delegated[argv[0]], fromlist=["main"]).main(argv[1:]) or 0
+        module, _, function = delegated[argv[0]].partition(":")
+        return getattr(__import__(module, fromlist=["main"]), function or "main")(argv[1:]) or 0
     args = p.parse_args(argv)
     return args.func(args)
 

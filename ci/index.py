@@ -136,6 +136,8 @@ def write(entries, out):
 def main(args):
     entries = collect(args.wheels, args.base_url, args.manifest)
     if not entries:
-        raise SystemExit(f"index: no {PROJECT} wheels under {' '.join(args.wheels)}")
+        where = [f"under {' '.join(args.wheels)}"] if args.wheels else []
+        where += [f"in {args.manifest}"] if args.manifest else []
+        raise SystemExit(f"index: no {PROJECT} wheels {' or '.join(where) or '(give wheel folders or --manifest)'}")
     pages = write(entries, args.out)
     print(f"index: {len(entries)} wheels on {len(pages)} pages in {args.out}: " + ", ".join(pages))
