@@ -56,6 +56,21 @@ def tag_problem(tag, version):
             f"commit, and tag that commit.")
 
 
+def tagged_commit(tag, root=ROOT):
+    """The commit `tag` names in the git checkout at `root`, or None when there is no such tag (or no git)."""
+    try:
+        out = subprocess.run(["git", "-C", root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}^{{commit}}"],
+                             capture_output=True, text=True)
+    except OSError:
+        return None
+    return out.stdout.strip() or None
+
+
+def head_commit(root=ROOT):
+    out = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
 def build_problems(releases=None, published=None):
     """What ci/matrix.toml and ci/published_builds.toml disagree on: a matrix platform PyTorch does not publish,
     or a published torch minor the matrix does not serve."""
@@ -93,6 +108,12 @@ def release_check(tag=None, root=ROOT, out=None):
     print(f"release-check: prerast {version}, tag {tag}", file=out)
     problem = tag_problem(tag, version)
     line(problem is None, problem or f"tag {tag} = v + the package version ({VERSION_FILE})")
+    # The mistake the tag check cannot see: the version was not bumped since the last release.
+    tagged = tagged_commit(tag, root)
+    if tagged and tagged != head_commit(root):
+        line(False, f"{tag} already names commit {tagged[:12]}, not this one: bump {VERSION_FILE} for a new release")
+    else:
+        line(True, f"{tag} is not tagged yet" if not tagged else f"{tag} names this commit (a re-run of its release)")
     problems = build_problems()
     cells = matrix.select(matrix.load(), published=True)
     line(not problems, "; ".join(problems) or f"ci/matrix.toml serves every torch minor of ci/published_builds.toml "

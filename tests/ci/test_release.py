@@ -100,6 +100,28 @@ def test_release_check_prints_the_checks_and_the_settings_to_tick(capsys):
     assert "[FAIL] tag v99.0.0 does not match" in captured.out and "1 check(s) failed" in captured.err
 
 
+def test_release_check_refuses_a_version_already_tagged_elsewhere(tmp_path, capsys):
+    """A checkout whose version was not bumped since its last release: the tag exists and names another commit."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                       capture_output=True)
+
+    (tmp_path / "package" / "prerast").mkdir(parents=True)
+    (tmp_path / release.VERSION_FILE).write_text('__version__ = "0.4.0"\n')
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    assert release.release_check(root=str(tmp_path)) == 0
+    assert "[ok] v0.4.0 is not tagged yet" in capsys.readouterr().out
+    git("tag", "v0.4.0")
+    assert release.release_check(root=str(tmp_path)) == 0
+    assert "[ok] v0.4.0 names this commit" in capsys.readouterr().out
+    git("commit", "-q", "--allow-empty", "-m", "second")
+    assert release.release_check(root=str(tmp_path)) == 1
+    out = capsys.readouterr().out
+    assert "[FAIL] v0.4.0 already names commit" in out and "bump package/prerast/_version.py" in out
+
+
 def test_readme_release_section_names_the_check_and_the_settings():
     readme = open(os.path.join(ROOT, "README.md")).read()
     section = readme[readme.index("**Cutting a release.**"):readme.index("## Examples")]
