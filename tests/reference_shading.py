@@ -5,6 +5,9 @@ intersects the segment between two pixel centres with the front triangle's edges
 neighbouring triangles in a dict keyed by vertex pairs, and compares 2D orientations. The plugin instead uses
 homogeneous edge functions and a sorted half-edge table; the two agree wherever the geometry is not within
 rounding distance of a decision, which `antialias` reports as `margin`.
+
+Both follow one direction rule: a horizontal pixel pair considers only edges closer to vertical than to
+horizontal on screen (|dy| >= |dx| in pixels), a vertical pair only the others, so each crossing is blended once.
 """
 import numpy as np
 
@@ -85,11 +88,16 @@ def _pair(color, rast, screen, tri, adj, p, q):
     f = int(rast[front][3]) - 1
     P = np.array(front[::-1], np.float64)  # (x, y)
     D = np.array(back[::-1], np.float64) - P
+    horizontal = p[0] == q[0]
     best = None
+    tilt = np.inf  # how far the nearest edge is from 45 degrees, the direction rule's tie (sine of the angle)
     for i in range(3):
         a, b, c = tri[f][(i + 1) % 3], tri[f][(i + 2) % 3], tri[f][i]
         A, B = screen[a], screen[b]
         E = B - A
+        tilt = min(tilt, abs(abs(E[1]) - abs(E[0])) / max(np.linalg.norm(E), 1e-30))
+        if (abs(E[1]) >= abs(E[0])) != horizontal:
+            continue
         den = _cross2(D, E)
         if den == 0:
             continue
@@ -102,7 +110,7 @@ def _pair(color, rast, screen, tri, adj, p, q):
     t, s, a, b, c = best
     A, E = screen[a], screen[b] - screen[a]
     own = _cross2(E, screen[c] - A)
-    margin = min(abs(t - 0.5), t, 1 - t, s, 1 - s)
+    margin = min(abs(t - 0.5), t, 1 - t, s, 1 - s, tilt)
     for g, m in adj[(min(a, b), max(a, b))]:
         if g == f:
             continue
@@ -119,11 +127,14 @@ def half_plane_coverage(height, width, inside, line):
     """Expected antialias output (per pixel, the blend weight of the 'inside' colour) for an image split by a
     straight line into an inside and an outside region of constant colour, from the exact crossings of the
     line with every segment joining neighbouring pixel centres. line(x, y) > 0 inside, linear in pixel
-    coordinates; inside: bool [H, W] of which centres are inside (as rasterized)."""
+    coordinates; inside: bool [H, W] of which centres are inside (as rasterized). The line is crossed by the
+    pairs of one direction only: horizontal ones if it is closer to vertical (|dy| >= |dx|), else vertical ones."""
     cov = inside.astype(np.float64)
+    gx, gy = line(1.0, 0.0) - line(0.0, 0.0), line(0.0, 1.0) - line(0.0, 0.0)  # the line's gradient
+    steps = ((0, 1),) if abs(gx) >= abs(gy) else ((1, 0),)
     for y in range(height):
         for x in range(width):
-            for (y2, x2) in ((y, x + 1), (y + 1, x)):
+            for (y2, x2) in ((y + dy, x + dx) for dy, dx in steps):
                 if y2 >= height or x2 >= width or inside[y, x] == inside[y2, x2]:
                     continue
                 (fy, fx), (by, bx) = ((y, x), (y2, x2)) if inside[y, x] else ((y2, x2), (y, x))

@@ -8,7 +8,11 @@
 //   2. Crossing: F's edge functions (the rasterizer's own, so P_F is inside them) are linear along the segment
 //      P_F -> P_B. Among the edges that P_B is outside of (by the rasterizer's inside test), the segment leaves
 //      F through the one it crosses first: smallest t = L(P_F) / (L(P_F) - L(P_B)), t in pixels from P_F. If
-//      P_B is inside every edge (the surfaces intersect there), the pair is left alone.
+//      P_B is inside every edge (the surfaces intersect there), the pair is left alone. So is it when that edge
+//      is not of the pair's direction: a horizontal pair resolves only edges closer to vertical than to
+//      horizontal on screen (|dy| >= |dx| in pixels), a vertical pair only the others, so that each silhouette
+//      crossing is blended once (resolved by both, a slanted edge would be counted twice and a coverage mask's
+//      position gradient would be twice its area's derivative).
 //   3. Silhouette: that edge, with vertex indices {j, k}, is a silhouette unless another triangle of tri with
 //      the same two indices has its third vertex m strictly on the other side of the edge's line on screen than
 //      F's third vertex (det(v_j, v_k, v_m) of clip-space (x, y, w) with the sign opposite to F's). Then the
@@ -23,7 +27,10 @@
 //      its exact coverage on this axis: out_target += alpha * (color_other - color_target), alpha = |t - 1/2|.
 // A pixel's updates from its (up to four) pairs add up; each lies in its own half of the footprint on its axis.
 // The result is linear in color and continuous and piecewise linear in t, hence in the vertex positions away
-// from pixel centres: the backward pass is its exact adjoint, with gradients to pos through t alone.
+// from pixel centres (and from edges at 45 degrees, where an edge passes from one pair direction to the other):
+// the backward pass is its exact adjoint, with gradients to pos through t alone. For a coverage mask, an edge
+// moved by d pixels across its pair direction changes each crossing's t by d, so the sum's gradient is the
+// derivative of the covered area.
 //
 // The forward pass first stores, per pair, tau = where the edge crosses measured from the pair's first (owner)
 // pixel, or -1; each pixel then gathers its four pairs in a fixed order, so no atomics are needed and CPU and
@@ -89,6 +96,18 @@ PR_HD bool first_in_front(const float* r0, const float* r1) {
   return key_less(r0[2], decode_triangle_id(r0[3]), r1[2], decode_triangle_id(r1[3]));
 }
 
+// Step 2's direction rule: does edge i of s face pairs of direction dir (0: horizontal, 1: vertical) in an image
+// of width x height pixels? Along pixel coordinates (X, Y) the edge function ra x + rb y + rc of NDC (x, y) has
+// gradient (2 ra / W, 2 rb / H), and the edge's direction (dx, dy) is normal to it: |dy| / |dx| =
+// (|ra| / W) / (|rb| / H). Decided from the exact row in double, so the CPU and the GPU take the same side of the
+// tie |dy| = |dx| (the horizontal pair's). Homogeneous, so it holds for edges through w <= 0 too.
+PR_HD bool edge_faces_direction(const TriSetup& s, int i, int dir, int width, int height) {
+  double ra, rb, rc;
+  exact_row(s, i, ra, rb, rc);
+  const bool steep = fabs(ra) * (double)height >= fabs(rb) * (double)width;  // |dy| >= |dx|
+  return dir == 0 ? steep : !steep;
+}
+
 // Does another triangle on edge e of triangle f continue the surface across it? n is F's edge row, positive on
 // F's side; base is the image's first row of pos.
 PR_HD bool edge_continues(const AntialiasArgs& a, const float* base, int64_t f, int e, const float n[3]) {
@@ -105,7 +124,7 @@ PR_HD bool edge_continues(const AntialiasArgs& a, const float* base, int64_t f, 
 }
 
 // Steps 1-3 for the pair owned by pix in direction dir: false if its pixels show one ID, the front triangle
-// has no edge between them, or that edge is not a silhouette.
+// has no edge of that direction between them, or that edge is not a silhouette.
 PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCrossing& c) {
   int64_t q;
   if (!pair_second(a, pix, dir, q)) return false;
@@ -131,16 +150,20 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
                       nt))
     return false;
   int e = -1;
-  float best = 0.0f;
+  float best = 0.0f, leave = INFINITY;  // the first crossing of an edge of dir's direction, and of any edge
   for (int i = 0; i < 3; ++i) {
     const float lb = edge_eval(s, i, c.pb[0], c.pb[1]);
     if (edge_test(s, i, lb, c.pb[0], c.pb[1])) continue;
     const float lf = edge_eval(s, i, c.pf[0], c.pf[1]);
     if (!(lf - lb > 0.0f)) continue;
     const float t = lf / (lf - lb);
+    leave = fminf(leave, t);
+    if (!edge_faces_direction(s, i, dir, a.width, a.height)) continue;
     if (e < 0 || t < best) e = i, best = t, c.lf = lf, c.lb = lb;
   }
-  if (e < 0) return false;
+  // Past the exit the line of an edge of this direction no longer bounds F: the segment left F through an edge
+  // of the other direction, whose crossing the other pairs resolve. (At a vertex both are crossed at once.)
+  if (e < 0 || best > leave) return false;
   double ra, rb, rc;  // edge e's row about the NDC origin, as edge_continues takes it
   exact_row(s, e, ra, rb, rc);
   const float n[3] = {(float)(s.sg * ra), (float)(s.sg * rb), (float)(s.sg * rc)};
