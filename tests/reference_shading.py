@@ -50,9 +50,10 @@ def _neighbours(tri):
 
 
 def antialias(color, rast, pos, tri):
-    """Returns (out, pairs). pairs: list of dicts (n, p, q, t, target, margin) for every blended pair, where p, q
-    are (y, x), t the crossing from the front pixel and margin how far the decisions were from flipping (in
-    pixels or edge parameter units)."""
+    """Returns (out, pairs). pairs: a dict (n, p, q, blended, margin) for every pair of pixels showing different
+    IDs whose segment some edge line of the front triangle crosses, where p, q are (y, x) and margin is how far
+    the decisions were from flipping (in pixels or edge parameter units); blended pairs also have t (the crossing
+    from the front pixel), target, source, tri and edge."""
     color, rast, pos = (np.asarray(a, np.float64) for a in (color, rast, pos))
     tri = np.asarray(tri, np.int64)
     N, H, W, _ = color.shape
@@ -71,13 +72,16 @@ def antialias(color, rast, pos, tri):
                     pr = _pair(color[n], rast[n], screen, tri, adj, (y, x), q)
                     if pr is None:
                         continue
-                    target, source, alpha = pr["target"], pr["source"], abs(pr["t"] - 0.5)
-                    out[n][target] += alpha * (color[n][source] - color[n][target])
                     pairs.append(dict(pr, n=n))
+                    if pr["blended"]:
+                        target, source, alpha = pr["target"], pr["source"], abs(pr["t"] - 0.5)
+                        out[n][target] += alpha * (color[n][source] - color[n][target])
     return out, pairs
 
 
 def _pair(color, rast, screen, tri, adj, p, q):
+    """The pair (p, q) of pixels showing different IDs: a dict with `blended` and the `margin` of the decisions
+    that made it so (also for a pair left alone where some edge crosses it), or None."""
     ida, idb = int(rast[p][3]), int(rast[q][3])
     if ida == idb:
         return None
@@ -89,38 +93,46 @@ def _pair(color, rast, screen, tri, adj, p, q):
     P = np.array(front[::-1], np.float64)  # (x, y)
     D = np.array(back[::-1], np.float64) - P
     horizontal = p[0] == q[0]
-    best = None
-    tilt = np.inf  # how far the nearest edge is from 45 degrees, the direction rule's tie (sine of the angle)
+    crossed = []  # (t, s, a, b, c, of this pair's direction) for each edge line crossed within the segment
+    margin = np.inf
     for i in range(3):
         a, b, c = tri[f][(i + 1) % 3], tri[f][(i + 2) % 3], tri[f][i]
         A, B = screen[a], screen[b]
         E = B - A
-        tilt = min(tilt, abs(abs(E[1]) - abs(E[0])) / max(np.linalg.norm(E), 1e-30))
-        if (abs(E[1]) >= abs(E[0])) != horizontal:
-            continue
         den = _cross2(D, E)
         if den == 0:
             continue
         t = _cross2(A - P, E) / den   # P + t D on the line through A, B
         s = _cross2(A - P, D) / den   # A + s E on the segment P -> P + D
-        if 0 <= t <= 1 and 0 <= s <= 1 and (best is None or t < best[0]):
-            best = (t, s, a, b, c)
-    if best is None:
-        return None
-    t, s, a, b, c = best
+        if not 0 <= t <= 1:
+            continue
+        crossed.append((t, s, a, b, c, (abs(E[1]) >= abs(E[0])) == horizontal))
+        # Flipping decisions: which side of the line P_B is on (t near 1), whether the crossing is past a vertex
+        # (s near 0 or 1) and which direction the edge faces (near 45 degrees: ||Ey| - |Ex|| / |E| is sqrt(2)
+        # times the sine of the angle from 45 degrees).
+        margin = min(margin, 1 - t, abs(s), abs(1 - s), abs(abs(E[1]) - abs(E[0])) / max(np.linalg.norm(E), 1e-30))
+    # The segment leaves F where it crosses an edge within the edge's extent; the pair resolves that crossing only
+    # if the edge is of its direction (a horizontal pair: |dy| >= |dx|), else the other direction's pairs do.
+    exits = [e for e in crossed if 0 <= e[1] <= 1 and e[5]]
+    if not exits:
+        # past_exit: an edge of this direction is crossed, but only after the segment left F through another.
+        return dict(p=p, q=q, blended=False, margin=margin, past_exit=any(e[5] for e in crossed)) if crossed else None
+    t, s, a, b, c, _ = min(exits)
     A, E = screen[a], screen[b] - screen[a]
     own = _cross2(E, screen[c] - A)
-    margin = min(abs(t - 0.5), t, 1 - t, s, 1 - s, tilt)
+    margin = min(margin, abs(t - 0.5), t)
+    continues = False
     for g, m in adj[(min(a, b), max(a, b))]:
         if g == f:
             continue
         other = _cross2(E, screen[m] - A)
         margin = min(margin, abs(other) / max(np.linalg.norm(E), 1e-30))
-        if other * own < 0:
-            return None
+        continues |= other * own < 0
+    if continues:
+        return dict(p=p, q=q, blended=False, margin=margin, past_exit=False)
     target_is_back = t > 0.5
     target, source = (back, front) if target_is_back else (front, back)
-    return dict(p=p, q=q, t=t, target=target, source=source, margin=margin, tri=f, edge=(a, b))
+    return dict(p=p, q=q, t=t, target=target, source=source, margin=margin, tri=f, edge=(a, b), blended=True)
 
 
 def half_plane_coverage(height, width, inside, line):

@@ -162,7 +162,9 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
     if (e < 0 || t < best) e = i, best = t, c.lf = lf, c.lb = lb;
   }
   // Past the exit the line of an edge of this direction no longer bounds F: the segment left F through an edge
-  // of the other direction, whose crossing the other pairs resolve. (At a vertex both are crossed at once.)
+  // of the other direction, whose crossing the other pairs resolve. Where the segment passes through a vertex
+  // the two t come from different edges' float values, so which one is first is decided by their rounding:
+  // the same on the CPU and the GPU, and either answer blends a crossing at most once.
   if (e < 0 || best > leave) return false;
   double ra, rb, rc;  // edge e's row about the NDC origin, as edge_continues takes it
   exact_row(s, e, ra, rb, rc);
