@@ -192,12 +192,12 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
         cibw.repair_and_check("raw.whl", str(tmp_path))
 
 
-def test_readme_names_the_repository_settings_a_tag_release_needs():
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    release = readme[readme.index("**Cutting a release.**"):readme.index("## Layout")]
+def test_guide_names_the_repository_settings_a_tag_release_needs():
+    release = open(os.path.join(ROOT, "docs", "releasing.md")).read()
     assert "Source = **GitHub Actions**" in release
     assert "`github-pages`" in release and "**tag** rule `v*`" in release
-    assert f"python -m ci repair --plat {cibw.policy_platform()}" in readme
+    wheels = open(os.path.join(ROOT, "docs", "building-wheels.md")).read()
+    assert f"python -m ci repair --plat {cibw.policy_platform()}" in wheels
 
 
 def test_only_wheels_without_a_local_tag_go_to_pypi(tmp_path):
