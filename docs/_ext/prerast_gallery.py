@@ -71,9 +71,9 @@ def _layout(printed):
 
 
 def example_page(name, argv, png, loss_png, losses, seconds, module, printed=""):
-    title, rest = _description(module)
+    summary, rest = _description(module)
     command = " ".join(["python", f"examples/{name}.py"] + list(argv))
-    lines = [f"# {title}", ""] + [p + "\n" for p in rest]
+    lines = [f"# examples/{name}.py", "", f"**{summary}.**", ""] + [p + "\n" for p in rest]
     lines += [f"Built with `{command}` on the CPU of the documentation build ({seconds:.1f} s"
               + (f", {len(losses)} steps" if losses else "") + "); the program's defaults run longer and larger.", ""]
     layout = _layout(printed)
@@ -92,8 +92,9 @@ def index_page(entries):
              "and how their loss fell. Each one also takes `--device cuda`, `--steps`, `--resolution` and `--out`; "
              "they share `examples/common.py` (cameras, meshes, the PNG writer).", "",
              "```{toctree}", ":hidden:", ""] + [name for name, _ in entries] + ["```", ""]
-    for name, title in entries:
-        lines += [f"## [{title}]({name}.md)", "", f"[![{title}]({name}.png)]({name}.md)", ""]
+    for name, summary in entries:
+        lines += [f"## [{name}.py]({name}.md)", "", summary + ".", "", ":::{container} prerast-gallery",
+                  f"[![{summary}]({name}.png)]({name}.md)", ":::", ""]
     return "\n".join(lines)
 
 
