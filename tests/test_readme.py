@@ -29,6 +29,7 @@ SITE = "https://prerast.github.io/"
 CELL_BUILD = "tests/ci/test_cell_end_to_end.py::test_cpu_cell_builds_end_to_end_from_a_fresh_clone"
 IMAGES = "tests/ci/test_two_images.py::"
 EXAMPLES = "tests/examples/test_examples.py::"
+GUIDES_FIX = "tests/docs/test_guides.py::test_installing_shows_the_fix_commands_the_loader_prints"
 
 HOW = {
     "bash ci/quickstart.sh": {"syntax": True, "ci": ("ci/test.sh", "ci wheel build"),
@@ -80,6 +81,12 @@ HOW = {
     "python examples/textured_sphere.py": {"test": EXAMPLES + "test_loss_falls"},
     "python examples/envmap.py": {"test": EXAMPLES + "test_loss_falls"},
     "pip install -r docs/requirements.txt": {"ci": ("ci/test.sh", "docs/requirements.txt")},
+    'pip install --force-reinstall --no-deps "prerast==0.1.0+pt24cu121" '
+    '-f https://prerast.github.io/whl/torch-2.4.1+cu121.html': {"test": GUIDES_FIX},
+    'pip install --force-reinstall --no-deps "prerast==0.1.0+cu12" '
+    '-f https://prerast.github.io/whl/torch-2.12.0+cu126.html': {"test": GUIDES_FIX},
+    'pip install --force-reinstall --no-deps "prerast==0.1.0" '
+    '-f https://prerast.github.io/whl/torch-2.14.1+cpu.html': {"test": GUIDES_FIX},
     "python -m sphinx -W -b html docs docs/_build/html": {
         "test": "tests/docs/test_docs_site.py::test_site_builds_from_a_fresh_clone"},
     "python -m prerast precompile mypackage.scene:Renderer --inputs example_inputs.pt --out render.pt2": {

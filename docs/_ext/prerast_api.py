@@ -2,8 +2,8 @@
 
 Every function, class and method that autodoc documents must list, in the Args section of its Google-style
 docstring, exactly the arguments of its signature, in order, and each argument with a default must state it
-(``Default None``, ``Default ``'wrap'````). Every name of ``prerast.__all__`` (conf.py: ``prerast_api_module``) must be documented somewhere in the
-site. A violation is a Sphinx warning, which ``python -m sphinx -W`` turns into a failed build; tests/docs call
+(``Default None``, ``Default ``'wrap'````). Every name of ``prerast.__all__`` (conf.py: ``prerast_api_module``)
+must be documented somewhere in the site. A violation is a Sphinx warning, which ``python -m sphinx -W`` turns into a failed build; tests/docs call
 :func:`drift` directly too.
 """
 import importlib
