@@ -82,6 +82,18 @@ def test_release_upload_has_no_environment_and_pages_runs_after_every_wheel_job(
     assert "--manifest previous.json" in runs(all_jobs[pages])
 
 
+def test_pages_publish_the_docs_at_the_root_and_the_index_under_whl():
+    pages = jobs()["pages"]
+    script = runs(pages)
+    assert "--out site/whl" in script
+    # The documented build command, with warnings as errors, next to a wheel of this release; copied to the root.
+    assert "python -m sphinx -W -b html docs docs/_build/html" in script
+    assert "pip install -r docs/requirements.txt" in script and 'pip install --no-deps "$wheel"' in script
+    assert script.index("--out site/whl") < script.index("cp -r docs/_build/html/. site/")
+    (upload,) = uses(pages, "actions/upload-pages-artifact")
+    assert upload["with"]["path"] == "site"
+
+
 def test_preflight_runs_before_any_wheel_job():
     all_jobs = jobs()
     (preflight,) = [n for n, j in all_jobs.items() if "python -m ci preflight" in runs(j)]
