@@ -9,7 +9,7 @@ PYTHON=${PYTHON:-python3.11}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 export PRERAST_CUDA_ARCH_LIST=${PRERAST_CUDA_ARCH_LIST:-9.0}
 
-"$PYTHON" -m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt
+"$PYTHON" -m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt docs/requirements.txt
 wheel=$(.venv/build/bin/python -m ci wheel build --out dist | tail -n 1)
 .venv/build/bin/python -m pip install -q --no-deps --force-reinstall --disable-pip-version-check "$wheel"
 export PRERAST_TEST_WHEEL="$wheel"

@@ -1,5 +1,6 @@
 """`python -m prerast doctor` (and the command line around it) for a working install, a mismatched binary, a
 missing binary and a GPU the plugin has no code for: output and exit codes."""
+import glob
 import json
 import os
 import re
@@ -111,9 +112,10 @@ def test_gpu_without_code_exits_2(monkeypatch):
 
 
 def test_documented_commands_parse():
-    # Every `python -m prerast ...` command in the README and the Dockerfile is accepted by the command line.
+    # Every `python -m prerast ...` command in the README, the guides and the Dockerfile is accepted by the command line.
     commands = []
-    for name in ("README.md", os.path.join("examples", "Dockerfile")):
+    guides = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    for name in ["README.md", os.path.join("examples", "Dockerfile")] + guides:
         with open(os.path.join(ROOT, name)) as f:
             for m in re.finditer(r"python3? -m prerast ([^\n`]+)", f.read()):
                 words = shlex.split(m.group(1).rstrip("\\ "), comments=True)

@@ -8,14 +8,23 @@ _OP = "antialias"
 
 
 class TopologyHash:
-    """Which triangles share each edge of a triangle list, built by antialias_construct_topology_hash(tri) on
-    tri's device and reusable for every antialias call with the same tri (instanced or range mode).
+    """Which triangles share each edge of a triangle list, as :func:`antialias_construct_topology_hash` builds it
+    on tri's device; reusable for every :func:`antialias` call with the same tri (instanced or range mode).
 
     Half-edge h = 3 * t + i is the edge of triangle t opposite its vertex i. The table lists all half-edges
     grouped by undirected edge {a, b} of vertex indices: group_of[h] is h's group, and
     half_edges[group_start[g]:group_start[g + 1]] are the half-edges of group g. group_start always has 3 T + 1
     entries (those past the last group equal 3 T), so that every shape follows from T alone and the table can be
     built inside torch.compile without data-dependent shapes.
+
+    Args:
+        num_triangles (int): T, the number of triangles of tri.
+        half_edges (torch.Tensor): int32 ``[3 T]``, the half-edges sorted by undirected edge.
+        group_of (torch.Tensor): int32 ``[3 T]``, the group of each half-edge.
+        group_start (torch.Tensor): int32 ``[3 T + 1]``, where each group begins in half_edges.
+
+    Differences from nvdiffrast:
+        prerast's own object, with documented tables; nvdiffrast's is opaque and the two cannot be mixed.
     """
 
     __slots__ = ("num_triangles", "device", "half_edges", "group_of", "group_start")
@@ -33,8 +42,20 @@ class TopologyHash:
 
 
 def antialias_construct_topology_hash(tri):
-    """Build the edge -> adjacent triangles table that antialias uses to tell silhouette edges from edges
-    inside a surface. tri: int32 [T, 3] with non-negative vertex indices. Returns an opaque TopologyHash."""
+    """Build the edge → adjacent triangles table that :func:`antialias` uses to tell silhouette edges from edges
+    inside a surface. Build it once per triangle list to reuse it.
+
+    Args:
+        tri (torch.Tensor): int32 ``[T, 3]`` non-negative vertex indices, T up to 715,827,882.
+
+    Returns:
+        TopologyHash: the table, on tri's device.
+
+    Raises:
+        TypeError: tri is not an int32 tensor.
+        ValueError: tri is not ``[T, 3]`` or has too many triangles.
+        IndexError: a CPU tri holds a negative index (other devices: :func:`antialias` checks).
+    """
     op = "antialias_construct_topology_hash"
     _loader.require()
     _checks.tensor(op, "tri", tri)
@@ -65,16 +86,41 @@ def antialias_construct_topology_hash(tri):
 
 
 def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0):
-    """Antialias silhouette edges analytically.
+    """Antialias silhouette edges analytically, with gradients to the vertex positions.
 
-    color: float32 [N, H, W, C] shaded image; rast: [N, H, W, 4] from rasterize; pos, tri: the geometry that was
-    rasterized (pos [N, V, 4] instanced or [V, 4] range mode; tri int32 [T, 3]). topology_hash: from
-    antialias_construct_topology_hash(tri), built here when None (build it once to reuse it).
+    For each pair of horizontally or vertically neighbouring pixels that show different surfaces, the nearer
+    pixel's triangle decides: the segment between the two pixel centres leaves it through one of its edges. When
+    that edge is a silhouette (no triangle on the same two vertex indices continues the surface on screen), the
+    pixel whose footprint the edge cuts is blended toward its neighbour by the exact coverage along the segment.
 
-    Where two neighbouring pixels show different surfaces and a silhouette edge of the nearer one passes
-    between their centres, the pixel whose footprint the edge cuts is blended with its neighbour by the exact
-    coverage along the segment joining the centres. Returns an image shaped like color. Gradients flow to
-    color and, through where the edges cross, to pos (scaled by pos_gradient_boost).
+    Args:
+        color (torch.Tensor): float32 ``[N, H, W, C]`` shaded image. Differentiable.
+        rast (torch.Tensor): float32 ``[N, H, W, 4]`` from :func:`rasterize` with the same pos and tri.
+        pos (torch.Tensor): float32 ``[N, V, 4]`` (instanced) or ``[V, 4]`` (range mode) clip-space vertices, as
+            rasterized. Differentiable.
+        tri (torch.Tensor): int32 ``[T, 3]``, as rasterized.
+        topology_hash (TopologyHash, optional): from ``antialias_construct_topology_hash(tri)`` on the same
+            device. Default None: built inside the call.
+        pos_gradient_boost (float): factor applied to the gradient to pos (a number, or a 0-d tensor or array).
+            Default 1.0.
+
+    Returns:
+        torch.Tensor: float32, shaped like color: the antialiased image.
+
+    Raises:
+        TypeError: an argument is not a tensor or has the wrong dtype, topology_hash does not come from
+            :func:`antialias_construct_topology_hash`, or pos_gradient_boost is not a number.
+        ValueError: a wrong shape, tensors on different devices, a topology_hash built for another tri or device,
+            or a non-finite pos_gradient_boost.
+        IndexError: tri holding a vertex index outside ``[0, V)`` (on CUDA: a device-side assert).
+
+    Gradients:
+        To color and, through where the edges cross the pixel segments, to pos (times pos_gradient_boost).
+
+    Differences from nvdiffrast:
+        The same directions (a horizontal pixel pair considers edges closer to vertical, a vertical pair the
+        others), but prerast's own blend and silhouette test: images and position gradients agree in kind, not to
+        the last bit.
     """
     _loader.require()
     for name, value, dtype in (("color", color, torch.float32), ("rast", rast, torch.float32),

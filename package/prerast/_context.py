@@ -22,10 +22,21 @@ class _Context:
 
 
 class RasterizeCudaContext(_Context):
-    """Rasterize on a CUDA device (torch.device, 'cuda:1', an index, or None for the current device).
+    """Rasterize on a CUDA device.
 
-    output_db=False (a prerast extension, as in nvdiffrast's GL context) makes rasterize skip the image-space
-    derivatives rast_db and return an empty [N, H, W, 0] tensor in their place.
+    Args:
+        device (torch.device | str | int, optional): the CUDA device, e.g. ``'cuda:1'`` or 1. Default None: the
+            current device.
+        output_db (bool): False makes :func:`rasterize` skip the image-space derivatives rast_db and return an
+            empty ``[N, H, W, 0]`` tensor in their place (at 4096² that halves what the forward writes).
+            Default True.
+
+    Raises:
+        RuntimeError: device is None and CUDA is not available.
+        ValueError: device is not a CUDA device.
+
+    Differences from nvdiffrast:
+        output_db is a prerast addition (as in nvdiffrast's GL context).
     """
 
     def __init__(self, device=None, output_db=True):
@@ -48,7 +59,14 @@ class RasterizeCudaContext(_Context):
 
 
 class RasterizeCpuContext(_Context):
-    """Rasterize on the CPU, with the same results as the CUDA context. output_db as for RasterizeCudaContext."""
+    """Rasterize on the CPU, with the same results as the CUDA context.
+
+    Args:
+        output_db (bool): as for :class:`RasterizeCudaContext`. Default True.
+
+    Differences from nvdiffrast:
+        A prerast addition: for machines without a GPU, and for tests.
+    """
 
     def __init__(self, output_db=True):
         super().__init__()
@@ -60,7 +78,23 @@ class RasterizeCpuContext(_Context):
 
 
 class RasterizeGLContext(RasterizeCudaContext):
-    """Accepted for compatibility: prerast has no OpenGL backend, so this is a RasterizeCudaContext."""
+    """Accepted for compatibility: prerast has no OpenGL backend, so this is a :class:`RasterizeCudaContext`.
+
+    Making one warns with a DeprecationWarning.
+
+    Args:
+        output_db (bool): as for :class:`RasterizeCudaContext`. Default True.
+        mode (str): ``'automatic'`` or ``'manual'``; accepted and kept as ``self.mode``, with no effect.
+            Default ``'automatic'``.
+        device (torch.device | str | int, optional): the CUDA device. Default None: the current device.
+
+    Raises:
+        ValueError: mode is neither ``'automatic'`` nor ``'manual'``, or device is not a CUDA device.
+        RuntimeError: device is None and CUDA is not available.
+
+    Differences from nvdiffrast:
+        No OpenGL: programs need no display or EGL. :meth:`set_context` and :meth:`release_context` do nothing.
+    """
 
     def __init__(self, output_db=True, mode="automatic", device=None):
         warnings.warn("RasterizeGLContext is deprecated: prerast has no OpenGL backend and rasterizes with CUDA; "

@@ -9,17 +9,38 @@ _OP = "interpolate"
 
 
 def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
-    """Interpolate vertex attributes over the rasterized image.
+    """Interpolate vertex attributes over the rasterized image, perspective-correctly.
 
-    attr: float32 [V, A] (range mode) or [N, V, A] (instanced; N = 1 is shared by every image).
-    rast: [N, H, W, 4] from rasterize. tri: int32 [T, 3], the triangles that were rasterized.
-    rast_db, diff_attrs: with rast_db from rasterize and diff_attrs a sequence, array or tensor of attribute
-    indices (negative ones count from the end) or 'all', also returns the screen-space derivatives (dA/dX, dA/dY)
-    of those attributes; diff_attrs without rast_db is a ValueError.
+    Args:
+        attr (torch.Tensor): float32 vertex attributes, ``[V, A]`` (range mode, or shared by every image) or
+            ``[N, V, A]`` (instanced; N = 1 is shared by every image). Differentiable.
+        rast (torch.Tensor): float32 ``[N, H, W, 4]``, the first output of :func:`rasterize`. Differentiable
+            through its (u, v) channels.
+        tri (torch.Tensor): int32 ``[T, 3]``, the triangles that were rasterized.
+        rast_db (torch.Tensor, optional): float32 ``[N, H, W, 4]``, the second output of :func:`rasterize`;
+            needed with diff_attrs. Differentiable. Default None.
+        diff_attrs (str | Sequence[int] | torch.Tensor, optional): ``'all'``, or the indices of the attributes
+            whose screen-space derivatives to return (a sequence, array or tensor of ints; negative ones count
+            from the end). Default None: no derivatives.
 
-    Returns (out [N, H, W, A], out_da [N, H, W, 2 * len(diff_attrs)]); out is zero on background pixels and
-    out_da is [N, H, W, 0] without diff_attrs. Gradients flow to attr, to rast's (u, v) channels
-    and, when derivatives are output, to rast_db.
+    Returns:
+        tuple[torch.Tensor, torch.Tensor]: ``(out, out_da)``: out is float32 ``[N, H, W, A]``, zero on background
+        pixels; out_da is ``[N, H, W, 2 * len(diff_attrs)]`` = (dA/dX, dA/dY) per listed attribute in pixels, or
+        ``[N, H, W, 0]`` without diff_attrs.
+
+    Raises:
+        TypeError: an argument is not a tensor or has the wrong dtype, or diff_attrs holds something other than
+            ints.
+        ValueError: a wrong shape, tensors on different devices, or diff_attrs without rast_db (also the empty
+            rast_db of an ``output_db=False`` context).
+        IndexError: a diff_attrs entry outside ``-A .. A-1``, or tri holding a vertex index outside ``[0, V)``.
+
+    Gradients:
+        To attr, to rast's (u, v) channels and, when derivatives are returned, to rast_db.
+
+    Differences from nvdiffrast:
+        diff_attrs without rast_db is a ValueError instead of results without derivatives, and an index outside
+        the attributes is an IndexError before anything runs.
     """
     _loader.require()
     for name, value, dtype in (("attr", attr, torch.float32), ("rast", rast, torch.float32), ("tri", tri, torch.int32)):

@@ -81,12 +81,27 @@ def _require_shared_libstdcxx():
 
 
 def precompile(fn, example_inputs, path, training=False, dynamic=False):
-    """Compile fn (a function or torch.nn.Module) for the tuple example_inputs and write one artifact to path.
+    """Compile a render function once, where a compiler is installed, into one artifact file.
 
-    training=False: an AOTInductor package for inference (forward only); loads with no compiler at all.
-    dynamic=True lets every dimension of every tensor input vary (as far as fn allows).
-    training=True: a torch.compile artifact with forward and backward; example inputs must require grad as
-    the runtime's will (requires_grad is part of what the artifact checks). Returns path.
+    :func:`load_precompiled` loads it in a runtime image (:doc:`/compile-and-precompile`).
+
+    Args:
+        fn (Callable | torch.nn.Module): what to compile; it may call every prerast op but DepthPeeler.
+        example_inputs (tuple): the inputs to compile for (their shapes, dtypes, devices and, with training,
+            requires_grad flags are what the artifact serves).
+        path (str | os.PathLike): the file to write.
+        training (bool): False: an AOTInductor package for inference (forward only; torch >= 2.6), which loads
+            with no compiler at all. True: a torch.compile artifact with forward and backward (torch >= 2.9); fn
+            must then be a function. Default False.
+        dynamic (bool): let every dimension of every tensor input vary (as far as fn allows). Default False.
+
+    Returns:
+        str: path.
+
+    Raises:
+        RuntimeError: the running torch lacks the API the route needs, or the C++ compiler can link libstdc++
+            only statically (the message names the fix, e.g. ``CXX=/usr/bin/g++``).
+        TypeError: training=True with a torch.nn.Module.
     """
     _loader.require()
     _require_torch_api(training)
@@ -123,8 +138,19 @@ def _device_information_without_compiling(original):
 
 
 def load_precompiled(path, fn=None):
-    """The callable that an artifact of precompile() holds. A training artifact also needs fn, the function it
-    was made from (its module's globals are what the compiled code refers to)."""
+    """Load the callable that an artifact of :func:`precompile` holds.
+
+    Args:
+        path (str | os.PathLike): the artifact.
+        fn (Callable, optional): for a training artifact, the function it was made from (its module's globals are
+            what the compiled code refers to); not needed for an inference artifact. Default None.
+
+    Returns:
+        Callable: the compiled function; an inference artifact loads without calling a compiler.
+
+    Raises:
+        TypeError: a training artifact without fn.
+    """
     _loader.require()  # the prerast ops must be registered before the graph that calls them is loaded
     path = os.fspath(path)
     if is_inference_artifact(path):

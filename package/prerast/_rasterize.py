@@ -23,16 +23,39 @@ def _prepare(op, glctx, pos, tri, resolution, ranges):
 
 
 def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
-    """Rasterize triangles into (rast, rast_db).
+    """Rasterize triangles into barycentric, depth and triangle-ID images.
 
-    pos: float32 [N, V, 4] clip-space vertices (instanced mode) or [V, 4] with ranges (range mode).
-    tri: int32 [T, 3]. resolution: (height, width). ranges: int32 [N, 2] CPU tensor of (first, count), ignored in
-    instanced mode.
-    rast: [N, H, W, 4] = (u, v, z/w, triangle_id + 1), zero where nothing is drawn; IDs past 2^24 are stored as
-    the float whose bit pattern is 0x4a800000 + triangle_id + 1, as in nvdiffrast.
-    rast_db: [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) in pixels; [N, H, W, 0], neither computed nor written,
-    for a context made with output_db=False.
-    Gradients flow to pos from u, v and, when grad_db is True, from rast_db.
+    Args:
+        glctx (RasterizeCudaContext | RasterizeCpuContext): where to rasterize; tensors must be on its device.
+        pos (torch.Tensor): float32 clip-space vertices (x, y, z, w): ``[N, V, 4]`` in instanced mode (one image
+            per N), or ``[V, 4]`` in range mode (with ``ranges``). Differentiable.
+        tri (torch.Tensor): int32 ``[T, 3]`` vertex indices into pos, each in ``[0, V)``.
+        resolution (tuple[int, int]): ``(height, width)`` of the images, each from 1 to 32768.
+        ranges (torch.Tensor, optional): int32 ``[N, 2]`` CPU tensor of (first triangle, count) per image in range
+            mode; ignored in instanced mode. Default None.
+        grad_db (bool): whether gradients also flow from ``rast_db`` back to pos. Default True.
+
+    Returns:
+        tuple[torch.Tensor, torch.Tensor]: ``(rast, rast_db)``, both float32 on glctx's device.
+        rast is ``[N, H, W, 4]`` = (u, v, z/w, triangle_id + 1), all zero where nothing is drawn; IDs past 2^24
+        are stored as the float whose bit pattern is ``0x4a800000 + triangle_id + 1``. rast_db is
+        ``[N, H, W, 4]`` = (du/dX, du/dY, dv/dX, dv/dY) in pixels, or ``[N, H, W, 0]`` (neither computed nor
+        written) for a context made with ``output_db=False``.
+
+    Raises:
+        TypeError: an argument is not a tensor, has the wrong dtype, or glctx is not a context.
+        ValueError: a wrong shape, a resolution out of range, tensors on another device than glctx, or ranges
+            not on the CPU.
+        IndexError: tri holds a vertex index outside ``[0, V)`` (on CUDA: a device-side assert instead).
+        RuntimeError: glctx is reserved by an active DepthPeeler.
+
+    Gradients:
+        To pos, from u and v and, when grad_db is True, from rast_db; none from z/w or the triangle ID.
+
+    Differences from nvdiffrast:
+        Coverage exactly on an edge follows a tie rule decided in double precision (shared edges are
+        watertight), equal depths go to the lower triangle ID, and errors are TypeError / ValueError /
+        IndexError instead of RuntimeError (:doc:`/migrating-from-nvdiffrast`).
     """
     height, width, ranges = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
     glctx._check_free("rasterize")
@@ -42,11 +65,32 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
 
 
 class DepthPeeler:
-    """Successive depth layers: `with DepthPeeler(ctx, pos, tri, res) as p: rast, db = p.rasterize_next_layer()`.
+    """Successive depth layers of a scene, nearest first, as a context manager.
 
-    The first layer equals rasterize(); each further one holds, per pixel, the nearest surface strictly behind the
+    ``with DepthPeeler(ctx, pos, tri, res) as peeler: rast, rast_db = peeler.rasterize_next_layer()``. The first
+    layer equals :func:`rasterize`; each further one holds, per pixel, the nearest surface strictly behind the
     previous layer's, so a surface drawn twice at the same depth shows once. The context is reserved while the
-    peeler is active (glctx.active_depth_peeler).
+    peeler is active (``glctx.active_depth_peeler``). The arguments are checked here, and are then read-only
+    attributes of the same names (``raster_ctx`` for glctx); ``peeling_idx`` counts the layers peeled inside
+    the ``with`` block (None outside it).
+
+    Args:
+        glctx (RasterizeCudaContext | RasterizeCpuContext): where to rasterize.
+        pos (torch.Tensor): float32 ``[N, V, 4]`` or ``[V, 4]`` clip-space vertices, as for :func:`rasterize`.
+            Differentiable.
+        tri (torch.Tensor): int32 ``[T, 3]`` vertex indices.
+        resolution (tuple[int, int]): ``(height, width)``.
+        ranges (torch.Tensor, optional): int32 ``[N, 2]`` CPU tensor for range mode. Default None.
+        grad_db (bool): whether gradients flow from rast_db to pos. Default True.
+
+    Raises:
+        TypeError: as for :func:`rasterize`.
+        ValueError: as for :func:`rasterize`.
+        RuntimeError: on entering the ``with`` block, when glctx is already reserved by another peeler.
+
+    Differences from nvdiffrast:
+        Coplanar duplicates are peeled once; the attributes above are read-only (assigning one raises
+        AttributeError), since the peeler checked its inputs when it was made.
     """
 
     def __init__(self, glctx, pos, tri, resolution, ranges=None, grad_db=True):
@@ -83,6 +127,15 @@ class DepthPeeler:
         return False
 
     def rasterize_next_layer(self):
+        """Rasterize the next layer: the nearest surface behind the previous layer's, per pixel.
+
+        Returns:
+            tuple[torch.Tensor, torch.Tensor]: ``(rast, rast_db)`` as :func:`rasterize` returns them; pixels with
+            no further surface are zero.
+
+        Raises:
+            RuntimeError: called outside the peeler's ``with`` block.
+        """
         if not self._active:
             raise RuntimeError("DepthPeeler.rasterize_next_layer: use the peeler inside a 'with' block")
         pos, tri, ranges = self._inputs

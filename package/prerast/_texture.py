@@ -24,8 +24,19 @@ _MIP_NEAREST, _MIP_LINEAR = 2, 3
 
 
 class TextureMipChain:
-    """Mip levels 1, 2, ... of a texture, from texture_construct_mip. Pass it as texture(..., mip=chain) to reuse
-    it across calls while the texture is unchanged; gradients of its levels still reach the texture."""
+    """Mip levels 1, 2, ... of a texture, as :func:`texture_construct_mip` returns them.
+
+    Pass it as ``texture(..., mip=chain)`` to reuse it across calls while the texture is unchanged; gradients of
+    its levels still reach the texture. It is made by :func:`texture_construct_mip`, not by user code.
+
+    Args:
+        levels (list[torch.Tensor]): the levels below the texture, largest first.
+        base_shape (Sequence[int]): the shape of the texture (level 0).
+        cube_mode (bool): whether the texture is a cube map.
+
+    Differences from nvdiffrast:
+        prerast's own object; it cannot be mixed with nvdiffrast's opaque mip objects.
+    """
 
     def __init__(self, levels, base_shape, cube_mode):
         self._levels = levels
@@ -75,8 +86,25 @@ def _build_levels(tex, max_mip_level):
 
 
 def texture_construct_mip(tex, max_mip_level=None, cube_mode=False):
-    """Build the mip chain of tex ([N, H, W, C], or [N, 6, S, S, C] with cube_mode=True) for reuse across
-    texture() calls. max_mip_level limits the number of levels below the texture (None: down to 1 texel)."""
+    """Build the mip chain of a texture once, for reuse across :func:`texture` calls.
+
+    Level k+1 halves each side of level k (rounding down, to 1 texel) with 2×2 box averages; an odd side folds its
+    last texel into the last box. Cube faces are reduced independently.
+
+    Args:
+        tex (torch.Tensor): float32 ``[N, H, W, C]``, or ``[N, 6, S, S, C]`` with cube_mode. Differentiable: the
+            levels' gradients flow back into it.
+        max_mip_level (int, optional): the most levels to build below tex (0: none). Default None: down to one
+            texel.
+        cube_mode (bool): tex is a cube map. Default False.
+
+    Returns:
+        TextureMipChain: the levels below tex, to pass as ``texture(tex, ..., mip=chain)``.
+
+    Raises:
+        TypeError: tex is not a float32 tensor.
+        ValueError: tex has the wrong shape or is empty, or max_mip_level is negative or not an integer.
+    """
     op = "texture_construct_mip"
     _loader.require()
     _check_tex(op, tex, bool(cube_mode))
@@ -111,16 +139,48 @@ def _levels_for(op, tex, mip, cube, max_mip_level):
 
 def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="auto", boundary_mode="wrap",
             max_mip_level=None):
-    """Sample tex at uv: [N, H, W, C].
+    """Sample a 2D texture or cube map at texture coordinates, with optional mipmapping.
 
-    tex: [N, Ht, Wt, C] (or [N, 6, S, S, C] with boundary_mode='cube'); N = 1 serves every image.
-    uv: [N, H, W, 2] texture coordinates (cube: [N, H, W, 3] directions). uv_da: their screen derivatives
-    [N, H, W, 4] = (du/dX, du/dY, dv/dX, dv/dY) (cube: [N, H, W, 6]). mip_level_bias: [N, H, W].
-    mip: texture_construct_mip(tex), or a list of tensors for levels 1..n; None builds the chain when needed.
-    filter_mode: 'nearest', 'linear', 'linear-mipmap-nearest', 'linear-mipmap-linear', or 'auto' ('linear'
-    without uv_da and mip_level_bias, else 'linear-mipmap-linear'). boundary_mode: 'wrap', 'clamp' (to the
-    edge texel centres), 'zero' (texels outside are 0), 'cube'. max_mip_level: most levels below tex to use
-    (0: no mipmapping; None: all).
+    Texel i of a side of n texels covers ``[i/n, (i+1)/n)``. The mip level of detail is ½·log2 of the larger
+    eigenvalue of the footprint's screen-space Jacobian product (its major axis) in level-0 texels, plus
+    mip_level_bias, clamped to the levels there are (:doc:`/conventions`).
+
+    Args:
+        tex (torch.Tensor): float32 ``[N, Ht, Wt, C]``, or ``[N, 6, S, S, C]`` (faces +x, −x, +y, −y, +z, −z)
+            with ``boundary_mode='cube'``; N = 1 serves every image. Differentiable.
+        uv (torch.Tensor): float32 ``[N, H, W, 2]`` texture coordinates (u along the width, v along the height),
+            or ``[N, H, W, 3]`` directions for a cube map. Differentiable, except with ``'nearest'``.
+        uv_da (torch.Tensor, optional): float32 screen derivatives of uv, ``[N, H, W, 4]`` = (du/dX, du/dY,
+            dv/dX, dv/dY), or ``[N, H, W, 6]`` for a cube map (what :func:`interpolate` returns for a 3-component
+            attribute). Differentiable with ``'linear-mipmap-linear'``. Default None.
+        mip_level_bias (torch.Tensor, optional): float32 ``[N, H, W]`` added to the level of detail.
+            Differentiable with ``'linear-mipmap-linear'``. Default None.
+        mip (TextureMipChain | list[torch.Tensor], optional): the chain from :func:`texture_construct_mip`, or
+            user tensors for levels 1..n. Default None: built inside the call when the filter needs it.
+        filter_mode (str): ``'nearest'``, ``'linear'``, ``'linear-mipmap-nearest'`` (reads level ⌊lod⌋),
+            ``'linear-mipmap-linear'``, or ``'auto'``: ``'linear'`` without uv_da and mip_level_bias, else
+            ``'linear-mipmap-linear'``. Default ``'auto'``.
+        boundary_mode (str): ``'wrap'`` (repeat), ``'clamp'`` (to the edge texel centres), ``'zero'`` (texels
+            outside are 0) or ``'cube'``. Default ``'wrap'``.
+        max_mip_level (int, optional): the most levels below tex to use (0: no mipmapping). Default None: all.
+
+    Returns:
+        torch.Tensor: float32 ``[N, H, W, C]``, the filtered samples.
+
+    Raises:
+        TypeError: an argument is not a tensor or has the wrong dtype, or mip is neither a chain nor a list.
+        ValueError: an unknown filter_mode or boundary_mode, a wrong shape, tensors on different devices, a
+            negative max_mip_level, or a chain built for another texture.
+
+    Gradients:
+        ``'nearest'``: to tex. ``'linear'``: tex, uv. ``'linear-mipmap-nearest'``: tex, uv (and user levels).
+        ``'linear-mipmap-linear'``: tex, uv, uv_da, mip_level_bias (and user levels). With a built chain the
+        levels' gradients flow back into tex.
+
+    Differences from nvdiffrast:
+        Odd-sized mip levels fold the last texel into the last box; a bilinear tap off a cube corner reads the
+        mean of the three texels there; degenerate footprints (zero, infinite, NaN) have a defined level and
+        finite gradients.
     """
     op = "texture"
     _loader.require()

@@ -83,6 +83,18 @@ def test_release_upload_has_no_environment_and_pages_runs_after_every_wheel_job(
     assert "--manifest previous.json" in runs(all_jobs[pages])
 
 
+def test_pages_publish_the_docs_at_the_root_and_the_index_under_whl():
+    pages = jobs()["pages"]
+    script = runs(pages)
+    assert "--out site/whl" in script
+    # The documented build command, with warnings as errors, next to a wheel of this release; copied to the root.
+    assert "python -m sphinx -W -b html docs docs/_build/html" in script
+    assert "pip install -r docs/requirements.txt" in script and 'pip install --no-deps "$wheel"' in script
+    assert script.index("--out site/whl") < script.index("cp -r docs/_build/html/. site/")
+    (upload,) = uses(pages, "actions/upload-pages-artifact")
+    assert upload["with"]["path"] == "site"
+
+
 def test_preflight_runs_before_any_wheel_job():
     all_jobs = jobs()
     (preflight,) = [n for n, j in all_jobs.items() if "python -m ci preflight" in runs(j)]
@@ -246,12 +258,12 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
         cibw.repair_and_check("raw.whl", str(tmp_path))
 
 
-def test_readme_names_the_repository_settings_a_tag_release_needs():
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    release = readme[readme.index("**Cutting a release.**"):readme.index("## Layout")]
+def test_guide_names_the_repository_settings_a_tag_release_needs():
+    release = open(os.path.join(ROOT, "docs", "releasing.md")).read()
     assert "Source = **GitHub Actions**" in release
     assert "`github-pages`" in release and "**tag** rule `v*`" in release
-    assert f"python -m ci repair --plat {cibw.policy_platform()}" in readme
+    wheels = open(os.path.join(ROOT, "docs", "building-wheels.md")).read()
+    assert f"python -m ci repair --plat {cibw.policy_platform()}" in wheels
 
 
 def test_only_wheels_without_a_local_tag_go_to_pypi(tmp_path):
