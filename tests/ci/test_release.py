@@ -122,9 +122,8 @@ def test_release_check_refuses_a_version_already_tagged_elsewhere(tmp_path, caps
     assert "[FAIL] v0.4.0 already names commit" in out and "bump package/prerast/_version.py" in out
 
 
-def test_readme_release_section_names_the_check_and_the_settings():
-    readme = open(os.path.join(ROOT, "README.md")).read()
-    section = readme[readme.index("**Cutting a release.**"):readme.index("## Examples")]
+def test_release_guide_names_the_check_and_the_settings():
+    section = open(os.path.join(ROOT, "docs", "releasing.md")).read()
     assert "`python -m ci release-check [--tag v0.2.0]`" in section
     for words in ("Source = **GitHub Actions**", "`github-pages`", "`pypi`"):
         assert words in section
