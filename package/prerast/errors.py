@@ -7,3 +7,8 @@ class BinaryMismatchError(ImportError):
     The message states what the binary was built for, what is running, and the command that installs a fitting
     wheel. When loading itself failed, the original OSError is kept as __cause__.
     """
+
+
+class ArtifactError(ValueError):
+    """A file given to prerast.load_precompiled is not an intact artifact of prerast.precompile for this machine:
+    missing, empty, truncated, damaged, or compiled for another machine. The message names the file."""
