@@ -11,6 +11,10 @@ Loading goes through torch.ops.load_library on a prebuilt file: no compiler is s
 disk, and torch.utils.cpp_extension is never imported. Any mismatch becomes a BinaryMismatchError that says what
 the binary was built for, what is running, and how to get a binary that fits. When the bundled plugin does not
 fit, a fitting one from the build cache is loaded instead, the same way (see _source_build.py and _cache.py).
+
+Before a library is handed to the dynamic loader, its size and SHA-256 are compared with those its build stamped
+in _build_info.json, and its ELF header with the running interpreter's (_integrity.py): a copy cut short, a
+flipped bit or a library for another machine is a BinaryMismatchError naming the file, never a crash in dlopen.
 """
 import glob
 import itertools
