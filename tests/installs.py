@@ -32,6 +32,24 @@ def copy_package(dest, **overrides):
     return str(dest)
 
 
+# Imports prerast (under the umask TEST_UMASK, default 022) and prints how that went as JSON: the exception's type
+# and message, or where the plugin came from; and which libraries under argv[1] the process has mapped.
+IMPORT_REPORT = """
+import json, os, sys
+os.umask(int(os.environ.get("TEST_UMASK", "022"), 8))
+result = {"error": None}
+try:
+    import prerast
+    from prerast import _loader
+    result.update(source=_loader._state["source"], path=_loader._state["path"])
+except Exception as e:
+    result["error"], result["message"] = type(e).__name__, str(e)
+with open("/proc/self/maps") as f:
+    result["mapped"] = sorted({line.split()[-1] for line in f if sys.argv[1] in line and ".so" in line})
+print(json.dumps(result))
+"""
+
+
 def remove_plugin(path):
     pkg = os.path.join(path, "prerast")
     for name in os.listdir(pkg):

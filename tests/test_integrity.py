@@ -8,37 +8,19 @@ import signal
 import struct
 import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
 
 import prerast
 from prerast import _integrity, _loader
-from installs import copy_package, doctor, libraries, mismatched_copy_with_cache, restamp, run_python
-
-# Imports prerast and reports how that went: the exception's type and message, and which of prerast's libraries
-# under the copy (argv[1]) the process has mapped.
-IMPORT = textwrap.dedent("""
-    import json, sys
-    result = {"error": None}
-    try:
-        import prerast
-        from prerast import _loader
-        result["source"] = _loader._state["source"]
-        result["path"] = _loader._state["path"]
-    except Exception as e:
-        result["error"], result["message"] = type(e).__name__, str(e)
-    with open("/proc/self/maps") as f:
-        result["mapped"] = sorted({line.split()[-1] for line in f if sys.argv[1] in line and ".so" in line})
-    print(json.dumps(result))
-""")
+from installs import IMPORT_REPORT, copy_package, doctor, libraries, mismatched_copy_with_cache, restamp, run_python
 
 NOBODY = 65534
 
 
 def import_copy(path, under=None, **env):
-    out = run_python(["-c", IMPORT, str(under or path)], path, **env)
+    out = run_python(["-c", IMPORT_REPORT, str(under or path)], path, **env)
     assert out.returncode >= 0, f"killed by signal {-out.returncode}: {out.stderr[-2000:]}"
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -183,24 +165,18 @@ def test_foreign_headers_are_named():
 
 # The build cache: each entry and the folder it is in must be the user's (or root's) and writable only by them.
 
-def test_cache_entry_writable_by_others_is_refused(tmp_path):
+@pytest.mark.parametrize("target", ["entry", "library"])
+def test_cache_entry_writable_by_others_is_refused(tmp_path, target):
     path, cache, entry = mismatched_copy_with_cache(tmp_path)
-    os.chmod(entry, 0o777)
+    name, mode, fix = (entry, 0o777, f"chmod -R go-w '{entry}'") if target == "entry" else \
+        (libraries(entry)[0], 0o666, f"chmod go-w '{libraries(entry)[0]}'")
+    before = os.stat(name).st_mode
+    os.chmod(name, mode)
     result = import_copy(path, under=cache, PRERAST_CACHE_DIR=cache)
     assert result["error"] == "BinaryMismatchError" and result["mapped"] == []
-    assert f"{entry} is writable by group and others (mode 0777)" in result["message"]
-    assert f"chmod -R go-w '{entry}'" in result["message"]
-    os.chmod(entry, 0o755)
+    assert f"{name} is writable by group and others (mode {mode:04o})" in result["message"] and fix in result["message"]
+    os.chmod(name, before)
     assert import_copy(path, under=cache, PRERAST_CACHE_DIR=cache)["source"] == "cache"
-
-
-def test_cache_library_writable_by_others_is_refused(tmp_path):
-    path, cache, entry = mismatched_copy_with_cache(tmp_path)
-    lib = libraries(entry)[0]
-    os.chmod(lib, 0o666)
-    result = import_copy(path, under=cache, PRERAST_CACHE_DIR=cache)
-    assert result["error"] == "BinaryMismatchError" and result["mapped"] == []
-    assert f"{lib} is writable by group and others" in result["message"] and f"chmod go-w '{lib}'" in result["message"]
 
 
 def test_cache_folder_writable_by_others_is_refused_unless_sticky(tmp_path):

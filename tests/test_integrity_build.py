@@ -17,7 +17,7 @@ import zipfile
 import pytest
 
 from prerast import _cache, _loader
-from installs import copy_package, env_for, run_python
+from installs import IMPORT_REPORT, copy_package, env_for, run_python
 
 # Stands in for `setup.py build_ext -b OUT -t TMP`: copies the installed plugin and its _build_info.json into
 # OUT/prerast (recording these sources' hash, as the real build does). FAKE_MODE: ok; slow (sleeps first);
@@ -48,22 +48,6 @@ for name in info["libraries"]:
 json.dump(info, open(os.path.join(out, "_build_info.json"), "w"))
 """
 
-IMPORT = textwrap.dedent("""
-    import json, os, sys
-    os.umask(int(os.environ.get("TEST_UMASK", "022"), 8))
-    result = {"error": None}
-    try:
-        import prerast
-        from prerast import _loader
-        result.update(source=_loader._state["source"], path=_loader._state["path"])
-    except Exception as e:
-        result["error"], result["message"] = type(e).__name__, str(e)
-    with open("/proc/self/maps") as f:
-        result["mapped"] = sorted({line.split()[-1] for line in f if sys.argv[1] in line and ".so" in line})
-    print(json.dumps(result))
-""")
-
-
 @pytest.fixture
 def site(tmp_path):
     """A copy of the installed prerast whose own plugin does not fit, building with FAKE_SETUP; the cache folder;
@@ -78,7 +62,7 @@ def site(tmp_path):
 
 
 def start(path, cache, **env):
-    return subprocess.Popen([sys.executable, "-c", IMPORT, cache], env=env_for(path, **env), cwd=path,
+    return subprocess.Popen([sys.executable, "-c", IMPORT_REPORT, cache], env=env_for(path, **env), cwd=path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
