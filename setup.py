@@ -39,6 +39,7 @@ def _load_by_path(name, path):
 
 build_env = _load_by_path("prerast_build_env", "ci/build_env.py")  # toolkit discovery shared with the wheel builder
 sources = _load_by_path("prerast_sources", "package/prerast/_sources.py")  # the build inputs that ship in the wheel
+integrity = _load_by_path("prerast_integrity", "package/prerast/_integrity.py")  # the size and hash stamps
 
 # torch guesses CUDA_HOME from the first nvcc on PATH, which may be a wrapper script outside the toolkit:
 # settle it before torch.utils.cpp_extension is imported.
@@ -143,7 +144,8 @@ def extensions():
 
 
 class BuildWithInfo(BuildExtension):
-    """Writes _build_info.json beside the compiled plugin: what the binary was built for."""
+    """Writes _build_info.json beside the compiled plugin: what the binary was built for, and the size and SHA-256
+    of each library, which the loader checks before it loads one."""
 
     def run(self):
         super().run()
@@ -154,6 +156,7 @@ class BuildWithInfo(BuildExtension):
         info["source_hash"] = sources.digest(ROOT)
         # A build from a copy of the sources (python -m prerast build-wheel) names the commit they came from.
         info["git_commit"] = info["git_commit"] or os.environ.get("PRERAST_SOURCE_COMMIT")
+        info["libraries"] = integrity.stamp(out_dir, [n for n in (info["library"], info["cuda_library"]) if n])
         with open(os.path.join(out_dir, "_build_info.json"), "w") as f:
             json.dump(info, f, indent=2, sort_keys=True)
 

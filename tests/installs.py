@@ -6,8 +6,10 @@ import shutil
 import subprocess
 import sys
 
+import torch
+
 import prerast
-from prerast import _sources
+from prerast import _cache, _integrity, _loader, _sources
 
 # Variables of the test environment that would change what a subprocess loads or builds.
 PRERAST_VARS = ("PRERAST_BUILD_ON_MISMATCH", "PRERAST_CACHE_DIR", "PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
@@ -28,6 +30,24 @@ def copy_package(dest, **overrides):
     with open(info_path, "w") as f:
         json.dump(info, f)
     return str(dest)
+
+
+# Imports prerast (under the umask TEST_UMASK, default 022) and prints how that went as JSON: the exception's type
+# and message, or where the plugin came from; and which libraries under argv[1] the process has mapped.
+IMPORT_REPORT = """
+import json, os, sys
+os.umask(int(os.environ.get("TEST_UMASK", "022"), 8))
+result = {"error": None}
+try:
+    import prerast
+    from prerast import _loader
+    result.update(source=_loader._state["source"], path=_loader._state["path"])
+except Exception as e:
+    result["error"], result["message"] = type(e).__name__, str(e)
+with open("/proc/self/maps") as f:
+    result["mapped"] = sorted({line.split()[-1] for line in f if sys.argv[1] in line and ".so" in line})
+print(json.dumps(result))
+"""
 
 
 def remove_plugin(path):
@@ -54,3 +74,41 @@ def doctor(path, *flags, **extra):
     out = run_python(["-m", "prerast", "doctor"] + list(flags), path, **extra)
     report = json.loads(out.stdout) if "--json" in flags and out.stdout.strip() else None
     return out, report
+
+
+def prerast_base():
+    return prerast.__version__.split("+")[0]
+
+
+def mismatched_copy_with_cache(tmp_path):
+    """A copy of the installed prerast whose own plugin is refused (built for another torch), and a build cache
+    with an entry for this torch holding the real plugin (what a first-use build would have produced).
+    Returns (PYTHONPATH, cache folder, entry folder)."""
+    path = copy_package(tmp_path / "site", abi="classic", torch_version="2.4.1+cu124")
+    info = _loader.require()
+    src_hash = _sources.digest(os.path.join(path, "prerast", "_src"))
+    key = _cache.make_key(prerast_base(), torch.__version__, torch.version.cuda, info.get("cuda_archs") or [],
+                          src_hash)
+    entry = tmp_path / "cache" / key
+    entry.mkdir(parents=True)
+    for lib in (info["path"], info.get("cuda_path")):
+        if lib:
+            shutil.copy(lib, entry)
+    shutil.copy(os.path.join(os.path.dirname(info["path"]), "_build_info.json"), entry)
+    return path, str(tmp_path / "cache"), str(entry)
+
+
+def libraries(folder):
+    """The libraries that _build_info.json in folder stamps, as paths."""
+    with open(os.path.join(folder, "_build_info.json")) as f:
+        return [os.path.join(folder, name) for name in sorted(json.load(f)["libraries"])]
+
+
+def restamp(folder):
+    """Record the libraries of folder as they are now in its _build_info.json (as the build would have)."""
+    info_path = os.path.join(folder, "_build_info.json")
+    with open(info_path) as f:
+        info = json.load(f)
+    info["libraries"] = _integrity.stamp(folder, sorted(info["libraries"]))
+    with open(info_path, "w") as f:
+        json.dump(info, f)

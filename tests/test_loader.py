@@ -11,6 +11,7 @@ import torch
 
 import prerast
 from prerast import _loader
+from installs import restamp
 
 
 def copy_package(tmp_path, **overrides):
@@ -83,12 +84,19 @@ def test_missing_plugin_is_explained(tmp_path):
     assert "no compiled plugin" in out.stderr and "pip install" in out.stderr
 
 
-def test_corrupt_plugin_keeps_os_error_as_cause(tmp_path):
+def test_corrupt_plugin_is_refused_before_loading(tmp_path):
+    # Not an ELF file, although its size and hash were stamped for it: refused by its header, never dlopen'ed.
+    # (Damage the stamps catch, and a library that fails to load, are tests/test_integrity.py.)
     path = copy_package(tmp_path)
-    for f in (path / "prerast").glob("_C*.so"):
-        f.write_bytes(b"not an ELF file")
-    out = run_python("try:\n import prerast\nexcept ImportError as e:\n print(type(e.__cause__).__name__)", path)
-    assert out.stdout.strip() == "OSError", out.stderr
+    info = json.loads((path / "prerast" / "_build_info.json").read_text())
+    for name in info["libraries"]:
+        (path / "prerast" / name).write_bytes(b"not an ELF file")
+    restamp(str(path / "prerast"))
+    out = run_python("try:\n import prerast\nexcept ImportError as e:\n print(type(e).__name__, e.__cause__); print(e)",
+                     path)
+    assert out.stdout.startswith("BinaryMismatchError None"), out.stderr
+    assert "not an ELF library (first bytes 6e 6f 74 20" in out.stdout
+    assert str(path / "prerast" / info["library"]) in out.stdout
 
 
 def test_problems_lists_every_mismatch():

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from prerast import _cache, _loader, _progress, _source_build, _sources
-from installs import copy_package, run_python
+from installs import copy_package, mismatched_copy_with_cache, run_python
 
 CACHE_MODULE = _cache.__file__
 
@@ -221,27 +221,6 @@ def test_sdist_carries_every_build_input(tmp_path):
 PROBE = ("import json, sys, prerast; from prerast import _loader, _demo; img, _ = _demo.render('cpu', 32); "
          "print(json.dumps({'source': _loader._state['source'], 'path': _loader.require()['path'], "
          "'cpp_extension': 'torch.utils.cpp_extension' in sys.modules, 'lit': int((img > 0).any(-1).sum())}))")
-
-
-def mismatched_copy_with_cache(tmp_path):
-    path = copy_package(tmp_path / "site", abi="classic", torch_version="2.4.1+cu124")
-    info = _loader.require()
-    src_hash = _sources.digest(os.path.join(path, "prerast", "_src"))
-    key = _cache.make_key(prerast_base(), torch.__version__, torch.version.cuda, info.get("cuda_archs") or [],
-                          src_hash)
-    entry = tmp_path / "cache" / key
-    entry.mkdir(parents=True)
-    for lib in (info["path"], info.get("cuda_path")):
-        if lib:
-            shutil.copy(lib, entry)
-    shutil.copy(os.path.join(os.path.dirname(info["path"]), "_build_info.json"), entry)
-    return path, str(tmp_path / "cache"), str(entry)
-
-
-def prerast_base():
-    import prerast
-
-    return prerast.__version__.split("+")[0]
 
 
 def test_cached_build_is_loaded_when_named(tmp_path):

@@ -22,13 +22,16 @@ def _cli_is_starting():
     return as_module or as_script
 
 
-# The command line loads what fits but builds nothing at import: `doctor` diagnoses, `demo` builds if opted in.
-_cli = _cli_is_starting()
-try:
-    _loader.load_or_remember(build=not _cli)
-except BinaryMismatchError:
-    if not _cli:
-        raise
+# The command line loads what fits but builds nothing at import: `demo` builds if opted in; `doctor` loads nothing
+# itself until a child process has tried the load for it (a library that crashes on load must not end it). The
+# doctor's child loads like the command line does.
+_cli = _cli_is_starting() or bool(os.environ.get(_loader.PROBE_ENV))
+if not (_cli and sys.argv[1:2] == ["doctor"]):
+    try:
+        _loader.load_or_remember(build=not _cli)
+    except BinaryMismatchError:
+        if not _cli:
+            raise
 
 from ._antialias import TopologyHash, antialias, antialias_construct_topology_hash  # noqa: E402
 from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402

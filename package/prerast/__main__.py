@@ -61,8 +61,10 @@ def parser():
     demo.set_defaults(func=cmd_demo)
 
     doctor = sub.add_parser("doctor", help="diagnose the installation; exit code 0 when prerast can run",
-                            description="Exit codes: 0 prerast can run here; 1 no plugin that fits could be loaded; "
-                                        "2 the plugin loaded but has no code for a visible GPU.")
+                            description="Checks every library it finds against its stamped size and SHA-256, and "
+                                        "tries the load in a child process first. Exit codes: 0 prerast can run "
+                                        "here; 1 no plugin that fits could be loaded (or every one is damaged or "
+                                        "crashes on load); 2 the plugin loaded but has no code for a visible GPU.")
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.set_defaults(func=cmd_doctor)
 

@@ -7,15 +7,21 @@ Layout of the cache folder (PRERAST_CACHE_DIR, default $XDG_CACHE_HOME/prerast o
                               renaming a finished .partial folder, so a reader never sees half of one.
     <key>.lock                held with flock(2) while a process builds <key>. The kernel drops the lock when
                               the holder exits in any way, so a killed build cannot leave it held.
-    .partial-<key>-<pid>/     a build in progress; the next builder of <key> removes it if its builder died.
+    .partial-<key>-<pid>/     a build in progress; the next build (of any key) removes it if its builder died.
 
 Looking up a finished build writes nothing, so a copied cache works on a read-only file system. Standard
 library only.
+
+The cache holds native code that prerast loads into every process that reads it, so it is trusted only when
+nobody else can write it: the folder and each entry (and the files in it) must belong to the user or to root
+and must not be writable by group or others, save a sticky folder (like /tmp) whose entries are the user's.
 """
 import fcntl
 import os
+import pwd
 import re
 import shutil
+import stat
 import time
 
 ENV_DIR = "PRERAST_CACHE_DIR"
@@ -26,6 +32,58 @@ def cache_dir():
         return os.path.abspath(os.path.expanduser(os.environ[ENV_DIR]))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "prerast")
+
+
+def _user(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def untrusted(path, folder_of_entries=False, uid=None):
+    """Why the cache folder or entry at path may have been written by someone else (None when it cannot).
+    folder_of_entries: path is the cache folder, which may be writable by others when it is sticky."""
+    uid = os.getuid() if uid is None else uid
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"{path} cannot be examined ({e.strerror})", f"check that you may read '{path}'"
+    if st.st_uid not in (uid, 0):
+        return (f"{path} is owned by {_user(st.st_uid)} (uid {st.st_uid}), not by you ({_user(uid)}, uid {uid}) or "
+                f"root, so its owner can put code in it that your Python would run",
+                f"delete it (rm -rf '{path}'), or as root hand it over: chown -R {_user(uid)} '{path}'")
+    writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    sticky = folder_of_entries and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
+    if writable and not sticky:
+        who = " and ".join(w for w, bit in (("group", stat.S_IWGRP), ("others", stat.S_IWOTH)) if writable & bit)
+        fix = f"chmod go-w '{path}'"
+        if folder_of_entries:
+            fix += f"   (or, for a folder users share, make it sticky like /tmp: chmod +t '{path}')"
+        elif stat.S_ISDIR(st.st_mode):
+            fix = f"chmod -R go-w '{path}'"
+        return (f"{path} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}), so they can put code in it "
+                f"that your Python would run", fix)
+    return None
+
+
+def entry_untrusted(root, entry, files=()):
+    """(why, fix) when the entry, its cache folder or one of its files could have been written by another user;
+    None when only the user (or root) could have."""
+    for path, is_root in [(root, True), (entry, False)] + [(os.path.join(entry, f), False) for f in files]:
+        found = untrusted(path, is_root)
+        if found is not None:
+            return found
+    return None
+
+
+def drop_group_write(folder):
+    """Make a freshly built entry writable by its owner only, whatever the umask, so that it is trusted."""
+    for parent, dirs, files in os.walk(folder):
+        for name in [parent] + [os.path.join(parent, n) for n in files]:
+            mode = stat.S_IMODE(os.lstat(name).st_mode)
+            if mode & 0o022 and not os.path.islink(name):
+                os.chmod(name, mode & ~0o022)
 
 
 def _token(text):
@@ -130,23 +188,52 @@ def remove_partials(root, key):
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
-def build_once(root, key, build_into, is_usable, on_wait=None):
+def remove_stale_partials(root, but=None):
+    """Unfinished builds of any key whose lock nobody holds: what killed builds, a full disk or a power cut left.
+    (A live build holds its key's lock, so its folder is never touched.)"""
+    keys = {n[len(".partial-"):].rsplit("-", 1)[0] for n in os.listdir(root) if n.startswith(".partial-")}
+    for key in keys - {but}:
+        lock = BuildLock(os.path.join(root, key + ".lock"))
+        try:
+            if not lock.acquire(timeout=0):
+                continue
+        except OSError:
+            continue
+        try:
+            remove_partials(root, key)
+        finally:
+            lock.release()
+
+
+def build_once(root, key, build_into, is_usable, on_wait=None, explain=None):
     """The finished build `root/key`, making it with build_into(folder) unless it exists. Concurrent callers
-    build once: the others wait for the lock, then find the finished build. Returns (path, built_here)."""
+    build once: the others wait for the lock, then find the finished build. Returns (path, built_here).
+
+    The build goes into a temporary folder beside the entry (same file system), which must pass is_usable
+    before it is renamed into place: an interrupted or broken build never leaves an entry behind. explain(folder)
+    says why a build did not pass."""
     entry = os.path.join(root, key)
     if is_usable(entry):
         return entry, False
-    os.makedirs(root, exist_ok=True)
+    if not os.path.isdir(root):
+        os.makedirs(root)
+        drop_group_write(root)  # a group-writable umask must not make the new cache untrusted
     lock = BuildLock(entry + ".lock")
     lock.acquire(on_wait=on_wait)
     try:
         if is_usable(entry):  # built by the process we waited for
             return entry, False
         remove_partials(root, key)
+        remove_stale_partials(root, but=key)
         partial = os.path.join(root, f".partial-{key}-{os.getpid()}")
         os.makedirs(partial)
         try:
             build_into(partial)
+            drop_group_write(partial)
+            if not is_usable(partial):
+                why = explain(partial) if explain else None
+                raise RuntimeError(f"the build in {partial} finished but did not pass its checks; nothing was kept"
+                                   + (f":\n{why}" if why else ""))
             if os.path.isdir(entry):  # an unusable leftover, e.g. half of a copied cache
                 shutil.rmtree(entry)
             os.rename(partial, entry)

@@ -1,18 +1,25 @@
 """`python -m prerast doctor`: what is installed, what is running, whether they fit, and the command that fixes
 what does not. Reads only: it builds nothing, writes nothing, and never imports torch's build tooling.
 
+It checks every library it finds (the package's own and fitting build-cache entries) against the size and
+SHA-256 its build stamped, and loads nothing into its own process before a child process has loaded the plugin
+for it: a library that crashes on load (a bad build, a broken driver) is reported with the signal it died of.
+
 Exit codes: 0 prerast can run here; 1 no plugin that fits could be loaded; 2 the plugin loaded but has no code
 for a visible GPU.
 """
 import json
+import os
 import platform
 import re
 import shutil
+import signal
+import subprocess
 import sys
 
 import torch
 
-from . import _cache, _loader, _source_build, _sources
+from . import _cache, _integrity, _loader, _source_build, _sources
 from ._version import __version__
 
 OK, CANNOT_RUN, GPU_NOT_SERVED = 0, 1, 2
@@ -23,6 +30,102 @@ PUBLISHED_TORCH_LOCAL = re.compile(r"cpu|cu\d+|rocm[\d.]+|xpu")
 
 def published_torch(version):
     return "+" not in version or bool(PUBLISHED_TORCH_LOCAL.fullmatch(version.split("+", 1)[1]))
+
+
+# The child process of probe_load: imports this prerast as the command line would (loading what fits, building
+# nothing) and says what it loaded.
+PROBE = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import prerast
+from prerast import _loader
+s = _loader._state
+print(json.dumps({"loaded": s["info"] is not None, "path": s["path"], "source": s["source"],
+                  "error": None if s["error"] is None else str(s["error"])}))
+"""
+PROBE_TIMEOUT_S = 300
+
+
+def probe_load(timeout=PROBE_TIMEOUT_S):
+    """Load the plugin in a child process, as `import prerast` would here: {"ok", "returncode", "signal",
+    "library" (the one being loaded when it died), "detail"}."""
+    env = dict(os.environ, **{_loader.PROBE_ENV: "1"})
+    cmd = [sys.executable, "-c", PROBE, os.path.dirname(_loader.PACKAGE_DIR)]
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "returncode": None, "signal": None, "library": None,
+                "detail": f"loading the plugin in a child process did not finish in {timeout} s"}
+    except OSError as e:
+        return {"ok": False, "returncode": None, "signal": None, "library": None,
+                "detail": f"could not start a child process to load the plugin: {e}"}
+    loading = [line[len(_loader.PROBE_TAG):] for line in out.stderr.splitlines() if line.startswith(_loader.PROBE_TAG)]
+    found = {"ok": out.returncode == 0, "returncode": out.returncode, "signal": None,
+             "library": loading[-1] if loading else None, "detail": None}
+    if out.returncode < 0:
+        try:
+            name = signal.Signals(-out.returncode).name
+        except ValueError:
+            name = f"signal {-out.returncode}"
+        found["signal"] = name
+        where = f"loading {found['library']}" if found["library"] else "importing prerast"
+        found["detail"] = f"{where} killed a child process with {name}: it was not loaded into this one"
+    elif out.returncode != 0:
+        found["detail"] = "importing prerast in a child process failed:\n" + "\n".join(out.stderr.splitlines()[-15:])
+    else:
+        try:
+            found["child"] = json.loads(out.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            found["child"] = None
+    return found
+
+
+def load_after_probe():
+    """The probe's verdict; the plugin is loaded here too when the probe survived the load."""
+    if _loader._state["info"] is not None:
+        return None  # already loaded in this process (the doctor called from Python)
+    probe = probe_load()
+    if probe["signal"] is None and probe["returncode"] is not None:
+        try:
+            _loader.load_or_remember(build=False)
+        except _loader.BinaryMismatchError:
+            pass
+    return probe
+
+
+def library_report(path, stamp, role, entry=None):
+    why = _integrity.problem(path, stamp)
+    found = {"path": path, "role": role, "ok": why is None,
+             "expected": why["expected"] if why else f"{stamp['size']} bytes, SHA-256 {stamp['sha256']}",
+             "problem": None if why is None else f"{why['what']}; found {why['found']}"}
+    if entry:
+        found["entry"] = entry
+    return found
+
+
+def libraries(run):
+    """The integrity of every library found: the package's own, and those of the build-cache entries for this
+    torch when the cache is consulted. Nothing is loaded."""
+    found = []
+    bundled, why = _loader.read_info(_loader.PACKAGE_DIR)
+    if bundled is not None:
+        for lib in (bundled["path"], bundled["cuda_path"]):
+            if lib:
+                found.append(library_report(lib, _loader.stamp_of(bundled, lib), "bundled"))
+    if _source_build.cache_consulted():
+        prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
+        root = _cache.cache_dir()
+        for folder in _cache.entries(root, prefix):
+            bad = _cache.entry_untrusted(root, folder)
+            info, why = _loader.read_info(folder) if bad is None else (None, None)
+            if info is None:
+                found.append({"path": folder, "role": "cache", "entry": folder, "ok": False, "expected": None,
+                              "problem": bad[0] if bad else why})
+                continue
+            for lib in (info["path"], info["cuda_path"]):
+                if lib:
+                    found.append(library_report(lib, _loader.stamp_of(info, lib), "cache", folder))
+    return found
 
 
 def gpus(info):
@@ -66,8 +169,20 @@ def fixes(report):
     """Commands that make prerast run here, best first."""
     run = report["running"]
     found = []
-    if not report["plugin"]["loaded"]:
+    probe = report.get("load_probe") or {}
+    damaged = [lib for lib in report.get("libraries", []) if not lib["ok"]]
+    if probe.get("signal"):
+        found.append('python -X faulthandler -c "import prerast"   # where the load crashes (a stack per thread)')
+        crashed = probe.get("library") or ""
+        if crashed.startswith(report["source_build"]["cache_dir"] + os.sep):
+            found.append(f"rm -rf '{os.path.dirname(crashed)}'   # the cache entry whose library crashed")
+    if any(lib["role"] == "bundled" for lib in damaged) or probe.get("signal"):
         if published_torch(run["torch_version"]):
+            found.append(_loader.fix_command(run))
+    for entry in sorted({lib["entry"] for lib in damaged if lib["role"] == "cache"}):
+        found.append(f"rm -rf '{entry}'   # a damaged build-cache entry")
+    if not report["plugin"]["loaded"]:
+        if published_torch(run["torch_version"]) and _loader.fix_command(run) not in found:
             found.append(_loader.fix_command(run))
         found.append("python -m prerast build-wheel --out dist && pip install dist/prerast-*.whl"
                      "   # where a compiler (and for CUDA torch the CUDA toolkit) is installed")
@@ -83,11 +198,12 @@ def fixes(report):
     return found
 
 
-def collect():
+def collect(probe=None):
     state = _loader._state
     info = state["info"]
     bundled, why_none = _loader.read_info(_loader.PACKAGE_DIR)
     run = _loader.running()
+    usable, refused = _source_build.examine_entries(run) if _source_build.cache_consulted() else ([], [])
     report = {
         "prerast": {"version": __version__, "package": _loader.PACKAGE_DIR},
         "plugin": {
@@ -99,8 +215,11 @@ def collect():
             "fits": _loader.why_fits(info, run) if info else None,
             "cuda_kernels": None if info is None else ("loaded" if state["cuda"] is None else
                                                        f"not loaded: {state['cuda']}"),
-            "error": None if info is not None else str(state["error"] or "not loaded"),
+            "error": None if info is not None else
+            str(state["error"] or (probe or {}).get("detail") or "not loaded"),
         },
+        "load_probe": probe,
+        "libraries": libraries(run),
         "bundled": {
             "path": bundled["path"] if bundled else None,
             "problems": _loader.problems(bundled, run) if bundled else [why_none],
@@ -111,8 +230,8 @@ def collect():
             "opted_in": _source_build.opted_in(),
             "cache_dir": _cache.cache_dir(),
             "cache_consulted": _source_build.cache_consulted(),
-            "fitting_cache_entries": [folder for folder, _ in _source_build.fitting_entries(run)]
-            if _source_build.cache_consulted() else [],
+            "fitting_cache_entries": [folder for folder, _ in usable],
+            "refused_cache_entries": refused,
             **toolchain(),
         },
     }
@@ -167,6 +286,22 @@ def format_text(r):
                  + (f" (hash {sb['source_hash']})" if sb["source_hash"] else "")
                  + f"; compiler {sb['compiler'] or 'none'}; CUDA toolkit {sb['cuda_home'] or 'none'}; "
                  f"ninja {sb['ninja'] or 'none'}")
+    probe = r.get("load_probe")
+    if probe is not None:
+        child = probe.get("child") or {}
+        if probe["ok"]:
+            said = (f"a child process loaded {child.get('path')}" if child.get("loaded") else
+                    "a child process loaded no plugin (why: below), and did not crash")
+        else:
+            said = probe["detail"] or f"a child process exited with code {probe['returncode']}"
+        lines.append("load:     " + said)
+    for lib in r["libraries"]:
+        state = "OK" if lib["ok"] else "DAMAGED: " + lib["problem"]
+        lines.append(f"library:  {lib['path']} ({lib['role']}): {state}")
+        if not lib["ok"] and lib["expected"]:
+            lines.append(f"          expected {lib['expected']}")
+    for why in sb.get("refused_cache_entries") or []:
+        lines += ["refused:  " + why.splitlines()[0]] + ["          " + line for line in why.splitlines()[1:]]
     status = {OK: "OK: prerast can run here.", CANNOT_RUN: "prerast cannot run here.",
               GPU_NOT_SERVED: "prerast runs here, but its plugin has no code for a visible GPU."}[r["exit_code"]]
     lines.append(f"status:   {status}")
@@ -177,7 +312,7 @@ def format_text(r):
 
 def main(as_json=False, out=None):
     out = out or sys.stdout
-    report = collect()
+    report = collect(load_after_probe())
     if as_json:
         json.dump(report, out, indent=2)
         out.write("\n")

@@ -11,6 +11,10 @@ Loading goes through torch.ops.load_library on a prebuilt file: no compiler is s
 disk, and torch.utils.cpp_extension is never imported. Any mismatch becomes a BinaryMismatchError that says what
 the binary was built for, what is running, and how to get a binary that fits. When the bundled plugin does not
 fit, a fitting one from the build cache is loaded instead, the same way (see _source_build.py and _cache.py).
+
+Before a library is handed to the dynamic loader, its size and SHA-256 are compared with those its build stamped
+in _build_info.json, and its ELF header with the running interpreter's (_integrity.py): a copy cut short, a
+flipped bit or a library for another machine is a BinaryMismatchError naming the file, never a crash in dlopen.
 """
 import glob
 import itertools
@@ -21,6 +25,7 @@ import sys
 import torch
 
 from ._version import __version__
+from . import _integrity
 from .errors import BinaryMismatchError
 
 INFO_FILE = "_build_info.json"
@@ -161,23 +166,56 @@ def mismatch_message(info, reasons, run=None):
     return "\n".join(lines)
 
 
+def reinstall_fix(run=None):
+    return f"Reinstall prerast:\n    {fix_command(run)}"
+
+
+def damaged_message(path, found, fix):
+    """The refusal of a library that is not the one its build stamped: which file, what was expected and found."""
+    return (f"prerast will not load {path}: {found['what']}, so loading it could crash Python.\n"
+            f"  expected: {found['expected']}\n"
+            f"  found:    {found['found']}\n{fix}")
+
+
 def read_info(directory):
-    """Build metadata and plugin path in `directory`, or (None, reason)."""
+    """Build metadata and plugin path in `directory`, or (None, reason). Never raises: a missing, unreadable or
+    malformed _build_info.json is a reason that names the file."""
     path = os.path.join(directory, INFO_FILE)
     if not os.path.exists(path):
+        libs = sorted(glob.glob(os.path.join(directory, "_C*.so")))
+        if libs:
+            return None, (f"{path} is missing: it records the size and SHA-256 of {libs[0]}, which is not loaded "
+                          "without them (a copy of the package cut short?)")
         return None, f"no {INFO_FILE} in {directory}: this prerast has no compiled plugin (a source checkout?)"
-    with open(path) as f:
-        info = json.load(f)
-    lib = os.path.join(directory, info.get("library", ""))
-    if not info.get("library") or not os.path.isfile(lib):
-        libs = glob.glob(os.path.join(directory, "_C*.so"))
-        if not libs:
-            return None, f"{INFO_FILE} names {info.get('library')!r} but no plugin file is in {directory}"
-        lib = libs[0]
-    info["path"] = lib
-    cuda_lib = info.get("cuda_library")
-    info["cuda_path"] = os.path.join(directory, cuda_lib) if cuda_lib else None
+    try:
+        with open(path, "rb") as f:
+            info = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        return None, f"{path} cannot be read: expected the JSON build metadata, found {type(e).__name__}: {e}"
+    libraries = info.get("libraries") if isinstance(info, dict) else None
+    names = [info.get("library"), info.get("cuda_library")] if isinstance(libraries, dict) else []
+    if not names or not isinstance(names[0], str) or not all(n is None or n in libraries for n in names):
+        return None, (f"{path} is malformed: expected the build metadata with \"library\" and the size and SHA-256 "
+                      f"of each library under \"libraries\", found "
+                      + (f"the keys {sorted(info)}" if isinstance(info, dict) else f"a JSON {type(info).__name__}"))
+    info["path"] = os.path.join(directory, names[0])
+    info["cuda_path"] = os.path.join(directory, names[1]) if names[1] else None
     return info, None
+
+
+def stamp_of(info, path):
+    return info["libraries"].get(os.path.basename(path))
+
+
+def integrity(info, paths=None):
+    """[(path, problem)] for the libraries of `info` (or `paths`) that are not the files their build stamped."""
+    found = []
+    for lib in paths if paths is not None else (info["path"], info.get("cuda_path")):
+        if lib:
+            why = _integrity.problem(lib, stamp_of(info, lib))
+            if why is not None:
+                found.append((lib, why))
+    return found
 
 
 def why_fits(info, run=None):
@@ -222,18 +260,29 @@ def _ways_out(why_not):
             f"        export {_source_build.ENV_OPT_IN}=1")
 
 
-def _load_plugin(info):
-    """Load the CPU library and, where they fit, the CUDA kernels; OSError when a library does not load."""
-    torch.ops.load_library(info["path"])
+def _load_plugin(info, fix, verified=False):
+    """Check, then load, the CPU library and, where they fit, the CUDA kernels. BinaryMismatchError when a library
+    is not the file its build stamped (nothing is loaded then); OSError when one does not load."""
     skip = cuda_skip_reason(info)
-    if skip is None:
-        torch.ops.load_library(info["cuda_path"])
+    libs = [info["path"]] + ([info["cuda_path"]] if skip is None else [])
+    if not verified:
+        for path, why in integrity(info, libs)[:1]:
+            raise BinaryMismatchError(damaged_message(path, why, fix))
+    for lib in libs:
+        if os.environ.get(PROBE_ENV):  # the doctor's child process: say which library a crash happened in
+            print(f"{PROBE_TAG}{lib}", file=sys.stderr, flush=True)
+        torch.ops.load_library(lib)
     _state["cuda"] = skip
 
 
-def _load_library(info, refusal):
+# Set by `python -m prerast doctor` in the child process that tries the load for it (see _doctor.probe_load).
+PROBE_ENV = "PRERAST_LOAD_PROBE"
+PROBE_TAG = "prerast-load-probe: loading "
+
+
+def _load_library(info, refusal, fix):
     try:
-        _load_plugin(info)
+        _load_plugin(info, fix, verified=True)
     except OSError as e:
         raise BinaryMismatchError(mismatch_message(info, [f"the plugin failed to load: {e}"]) + refusal) from e
 
@@ -242,24 +291,31 @@ def load(directory=PACKAGE_DIR, build=True):
     """Check and load the plugin in `directory`; returns its build metadata or raises BinaryMismatchError.
 
     When it does not fit, a fitting build from the build cache is loaded instead, or (with
-    PRERAST_BUILD_ON_MISMATCH=1 and `build`) made there first."""
+    PRERAST_BUILD_ON_MISMATCH=1 and `build`) made there first. Every library is checked against the size and
+    SHA-256 its build stamped before it is loaded."""
     if _state["info"] is not None:
         return _state["info"]
     info, why = read_info(directory)
-    cause = None
+    cause = damaged = None
     if info is None:
         message = (f"prerast cannot run: {why}.\n  running: {describe_running(running())}\n"
                    f"Install a prebuilt wheel:\n    {fix_command()}")
+        # A plugin is there but its metadata is not (or is garbled): a damaged package, not a source checkout.
+        damaged = bool(glob.glob(os.path.join(directory, "_C*.so"))) or os.path.exists(os.path.join(directory,
+                                                                                                     INFO_FILE))
     else:
         reasons = problems(info)
         message = mismatch_message(info, reasons)
         if not reasons:
             try:
-                _load_plugin(info)
+                _load_plugin(info, reinstall_fix())
                 return _loaded(info, "bundled")
             except OSError as e:
                 cause = e
                 message = mismatch_message(info, [f"the plugin failed to load: {e}"])
+            except BinaryMismatchError as e:
+                damaged = True
+                message = str(e)
     from . import _source_build
 
     try:
@@ -267,9 +323,14 @@ def load(directory=PACKAGE_DIR, build=True):
     except _source_build.BuildFailed as e:
         raise BinaryMismatchError(
             f"{message}\n{_source_build.ENV_OPT_IN}=1 is set, but building a plugin that fits failed: {e}") from e
+    except _source_build.Refused as e:
+        raise BinaryMismatchError(f"{message}\n{e}") from cause
     if found is None:
-        raise BinaryMismatchError(message + _ways_out(how)) from cause
-    _load_library(found, f"\n(this build was found in the build cache: {os.path.dirname(found['path'])})")
+        # A damaged package is repaired by reinstalling it, which its message says; the ways to a plugin for
+        # another torch are no help there.
+        raise BinaryMismatchError(message if damaged else message + _ways_out(how)) from cause
+    folder = os.path.dirname(found["path"])
+    _load_library(found, f"\n(this build was found in the build cache: {folder})", _source_build.entry_fix(folder))
     return _loaded(found, how)
 
 

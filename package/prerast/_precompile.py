@@ -15,11 +15,13 @@ import importlib
 import os
 import subprocess
 import zipfile
+import zlib
 from unittest import mock
 
 import torch
 
-from . import _loader
+from . import _integrity, _loader
+from .errors import ArtifactError
 
 
 class _AsModule(torch.nn.Module):
@@ -137,6 +139,49 @@ def _device_information_without_compiling(original):
     return device_information
 
 
+ZIP_MAGIC = b"PK\x03\x04"
+
+
+def check_artifact(path):
+    """'inference' or 'training' for an artifact file that is whole, else ArtifactError naming it. An inference
+    package (a zip archive) is checked member by member (CRC) and its libraries' ELF headers against this
+    machine before torch extracts and loads any of them: a copy cut short or a package for another machine is an
+    error, not a crash."""
+    redo = "make it again with prerast.precompile (or copy it again if the copy was cut short)"
+    try:
+        size = os.stat(path).st_size
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise ArtifactError(f"load_precompiled: cannot read {path}: {e.strerror}") from e
+    if size == 0:
+        raise ArtifactError(f"load_precompiled: {path} is empty: expected an artifact of prerast.precompile; {redo}")
+    if head != ZIP_MAGIC:
+        return "training"
+    try:
+        with zipfile.ZipFile(path) as z:
+            broken = z.testzip()
+            names = z.namelist()
+            if broken is None and not any(n.endswith("archive_format") for n in names):
+                raise ArtifactError(f"load_precompiled: {path} is a zip archive but no AOTInductor package (it has "
+                                    f"no archive_format entry; found {', '.join(names[:5]) or 'no files'}): "
+                                    "expected an artifact of prerast.precompile")
+            for name in names if broken is None else []:
+                if name.endswith(".so"):
+                    with z.open(name) as member:
+                        why = _integrity.foreign(member.read(64))
+                    if why is not None:
+                        raise ArtifactError(f"load_precompiled: {path} holds {name}, which is {why}: the package "
+                                            "was compiled for another machine; precompile it on one like this")
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
+        raise ArtifactError(f"load_precompiled: {path} is a damaged or truncated zip archive ({size} bytes: {e}); "
+                            f"{redo}") from e
+    if broken is not None:
+        raise ArtifactError(f"load_precompiled: {path} is damaged: its member {broken} does not match its "
+                            f"checksum; {redo}")
+    return "inference"
+
+
 def load_precompiled(path, fn=None):
     """Load the callable that an artifact of :func:`precompile` holds.
 
@@ -150,10 +195,12 @@ def load_precompiled(path, fn=None):
 
     Raises:
         TypeError: a training artifact without fn.
+        ArtifactError: a file that is missing, empty, damaged, truncated, no artifact of precompile, or made for
+            another machine (its message names the file).
     """
     _loader.require()  # the prerast ops must be registered before the graph that calls them is loaded
     path = os.fspath(path)
-    if is_inference_artifact(path):
+    if check_artifact(path) == "inference":
         # After loading, torch compares the machine with the one the package was built on, only to warn on a
         # mismatch; for the CPU's vector ISA it runs the C++ compiler on test programs. That one entry is left out.
         from torch._inductor import codecache  # (a heavy import, only here)
@@ -163,8 +210,13 @@ def load_precompiled(path, fn=None):
             return torch._inductor.aoti_load_package(path)
     if fn is None:
         raise TypeError("load_precompiled: a training artifact needs fn, the function it was precompiled from")
-    with open(path, "rb") as f:
-        return torch.compiler.load_compiled_function(f, f_globals=fn.__globals__)
+    try:
+        with open(path, "rb") as f:
+            return torch.compiler.load_compiled_function(f, f_globals=fn.__globals__)
+    except Exception as e:  # torch's deserializer meets a truncated or foreign file with whatever it trips on
+        raise ArtifactError(f"load_precompiled: {path} is not a training artifact of prerast.precompile that this "
+                            f"torch {torch.__version__} can load (damaged, truncated, or made by another torch?): "
+                            f"{type(e).__name__}: {e}") from e
 
 
 def import_target(spec):

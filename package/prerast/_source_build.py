@@ -38,21 +38,77 @@ def source_hash():
     return _sources.digest(root) if root else None
 
 
+def entry_fix(folder):
+    """How to repair a damaged cache entry."""
+    return (f"Delete this build cache entry: rm -rf '{folder}'\n"
+            f"  then copy it again from the image that built it, or let `import prerast` rebuild it with "
+            f"{ENV_OPT_IN}=1.")
+
+
+def examine(folder, run=None, sources=None):
+    """(info, None) for a cache entry that fits the running torch and these sources and may be loaded; (None,
+    None) for one that is for something else; (None, why) for one that fits but is refused: another user could
+    have written it, its build metadata is damaged, or a library is not the file the build stamped."""
+    run = run or _loader.running()
+    root = os.path.dirname(folder)
+    bad = _cache.entry_untrusted(root, folder)
+    if bad is not None:
+        return None, f"prerast will not load the build cache entry {folder}: {bad[0]}.\nFix: {bad[1]}"
+    info, why = _loader.read_info(folder)
+    if info is None:
+        return None, f"{why}\n{entry_fix(folder)}"
+    if _loader.problems(info, run):
+        return None, None
+    files = [_loader.INFO_FILE] + [os.path.basename(p) for p in (info["path"], info["cuda_path"]) if p]
+    bad = _cache.entry_untrusted(root, folder, files)
+    if bad is not None:
+        return None, f"prerast will not load the build cache entry {folder}: {bad[0]}.\nFix: {bad[1]}"
+    sources = sources if sources is not None else source_hash()
+    if sources is not None and info.get("source_hash") != sources:
+        return None, (f"prerast will not load the build cache entry {folder}: it was built from other sources.\n"
+                      f"  expected: sources {sources} (its folder name, and the sources of this prerast)\n"
+                      f"  found:    sources {info.get('source_hash')} (its {_loader.INFO_FILE})\n{entry_fix(folder)}")
+    skip = _loader.cuda_skip_reason(info, run)
+    damaged = _loader.integrity(info, [info["path"]] + ([info["cuda_path"]] if skip is None else []))
+    if damaged:
+        return None, _loader.damaged_message(damaged[0][0], damaged[0][1], entry_fix(folder))
+    return info, None
+
+
 def entry_info(folder, run=None):
-    """Build metadata of a cache entry if it fits the running torch, else None (also for a damaged entry)."""
-    try:
-        info, _ = _loader.read_info(folder)
-    except (OSError, ValueError):
-        return None
-    return info if info is not None and not _loader.problems(info, run) else None
+    """Build metadata of a cache entry if it fits the running torch and may be loaded, else None."""
+    return examine(folder, run)[0]
+
+
+def examine_entries(run=None):
+    """([(folder, info)] of cached builds for the running torch, CUDA and these sources that may be loaded, newest
+    first; [refusal] of those that fit but are refused)."""
+    run = run or _loader.running()
+    prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
+    root = _cache.cache_dir()
+    sources = source_hash()
+    usable, refused = [], []
+    for folder in _cache.entries(root, prefix, sources):
+        info, why = examine(folder, run, sources)
+        if info is not None:
+            usable.append((folder, info))
+        elif why is not None:
+            refused.append(why)
+    if os.path.isdir(root) and not usable:
+        bad = _cache.untrusted(root, folder_of_entries=True)
+        if bad is not None:  # nothing in it is loaded, nor built into it
+            refused = [f"prerast will not use the build cache {root}: {bad[0]}.\nFix: {bad[1]}"]
+    return usable, refused
 
 
 def fitting_entries(run=None):
-    """Cached builds for the running torch, CUDA and these sources, newest first, as (folder, info)."""
-    run = run or _loader.running()
-    prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
-    found = [(folder, entry_info(folder, run)) for folder in _cache.entries(_cache.cache_dir(), prefix, source_hash())]
-    return [(folder, info) for folder, info in found if info is not None]
+    """Cached builds for the running torch, CUDA and these sources that may be loaded, newest first, as
+    (folder, info)."""
+    return examine_entries(run)[0]
+
+
+class Refused(Exception):
+    """Builds for this environment are in the cache, but none may be loaded (why: the message)."""
 
 
 def compiler():
@@ -126,7 +182,8 @@ def _log(msg):
 def build_into(folder, root, archs, cuda_home, failed_log, log=_log):
     """Compile the plugin from a copy of root into folder (plugin, _build_info.json, build.log). A failed
     build's log is kept as failed_log."""
-    work = tempfile.mkdtemp(prefix="prerast-build-")
+    # The build tree lives in the (temporary) entry folder, so that a killed build leaves nothing elsewhere.
+    work = tempfile.mkdtemp(prefix=".work-", dir=folder)
     log_path = os.path.join(folder, "build.log")
     try:
         tree = _sources.materialize(os.path.join(work, "src"), root)
@@ -157,9 +214,12 @@ def find_or_build(allow_build=True, log=_log):
     none may be built. Raises BuildFailed when a build was attempted and failed."""
     if not cache_consulted():
         return None, f"{ENV_OPT_IN} is not set"
-    found = fitting_entries()
+    found, refused = examine_entries()
     if found:
         return found[0][1], "cache"
+    root_bad = os.path.isdir(_cache.cache_dir()) and _cache.untrusted(_cache.cache_dir(), folder_of_entries=True)
+    if refused and (not opted_in() or not allow_build or root_bad):
+        raise Refused("\n".join(refused))
     if not opted_in():
         return None, f"{_cache.cache_dir()} has no build for this environment and {ENV_OPT_IN} is not set"
     if not allow_build:
@@ -183,9 +243,14 @@ def find_or_build(allow_build=True, log=_log):
     def waiting(pid):
         log(f"waiting for the build in process {pid or '?'} (lock {os.path.join(root_dir, key)}.lock)")
 
-    folder, built = _cache.build_once(root_dir, key, lambda d: build_into(d, root, archs, cuda_home, failed_log, log),
-                                      lambda folder: entry_info(folder) is not None, on_wait=waiting)
-    info, why = _loader.read_info(folder)
+    try:
+        folder, built = _cache.build_once(root_dir, key,
+                                          lambda d: build_into(d, root, archs, cuda_home, failed_log, log),
+                                          lambda folder: entry_info(folder) is not None, on_wait=waiting,
+                                          explain=lambda folder: examine(folder)[1])
+    except (OSError, RuntimeError) as e:  # e.g. a full disk, or a folder of another user's in the way
+        raise BuildFailed(f"building into {root_dir} failed: {e}") from e
+    info, why = examine(folder)
     if info is None:
-        raise BuildFailed(why)
+        raise BuildFailed(why or f"the build in {folder} does not fit this torch")
     return info, "built" if built else "cache"
