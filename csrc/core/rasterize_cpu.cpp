@@ -131,6 +131,7 @@ struct ScratchSet {
 };
 
 struct Frame {
+  Frame(const RasterArgs& args, int W, int H) : a(args), grid(W, H) {}
   const RasterArgs& a;
   Grid grid;
   TriSetup* setups = nullptr;  // drawable setups, compacted at the front of each chunk's range
@@ -231,7 +232,7 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
     m.num_items = a.num_images * a.num_triangles;
   }
 
-  Frame f{a, Grid(W, H)};
+  Frame f(a, W, H);
   Grid& g = f.grid;
   g.num_tiles = a.num_images * g.per_image;
   f.px_ndc.resize((size_t)g.tiles_x * kTile);
