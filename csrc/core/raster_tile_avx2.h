@@ -7,11 +7,12 @@
 // the same operations in the same order.
 //
 // x86-64 with GCC or clang only (the target attribute and __builtin_cpu_supports); elsewhere (aarch64, MSVC) and
-// with -DPRERAST_NO_AVX2 the rasterizer takes the scalar path, which gives the same bits.
+// with -DPRERAST_NO_AVX2 or -DPRERAST_PORTABLE (host_builtins.h) the rasterizer takes the scalar path, which gives
+// the same bits.
 #pragma once
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
-    !defined(PRERAST_NO_AVX2)
+    !defined(PRERAST_NO_AVX2) && !defined(PRERAST_PORTABLE)
 #define PRERAST_HAVE_AVX2_PATH 1
 #include <immintrin.h>
 
