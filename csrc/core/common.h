@@ -96,6 +96,25 @@ PR_HD int normalising_exponent(const float* p, int n) {
   return m > 0.0f ? float_exponent(m) : 0;
 }
 
+// log2(x) rounded to float, from IEEE float and double arithmetic alone, so that it gives the same bits with every
+// compiler, C library and on the GPU; libm's log2f does not (glibc's, the Windows runtimes' and CUDA's differ in the
+// last bit for some inputs). x = 2^e m with m in [sqrt(1/2), sqrt(2)) and log2(m) = 2 atanh(s) / ln 2 for
+// s = (m - 1) / (m + 1), |s| < 0.172: the series of atanh to s^23 leaves a relative error below 1e-17, so the one
+// rounding to float at the end is the correct one except within about 1e-16 of a float rounding boundary.
+PR_HD float log2_float(float x) {
+  if (!(x > 0.0f)) return x == 0.0f ? -INFINITY : NAN;
+  if (x == INFINITY) return INFINITY;
+  int e = float_exponent(x);
+  double m = (double)x * pow2d(-e);  // exact, in [1, 2)
+  if (m > 1.4142135623730951) m *= 0.5, ++e;
+  const double s = (m - 1.0) / (m + 1.0), s2 = s * s;
+  double p = 1.0 / 23.0;
+  p = p * s2 + 1.0 / 21.0, p = p * s2 + 1.0 / 19.0, p = p * s2 + 1.0 / 17.0, p = p * s2 + 1.0 / 15.0;
+  p = p * s2 + 1.0 / 13.0, p = p * s2 + 1.0 / 11.0, p = p * s2 + 1.0 / 9.0, p = p * s2 + 1.0 / 7.0;
+  p = p * s2 + 1.0 / 5.0, p = p * s2 + 1.0 / 3.0, p = p * s2 + 1.0;
+  return (float)((double)e + 2.8853900817779268 * s * p);  // 2 / ln 2
+}
+
 // NDC coordinate of the centre of pixel i along an axis of `size` pixels: (2i + 1) / size - 1.
 PR_HD float pixel_center_ndc(int i, int size) { return (float)(2 * i + 1) / (float)size - 1.0f; }
 

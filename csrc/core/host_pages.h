@@ -4,12 +4,35 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
+#if defined(_WIN32)
+#include <malloc.h>
+#endif
 
 namespace prerast {
+
+// bytes (a multiple of alignment, a power of two) aligned to alignment, or null; released by aligned_free. The C
+// runtimes of Windows (MSVC's and mingw-w64's) have no std::aligned_alloc: theirs is _aligned_malloc, whose memory
+// std::free must not release.
+inline void* aligned_malloc(size_t alignment, size_t bytes) {
+#if defined(_WIN32)
+  return _aligned_malloc(bytes, alignment);
+#else
+  return std::aligned_alloc(alignment, bytes);
+#endif
+}
+
+inline void aligned_free(void* p) {
+#if defined(_WIN32)
+  _aligned_free(p);
+#else
+  std::free(p);
+#endif
+}
 
 // Asks for transparent huge pages over the 2 MiB-aligned part of [p, p + bytes): 512 times fewer faults. A hint,
 // harmless where the kernel ignores it.

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstring>
 #include <vector>
-#if defined(__SSE__)
-#include <xmmintrin.h>
-#endif
 
+#include "host_builtins.h"
 #include "interpolate.h"
 #include "scatter_cpu.h"
+#if defined(__SSE__) && defined(PRERAST_GNU_BUILTINS)
+#include <xmmintrin.h>
+#define PRERAST_SSE_TRANSPOSE 1
+#endif
 
 namespace prerast {
 
@@ -33,11 +35,8 @@ void interpolate_forward_cpu(const InterpArgs& a, const ParallelFor& pfor) {
 
 namespace {
 
-// GCC's (and clang's) vector extensions, at most one SSE2 register each. Written element by element, the
-// float-to-double sums below stay scalar.
-typedef float Float2 __attribute__((vector_size(8)));
-typedef double Double2 __attribute__((vector_size(16)));
-typedef float Float4 __attribute__((vector_size(16)));
+// The float-to-double sums below are written on Float2, Double2 and Float4 (host_builtins.h): element by element,
+// they stay scalar.
 
 template <class Vec>
 Vec load(const float* p) {
@@ -53,19 +52,19 @@ inline void rast_grads_of_four(const float* go, int64_t A, const float* d0, cons
   int64_t c = 0;
   for (; c + 4 <= A; c += 4) {
     // The four pixels' next four attributes, transposed: col[k] holds attribute c + k of the four pixels.
-#if defined(__SSE__)
+#if defined(PRERAST_SSE_TRANSPOSE)
     __m128 r0 = _mm_loadu_ps(go + c), r1 = _mm_loadu_ps(go + A + c);
     __m128 r2 = _mm_loadu_ps(go + 2 * A + c), r3 = _mm_loadu_ps(go + 3 * A + c);
     _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
     const Float4 col[4] = {r0, r1, r2, r3};
 #else
     Float4 col[4];
-    for (int k = 0; k < 4; ++k) col[k] = Float4{go[c + k], go[A + c + k], go[2 * A + c + k], go[3 * A + c + k]};
+    for (int k = 0; k < 4; ++k) col[k] = float4(go[c + k], go[A + c + k], go[2 * A + c + k], go[3 * A + c + k]);
 #endif
     for (int k = 0; k < 4; ++k) gu += col[k] * d0[c + k], gv += col[k] * d1[c + k];
   }
   for (; c < A; ++c) {
-    const Float4 col = {go[c], go[A + c], go[2 * A + c], go[3 * A + c]};
+    const Float4 col = float4(go[c], go[A + c], go[2 * A + c], go[3 * A + c]);
     gu += col * d0[c], gv += col * d1[c];
   }
 }
@@ -157,8 +156,8 @@ class RunScatter {
     if (!hits_[pix % (2 * kAhead)]) return;
     for (int j = 0; j < 3; ++j)
       for (int64_t c = 0; c < a_.num_attrs; c += 16) {
-        if (in_band(p.row[j])) __builtin_prefetch(g_ + p.row[j] + c, 1);
-        if (writes(pix)) __builtin_prefetch(a_.attr + p.row[j] + c, 0);
+        if (in_band(p.row[j])) prefetch_for_write(g_ + p.row[j] + c);
+        if (writes(pix)) prefetch(a_.attr + p.row[j] + c);
       }
   }
 
@@ -189,13 +188,13 @@ class RunScatter {
       const float* r = a_.rast + pix * 4;
       const float u = r[0], v = r[1], w = (1.0f - r[0]) - r[1];
       const float* go = a_.grad_out + pix * A;
-      for (int64_t c = 0; c < A; c += 16) __builtin_prefetch(go + 8 * A + c);  // may lie past the end: no fault
+      for (int64_t c = 0; c < A; c += 16) prefetch(go + 8 * A + c);  // may lie past the end: no fault
       if (adds) {
         for (int64_t m = 0; m < V; ++m) {
           const Float2 x = load<Float2>(go + 2 * m);
-          s0[m] += __builtin_convertvector(x * u, Double2);
-          s1[m] += __builtin_convertvector(x * v, Double2);
-          s2[m] += __builtin_convertvector(x * w, Double2);
+          s0[m] += widen(x * u);
+          s1[m] += widen(x * v);
+          s2[m] += widen(x * w);
         }
         for (int64_t k = 0; k < T; ++k) {
           const float x = go[2 * V + k];

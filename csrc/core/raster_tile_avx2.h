@@ -5,9 +5,14 @@
 // so every lane's values are bit-identical to the scalar ones. Where lambda_i is within tol_i of 0 (or NaN) in
 // some lane, edge_test's double-precision re-decision is evaluated for the row in AVX2 double arithmetic, with
 // the same operations in the same order.
+//
+// x86-64 with GCC or clang only (the target attribute and __builtin_cpu_supports); elsewhere (aarch64, MSVC) and
+// with -DPRERAST_NO_AVX2 or -DPRERAST_PORTABLE (host_builtins.h) the rasterizer takes the scalar path, which gives
+// the same bits.
 #pragma once
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__) && \
+    !defined(PRERAST_NO_AVX2) && !defined(PRERAST_PORTABLE)
 #define PRERAST_HAVE_AVX2_PATH 1
 #include <immintrin.h>
 

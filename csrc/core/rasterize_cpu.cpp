@@ -14,6 +14,7 @@
 #include <memory>
 #include <vector>
 
+#include "host_builtins.h"
 #include "host_pages.h"
 #include "raster_tile.h"
 #include "raster_tile_avx2.h"
@@ -27,14 +28,6 @@ constexpr int64_t kItemsPerChunk = 8192;
 constexpr int64_t kMaxChunks = 64;
 constexpr int64_t kSerialShadingWork = int64_t(1) << 21;  // ~ pixels + 64 per (triangle, tile) pair: a few ms
 constexpr int64_t kMaxCounters = int64_t(1) << 22;  // bounds the (chunk, tile) counters to 32 MiB
-
-inline void prefetch(const void* p) {
-#if defined(__GNUC__) || defined(__clang__)
-  __builtin_prefetch(p);
-#else
-  (void)p;
-#endif
-}
 
 // Runs fn(i) for i in [0, n), handing indices to the pool's threads one at a time as they become free.
 template <class Fn>
@@ -91,7 +84,7 @@ void for_each_tile_again(const TriSetup& s, int32_t n, const Grid& g, uint16_t m
     return;
   }
   for (; mask; mask &= mask - 1) {
-    const int bit = __builtin_ctz(mask);
+    const int bit = lowest_bit(mask);
     fn(n * g.per_image + (int64_t)(ty0 + bit / kMaskSpan) * g.tiles_x + (tx0 + bit % kMaskSpan));
   }
 }
@@ -131,6 +124,7 @@ struct ScratchSet {
 };
 
 struct Frame {
+  Frame(const RasterArgs& args, int W, int H) : a(args), grid(W, H) {}
   const RasterArgs& a;
   Grid grid;
   TriSetup* setups = nullptr;  // drawable setups, compacted at the front of each chunk's range
@@ -231,7 +225,7 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
     m.num_items = a.num_images * a.num_triangles;
   }
 
-  Frame f{a, Grid(W, H)};
+  Frame f(a, W, H);
   Grid& g = f.grid;
   g.num_tiles = a.num_images * g.per_image;
   f.px_ndc.resize((size_t)g.tiles_x * kTile);

@@ -42,7 +42,7 @@ struct SpareCopies {
   SpareCopies& operator=(const SpareCopies&) = delete;
   ~SpareCopies() { release(); }
   void release() {
-    std::free(data);
+    aligned_free(data);
     data = nullptr, size = 0;
   }
   // At least n elements, all zero.
@@ -51,7 +51,7 @@ struct SpareCopies {
     release();
     constexpr size_t kHuge = size_t(2) << 20;
     const size_t bytes = (n * sizeof(Acc) + kHuge - 1) / kHuge * kHuge;
-    data = static_cast<Acc*>(std::aligned_alloc(kHuge, bytes));
+    data = static_cast<Acc*>(aligned_malloc(kHuge, bytes));
     if (!data) throw std::bad_alloc();
     advise_huge_pages(data, bytes);
     size = bytes / sizeof(Acc);

@@ -376,7 +376,7 @@ PR_HD float footprint_lod(const float j[2][2], bool& differentiable) {
   const float k = footprint_normalised(j, jn);
   if (k == 0.0f) return -INFINITY;
   differentiable = k >= 5.42101086e-20f;  // 2^-64
-  return 0.5f * log2f(footprint_major(jn, A, B, C, r)) + log2f(k);
+  return 0.5f * log2_float(footprint_major(jn, A, B, C, r)) + log2_float(k);
 }
 
 PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {

@@ -3,6 +3,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "host_builtins.h"
 #include "scatter_cpu.h"
 #include "texture.h"
 
@@ -51,7 +52,7 @@ struct BatchedAdd {
   }
   void flush() {
     for (int j = 0; j < count; ++j) {
-      if (j + kAhead < count) __builtin_prefetch(pending[j + kAhead].at, 1);
+      if (j + kAhead < count) prefetch_for_write(pending[j + kAhead].at);
       *pending[j].at += pending[j].v;
     }
     count = 0;
