@@ -29,6 +29,7 @@ SITE = "https://prerast.github.io/"
 CELL_BUILD = "tests/ci/test_cell_end_to_end.py::test_cpu_cell_builds_end_to_end_from_a_fresh_clone"
 IMAGES = "tests/ci/test_two_images.py::"
 EXAMPLES = "tests/examples/test_examples.py::"
+CORE = "tests/test_core_platforms.py::"
 GUIDES_FIX = "tests/docs/test_guides.py::test_installing_shows_the_fix_commands_the_loader_prints"
 
 HOW = {
@@ -89,6 +90,14 @@ HOW = {
     '-f https://prerast.github.io/whl/torch-2.14.1+cpu.html': {"test": GUIDES_FIX},
     "python -m sphinx -W -b html docs docs/_build/html": {
         "test": "tests/docs/test_docs_site.py::test_site_builds_from_a_fresh_clone"},
+    "apt-get update": {"test": CORE + "test_same_bits_as_the_host_gcc_build"},
+    "apt-get install -y clang g++-mingw-w64-x86-64-posix wine64 g++-aarch64-linux-gnu qemu-user-static": {
+        "test": CORE + "test_same_bits_as_the_host_gcc_build"},
+    "python -m pytest -q tests/test_core_platforms.py": {"test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"},
+    "python -m pytest -q -m platforms tests/test_core_platforms.py": {"test": CORE + "test_same_bits_as_the_host_gcc_build"},
+    "g++ -std=c++17 -O3 -ffp-contract=off -I csrc/core tests/host/core_driver.cpp csrc/core/*_cpu.cpp -o core_driver": {
+        "test": CORE + "test_sources_and_flags_are_setup_pys"},
+    "./core_driver": {"test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"},
     "python -m prerast precompile mypackage.scene:Renderer --inputs example_inputs.pt --out render.pt2": {
         "help": "python -m prerast precompile --help",
         "test": "tests/test_precompile.py::test_runtime_loads_inference_artifact_without_compiler"},
