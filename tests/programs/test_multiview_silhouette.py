@@ -60,9 +60,9 @@ def test_fit_recovers_the_mesh_from_its_silhouettes(device):
     target = silhouettes(ctx, verts, tri, mvp).detach()
     start = verts * torch.tensor([1.25, 0.8, 1.15], device=device) + 0.05
     offset = torch.zeros_like(verts, requires_grad=True)
-    opt = torch.optim.Adam([offset], lr=0.02)
+    opt = torch.optim.Adam([offset], lr=0.025)
     losses = []
-    for _ in range(25):
+    for _ in range(20):
         opt.zero_grad()
         loss = (silhouettes(ctx, start + offset, tri, mvp) - target).abs().mean()
         loss.backward()
