@@ -103,7 +103,8 @@ def test_vertex_gradients_match_finite_differences(device):
     def images(verts):
         return torch.cat([x.flatten() for x in render(ctx, verts, tri, view, mvp)])
 
-    check_gradients(images, {"verts": verts}, ["verts"], eps=5e-5, rtol=3e-2, atol=5e-2, min_checked=0.5,
+    # rtol just above check_gradients' 5 % test for a jump within eps, as in test_multiview_silhouette.
+    check_gradients(images, {"verts": verts}, ["verts"], eps=5e-5, rtol=6e-2, atol=5e-2, min_checked=0.5,
                     max_elements=10)
 
 

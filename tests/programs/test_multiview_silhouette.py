@@ -50,8 +50,11 @@ def test_vertex_gradients_match_finite_differences(device):
     ctx = make_ctx(device)
     verts, tri, mvp, _ = scene(device)
     # One vertex shift of 5e-5 moves an edge by about 0.001 pixel: finite differences see the forward's own slope.
+    # Where the forward jumps within eps (an edge over a pixel centre), check_gradients skips the element when its
+    # one-sided differences disagree by more than 5 %; a jump it misses moves the central difference by less than
+    # that, hence rtol just above it. A gradient off by a constant factor (such as 2) still fails.
     check_gradients(lambda verts: silhouettes(ctx, verts, tri, mvp), {"verts": verts}, ["verts"], eps=5e-5,
-                    rtol=3e-2, atol=5e-2, min_checked=0.5)
+                    rtol=6e-2, atol=5e-2, min_checked=0.5)
 
 
 def test_fit_recovers_the_mesh_from_its_silhouettes(device):
