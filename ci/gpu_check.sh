@@ -51,6 +51,7 @@ grep -q "CUDA kernels loaded" "$out/doctor.txt" || { echo "the CUDA library did 
 step "tests on CPU and CUDA"
 # test_no_sync: every op under torch.cuda.set_sync_debug_mode("error"), the device-side index checks, a whole render
 # with gradients captured in a CUDA graph, and the rasterizer's path for tile lists that overflow their capacity.
+# tests/programs: render programs in the style of real nvdiffrast users', against NumPy models and finite differences.
 # tests/fuzz: thousands of bad and extreme inputs per device, each op family in a child process of its own.
 # Spread over worker processes when pytest-xdist is there; a per-test limit when pytest-timeout is.
 # precompile refuses a C++ compiler with only a static libstdc++ (some toolchains under /opt are): Inductor builds
@@ -65,7 +66,7 @@ par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 12) && export OMP_NUM_THRE
 $PY -c "import pytest_timeout" 2> /dev/null && par+=(--timeout 120)
 # SIGINT at the limit: pytest stops and still prints which tests failed so far.
 timeout -k 15 -s INT "$(within 270 150 120)" $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
-  tests/test_custom_ops.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py tests/fuzz \
+  tests/test_custom_ops.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py tests/programs tests/fuzz \
   --junitxml "$out/tests.xml" 2>&1 | tee "$out/tests.log" | tail -60
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 unset OMP_NUM_THREADS

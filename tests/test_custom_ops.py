@@ -27,6 +27,7 @@ def op_inputs(device):
     table = (topo.half_edges, topo.group_of, topo.group_start)
     out, crossing = ops.antialias_fwd(color.detach(), rast, pos.detach(), tri, *table)
     rast_g, db_g = rast.clone().requires_grad_(True), rast_db.clone().requires_grad_(True)
+    cube = torch.rand(1, 6, 8, 8, 3, device=device, requires_grad=True)
     grad = lambda t: torch.randn_like(t)  # noqa: E731
     del ctx
     return {
@@ -35,16 +36,25 @@ def op_inputs(device):
                           ((pos[0], tri, 12, 10, ranges, None), {}), ((pos, tri, 12, 10, None, rast), {})],
         "rasterize_bwd": [((pos.detach(), tri, rast, grad(rast), grad(rast)), {}),
                           ((pos[0].detach(), tri, rast_range, grad(rast_range), None), {})],
+        # An empty list argument also arrives as None (as AOTInductor's proxy executor passes one).
         "interpolate_fwd": [((uv, rast_g, tri, db_g, [0, 1]), {}), ((uv, rast_g, tri, None, []), {}),
-                            ((uv[:1], rast_g, tri, db_g, [1]), {})],
+                            ((uv[:1], rast_g, tri, db_g, [1]), {}), ((uv, rast_g, tri, None, None), {}),
+                            ((uv, rast_g, tri, db_g, None), {}), ((uv[0], rast_range, tri, None, None), {})],
         "interpolate_bwd": [((uv.detach(), rast, tri, rast_db, [0, 1], grad(texc), grad(texd)), {}),
-                            ((uv.detach(), rast, tri, None, [], grad(texc), None), {})],
+                            ((uv.detach(), rast, tri, None, [], grad(texc), None), {}),
+                            ((uv.detach(), rast, tri, rast_db, None, grad(texc), None), {})],
         "texture_fwd": [((tex, texc.requires_grad_(True), texd.requires_grad_(True), None, levels, 3, 0), {}),
                         ((tex, texc, None, None, [], 1, 1), {}), ((tex, texc, None, None, [], 0, 2), {}),
+                        ((tex, texc, None, None, None, 1, 0), {}),
+                        ((cube, torch.randn(2, 12, 10, 3, device=device), None, None, None, 1, 3), {}),
                         ((tex, texc, texd, torch.rand(2, 12, 10, device=device), levels[:2], 2, 0), {})],
         "texture_bwd": [((tex.detach(), texc.detach(), texd.detach(), None, levels, 3, 0,
                           torch.randn(2, 12, 10, 3, device=device)), {}),
                         ((tex.detach(), texc.detach(), None, None, [], 0, 1,
+                          torch.randn(2, 12, 10, 3, device=device)), {}),
+                        ((tex.detach(), texc.detach(), None, None, None, 1, 0,
+                          torch.randn(2, 12, 10, 3, device=device)), {}),
+                        ((cube.detach(), torch.randn(2, 12, 10, 3, device=device), None, None, None, 1, 3,
                           torch.randn(2, 12, 10, 3, device=device)), {}),
                         ((tex.detach(), texc.detach(), texd.detach(), None, levels, 3, 0,
                           torch.randn(2, 12, 10, 3, device=device), True), {})],

@@ -1,5 +1,8 @@
 """prerast.precompile in two processes: A (a devel environment, compilers available) precompiles a render module
-with `python -m prerast precompile` and renders it eagerly; B (a runtime environment: no compiler, nvcc or ninja
+with `python -m prerast precompile`, and the render functions of render_variants.py (the public API's optional
+arguments in their combinations: no diff_attrs or rast_db, textures with and without mip levels, 2D and cube,
+antialias with and without a topology hash, range mode, depth peeling) with prerast.precompile, and renders them
+eagerly; B (a runtime environment: no compiler, nvcc or ninja
 on PATH, CC/CXX a program that records any call and fails, a fresh HOME and TMPDIR) loads the artifact and
 renders the same images, calling no compiler (on the CPU, and on CUDA where a GPU is present). The training route
 is checked against eager in one process."""
@@ -30,6 +33,11 @@ PROCESS_A = textwrap.dedent("""
                 f"    def __init__(self):\\n        super().__init__({device!r})\\n")
     assert main(["precompile", "scene_module:Renderer", "--inputs", "inputs.pt", "--out", "render.pt2"]) == 0
     torch.save(Renderer(device)(*inputs), "eager.pt")
+    import prerast, render_variants
+    variants, variant_inputs = render_variants.Variants(device), render_variants.inputs(device)
+    torch.save(variant_inputs, "variant_inputs.pt")
+    prerast.precompile(variants, variant_inputs, "variants.pt2")
+    torch.save(variants(*variant_inputs), "variants_eager.pt")
 """)
 
 PROCESS_B = textwrap.dedent("""
@@ -38,6 +46,8 @@ PROCESS_B = textwrap.dedent("""
     render = prerast.load_precompiled("render.pt2")
     color, loss = render(*torch.load("inputs.pt"))
     torch.save((color, loss), "runtime.pt")
+    variants = prerast.load_precompiled("variants.pt2")
+    torch.save(tuple(variants(*torch.load("variant_inputs.pt"))), "variants_runtime.pt")
     print(json.dumps({"tools_on_path": [t for t in ("cc", "gcc", "g++", "c++", "clang", "nvcc", "ninja")
                                         if shutil.which(t)]}))
 """)
@@ -84,6 +94,12 @@ def test_runtime_loads_inference_artifact_without_compiler(tmp_path, device):
     for got, want in zip(torch.load(tmp_path / "runtime.pt"), torch.load(tmp_path / "eager.pt")):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert (tmp_path / "render.pt2").stat().st_size > 0
+    got, want = torch.load(tmp_path / "variants_runtime.pt"), torch.load(tmp_path / "variants_eager.pt")
+    assert len(got) == len(want) == 10
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert g.shape == w.shape, i
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"output {i}: {m}")
+    assert all(w.abs().sum() > 0 for w in want if w.numel()), "every variant draws something"
 
 
 def test_training_artifact_equals_eager(tmp_path):
@@ -106,6 +122,35 @@ def test_training_artifact_equals_eager(tmp_path):
         color, loss = fn(*args)
         loss.backward()
         results.append((color.detach(), loss.detach(), args[0].grad, args[3].grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
+def test_training_artifact_of_optional_argument_combinations_equals_eager(tmp_path):
+    """The training route with the list arguments empty (no diff_attrs, no mip levels, 2D and cube) and range mode:
+    the loaded function's outputs and gradients equal eager ones."""
+    import render_variants
+
+    ctx = prerast.RasterizeCpuContext()
+
+    def step(pos, tri, uv, tex, env, normals, ranges):
+        return render_variants.training_step(ctx, pos, tri, uv, tex, env, normals, ranges)
+
+    def inputs():
+        pos, tri, uv, tex, env, normals, ranges = render_variants.inputs(seed=6)
+        return (pos.requires_grad_(True), tri, uv, tex.requires_grad_(True), env.requires_grad_(True),
+                normals.requires_grad_(True), ranges)
+
+    path = prerast.precompile(step, inputs(), tmp_path / "variants.bin", training=True)
+    torch._dynamo.reset()
+    loaded = prerast.load_precompiled(path, fn=step)
+    results = []
+    for fn in (loaded, step):
+        args = inputs()
+        color, loss = fn(*args)
+        loss.backward()
+        results.append((color.detach(), loss.detach(), *(args[i].grad for i in (0, 3, 4, 5))))
+    assert all(g.abs().sum() > 0 for g in results[1][2:])
     for got, want in zip(*results):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
 

@@ -25,6 +25,7 @@ enum class Dtype { Float, Int, Byte };
 #include <limits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../core/common.h"
@@ -50,6 +51,13 @@ inline std::string shape_str(const std::vector<int64_t>& shape) {
 }
 inline std::string shape_str(const Tensor& t) { return shape_str(sizes(t)); }
 inline bool has_shape(const Tensor& t, const std::vector<int64_t>& shape) { return sizes(t) == shape; }
+
+// An optional list argument (int[]?, Tensor[]?) as a list, None as the empty one. The list arguments are optional
+// because AOTInductor's proxy executor passes an empty list to an op as None.
+template <class OptList>
+auto list_or_empty(const OptList& list) -> std::decay_t<decltype(*list)> {
+  return list.has_value() ? *list : std::decay_t<decltype(*list)>();
+}
 
 }  // namespace prerast
 

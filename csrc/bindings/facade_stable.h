@@ -30,6 +30,8 @@ using Tensor = torch::stable::Tensor;
 using OptTensor = std::optional<torch::stable::Tensor>;
 using TensorListArg = std::vector<torch::stable::Tensor>;
 using IntListArg = std::vector<int64_t>;
+using OptTensorListArg = std::optional<std::vector<torch::stable::Tensor>>;
+using OptIntListArg = std::optional<std::vector<int64_t>>;
 constexpr const char* kAbi = "stable";
 
 namespace facade {

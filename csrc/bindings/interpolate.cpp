@@ -73,8 +73,8 @@ Inputs check_inputs(const Tensor& attr, const Tensor& rast, const Tensor& tri,
 
 std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& rast,
                                                    const Tensor& tri, const OptTensor& rast_db,
-                                                   const IntListArg& diff) {
-  Inputs in = check_inputs(attr, rast, tri, rast_db, diff);
+                                                   const OptIntListArg& diff) {
+  Inputs in = check_inputs(attr, rast, tri, rast_db, list_or_empty(diff));
   InterpArgs& a = in.a;
   check_host_memory(kOp, attr, bytes_of({rast.size(0), rast.size(1), rast.size(2), a.num_attrs + 2 * a.num_diff}));
   auto out = new_output(attr, {rast.size(0), rast.size(1), rast.size(2), a.num_attrs});
@@ -95,9 +95,9 @@ std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& ras
 std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Tensor& rast,
                                                                const Tensor& tri,
                                                                const OptTensor& rast_db,
-                                                               const IntListArg& diff, const Tensor& grad_out,
+                                                               const OptIntListArg& diff, const Tensor& grad_out,
                                                                const OptTensor& grad_da) {
-  Inputs in = check_inputs(attr, rast, tri, rast_db, diff);
+  Inputs in = check_inputs(attr, rast, tri, rast_db, list_or_empty(diff));
   InterpArgs& a = in.a;
   const std::vector<int64_t> out_shape = {rast.size(0), rast.size(1), rast.size(2), a.num_attrs};
   check_tensor(kOp, "grad of out", grad_out, Dtype::Float, {4});
@@ -137,8 +137,8 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
 
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
-  m.def("interpolate_fwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[] diff) -> (Tensor, Tensor)");
-  m.def("interpolate_bwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[] diff, Tensor grad_out,"
+  m.def("interpolate_fwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[]? diff) -> (Tensor, Tensor)");
+  m.def("interpolate_bwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[]? diff, Tensor grad_out,"
         " Tensor? grad_da) -> (Tensor, Tensor, Tensor)");
 }
 #endif

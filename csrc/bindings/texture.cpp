@@ -92,9 +92,9 @@ TextureArgs make_args(const Tensor& tex, const Tensor& uv, const OptTensor& uv_d
   return a;
 }
 
-Tensor texture_fwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
-                       const OptTensor& bias, const TensorListArg& mip, int64_t filter,
-                       int64_t boundary) {
+Tensor texture_sample(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
+                      const OptTensor& bias, const TensorListArg& mip, int64_t filter,
+                      int64_t boundary) {
   TextureArgs a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
   check_host_memory(kOp, tex, bytes_of({uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}));
   auto out = new_output(tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)});
@@ -121,9 +121,15 @@ void add_mip_down_adjoint(const Tensor& level_grad, const Tensor& to, int64_t B,
 // and grad_tex is the whole gradient: each level's gradient is folded into the one above it in place, from the
 // smallest up (the grad_mip entries are then empty). No two outputs share memory (a custom op's outputs must not
 // alias each other).
-std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
-                                    const OptTensor& bias, const TensorListArg& mip,
-                                    int64_t filter, int64_t boundary, const Tensor& grad_out, bool fold_mip) {
+// The texture_fwd op; mip None is no levels.
+Tensor texture_fwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da, const OptTensor& bias,
+                   const OptTensorListArg& mip, int64_t filter, int64_t boundary) {
+  return texture_sample(tex, uv, uv_da, bias, list_or_empty(mip), filter, boundary);
+}
+
+std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
+                                 const OptTensor& bias, const TensorListArg& mip,
+                                 int64_t filter, int64_t boundary, const Tensor& grad_out, bool fold_mip) {
   TextureGradArgs g;
   g.a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
   check_tensor(kOp, "grad of the output", grad_out, Dtype::Float, {4});
@@ -189,6 +195,14 @@ std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTe
   // view of its start.
   for (size_t k = 4; k < result.size(); ++k) result[k] = facade::clone(result[k]);
   return result;
+}
+
+// The texture_bwd op; mip None is no levels.
+std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da, const OptTensor& bias,
+                                const OptTensorListArg& mip, int64_t filter, int64_t boundary,
+                                const Tensor& grad_out, bool fold_mip) {
+  const TensorListArg levels = list_or_empty(mip);
+  return texture_grad(tex, uv, uv_da, bias, levels, filter, boundary, grad_out, fold_mip);
 }
 
 void check_level(const char* name, const Tensor& t) {
@@ -259,7 +273,7 @@ std::vector<Tensor> texture_fwd_mipped(const Tensor& tex, const Tensor& uv, cons
     const bool cube = tex.dim() == 5;
     levels.push_back(cube ? facade::view(level, {tex.size(0), 6, level.size(1), level.size(2), level.size(3)}) : level);
   }
-  std::vector<Tensor> result = {texture_fwd(tex, uv, uv_da, bias, levels, filter, boundary)};
+  std::vector<Tensor> result = {texture_sample(tex, uv, uv_da, bias, levels, filter, boundary)};
   result.insert(result.end(), levels.begin(), levels.end());
   return result;
 }
@@ -269,9 +283,9 @@ std::vector<Tensor> texture_fwd_mipped(const Tensor& tex, const Tensor& uv, cons
 
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
-  m.def("texture_fwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
+  m.def("texture_fwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[]? mip, int filter_mode,"
         " int boundary_mode) -> Tensor");
-  m.def("texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[] mip, int filter_mode,"
+  m.def("texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[]? mip, int filter_mode,"
         " int boundary_mode, Tensor grad_out, bool fold_mip=False) -> Tensor[]");
   m.def("texture_fwd_mipped(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, int max_mip_level,"
         " int filter_mode, int boundary_mode) -> Tensor[]");

@@ -6,8 +6,6 @@ from . import _checks, _loader
 _OP = "interpolate"
 
 
-
-
 def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     """Interpolate vertex attributes over the rasterized image, perspective-correctly.
 
@@ -52,4 +50,5 @@ def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     rast_db = _checks.derivatives_input(_OP, diff, rast_db)
     if rast_db is not None:
         rast_db = rast_db.contiguous()
-    return torch.ops.prerast.interpolate_fwd(attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db, diff)
+    return torch.ops.prerast.interpolate_fwd(attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db,
+                                             diff or None)

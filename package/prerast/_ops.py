@@ -5,6 +5,10 @@ calls of these ops, with nothing for Dynamo to trace around.
 
 The *_bwd ops compute first-order gradients only; differentiating through them raises an error instead of
 silently yielding zeros.
+
+The list arguments (interpolate's `int[]? diff`, texture's `Tensor[]? mip`) are optional, and the public functions
+pass None for an empty one: AOTInductor's proxy executor hands an empty list to an op as None, which a
+non-optional list argument would refuse when a precompiled package runs.
 """
 import torch
 
@@ -63,12 +67,12 @@ def _rasterize_backward(ctx, grad_rast, grad_rast_db):
 
 def _interpolate_fwd_fake(attr, rast, tri, rast_db, diff):
     n, h, w = rast.shape[:3]
-    num_diff = len(diff) if rast_db is not None else 0
+    num_diff = len(diff or ()) if rast_db is not None else 0
     return attr.new_empty((n, h, w, attr.shape[-1])), attr.new_empty((n, h, w, 2 * num_diff))
 
 
 def _interpolate_bwd_fake(attr, rast, tri, rast_db, diff, grad_out, grad_da):
-    with_db = rast_db is not None and len(diff) > 0
+    with_db = rast_db is not None and bool(diff)
     grad_db = torch.empty_like(rast_db) if with_db else attr.new_empty((0,))
     return torch.empty_like(attr), torch.empty_like(rast), grad_db
 
@@ -76,14 +80,14 @@ def _interpolate_bwd_fake(attr, rast, tri, rast_db, diff, grad_out, grad_da):
 def _interpolate_setup(ctx, inputs, output):
     attr, rast, tri, rast_db, diff = inputs
     ctx.save_for_backward(attr, rast, tri, rast_db)
-    ctx.diff = list(diff)
+    ctx.diff = list(diff or ())
 
 
 def _interpolate_backward(ctx, grad_out, grad_da):
     attr, rast, tri, rast_db = ctx.saved_tensors
     with_da = rast_db is not None and len(ctx.diff) > 0
     grad_attr, grad_rast, grad_db = torch.ops.prerast.interpolate_bwd(
-        attr, rast, tri, rast_db, ctx.diff, grad_out.contiguous(), grad_da.contiguous() if with_da else None)
+        attr, rast, tri, rast_db, ctx.diff or None, grad_out.contiguous(), grad_da.contiguous() if with_da else None)
     return grad_attr, grad_rast, None, grad_db if with_da else None, None
 
 
@@ -98,7 +102,7 @@ def _texture_fwd_fake(tex, uv, uv_da, bias, mip, filter_mode, boundary_mode):
 
 def _texture_grads_made(filter_mode, uv_da, bias, mip):
     """Which of (uv, uv_da, mip_level_bias) texture_bwd returns real gradients for (the others are empty)."""
-    lod = filter_mode == _FILTER_MIP_LINEAR and len(mip) > 0
+    lod = filter_mode == _FILTER_MIP_LINEAR and bool(mip)
     return filter_mode != _FILTER_NEAREST, lod and uv_da is not None, lod and bias is not None
 
 
@@ -107,7 +111,7 @@ def _texture_bwd_fake(tex, uv, uv_da, bias, mip, filter_mode, boundary_mode, gra
     none = lambda: tex.new_empty((0,))  # noqa: E731  (one each: outputs must not alias)
     return [torch.empty_like(tex), torch.empty_like(uv) if made_uv else none(),
             torch.empty_like(uv_da) if made_da else none(), torch.empty_like(bias) if made_bias else none(),
-            *(none() if fold_mip else torch.empty_like(m) for m in mip)]
+            *(none() if fold_mip else torch.empty_like(m) for m in mip or ())]
 
 
 def _mip_chain_shapes(tex, max_mip_level):
@@ -126,18 +130,19 @@ def _texture_mipped_fake(tex, uv, uv_da, bias, max_mip_level, filter_mode, bound
 
 def _texture_setup(ctx, inputs, output):
     tex, uv, uv_da, bias, mip, filter_mode, boundary_mode = inputs
-    ctx.save_for_backward(tex, uv, uv_da, bias, *mip)
+    ctx.save_for_backward(tex, uv, uv_da, bias, *(mip or ()))
     ctx.modes = (filter_mode, boundary_mode)
+    ctx.mip_is_list = mip is not None  # the gradient of mip has the structure mip had: a list, or None
 
 
 def _texture_backward(ctx, grad_out):
     filter_mode, boundary_mode = ctx.modes
     tex, uv, uv_da, bias, *mip = ctx.saved_tensors
     grad_tex, grad_uv, grad_da, grad_bias, *grad_mip = torch.ops.prerast.texture_bwd(
-        tex, uv, uv_da, bias, mip, filter_mode, boundary_mode, grad_out.contiguous())
+        tex, uv, uv_da, bias, mip or None, filter_mode, boundary_mode, grad_out.contiguous())
     made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, bias, mip)
     return (grad_tex, grad_uv if made_uv else None, grad_da if made_da else None, grad_bias if made_bias else None,
-            grad_mip, None, None)
+            grad_mip if ctx.mip_is_list else None, None, None)
 
 
 def _texture_mipped_setup(ctx, inputs, output):
@@ -155,7 +160,7 @@ def _texture_mipped_backward(ctx, grads):
     grad_out = tex.new_zeros((*uv.shape[:3], tex.shape[-1])) \
         if grads[0] is None else grads[0].contiguous()
     grad_tex, grad_uv, grad_da, grad_bias, *_ = torch.ops.prerast.texture_bwd(
-        tex, uv, uv_da, bias, mip, filter_mode, boundary_mode, grad_out, True)
+        tex, uv, uv_da, bias, mip or None, filter_mode, boundary_mode, grad_out, True)
     below = None  # the gradient of level k from the returned levels k, k + 1, ...
     for k in range(len(mip), 0, -1):
         g = grads[k]

@@ -159,7 +159,8 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
             user tensors for levels 1..n. Default None: built inside the call when the filter needs it.
         filter_mode (str): ``'nearest'``, ``'linear'``, ``'linear-mipmap-nearest'`` (reads level ⌊lod⌋),
             ``'linear-mipmap-linear'``, or ``'auto'``: ``'linear'`` without uv_da and mip_level_bias, else
-            ``'linear-mipmap-linear'``. Default ``'auto'``.
+            ``'linear-mipmap-linear'``. The ``'linear-mipmap-*'`` modes need uv_da or mip_level_bias (to choose
+            a level) unless max_mip_level is 0. Default ``'auto'``.
         boundary_mode (str): ``'wrap'`` (repeat), ``'clamp'`` (to the edge texel centres), ``'zero'`` (texels
             outside are 0) or ``'cube'``. Default ``'wrap'``.
         max_mip_level (int, optional): the most levels below tex to use (0: no mipmapping). Default None: all.
@@ -170,7 +171,8 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     Raises:
         TypeError: an argument is not a tensor or has the wrong dtype, or mip is neither a chain nor a list.
         ValueError: an unknown filter_mode or boundary_mode, a wrong shape, tensors on different devices, a
-            negative max_mip_level, or a chain built for another texture.
+            negative max_mip_level, a chain built for another texture, or a ``'linear-mipmap-*'`` filter_mode with
+            neither uv_da nor mip_level_bias (as nvdiffrast refuses it).
 
     Gradients:
         ``'nearest'``: to tex. ``'linear'``: tex, uv. ``'linear-mipmap-nearest'``: tex, uv (and user levels).
@@ -198,6 +200,11 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     _checks.same_device(op, tex=tex, uv=uv, uv_da=uv_da, mip_level_bias=mip_level_bias)
 
     mipmapped = filt in (_MIP_NEAREST, _MIP_LINEAR) and max_mip_level != 0
+    if mipmapped and uv_da is None and mip_level_bias is None:
+        # Nothing would select a level: nvdiffrast refuses this instead of sampling level 0.
+        raise ValueError(f"{op}: filter_mode={filter_mode!r} needs uv_da (the screen derivatives of uv, e.g. "
+                         "interpolate(..., rast_db=rast_db, diff_attrs='all')) or mip_level_bias to choose a mip "
+                         "level; pass one, or use filter_mode='linear' (or max_mip_level=0) for no mipmapping")
     levels = _levels_for(op, tex, mip, cube, max_mip_level) if mipmapped and mip is not None else []
     tex, uv, uv_da, mip_level_bias = (None if t is None else t.contiguous() for t in (tex, uv, uv_da, mip_level_bias))
     if mipmapped and mip is None:
@@ -206,4 +213,4 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
         return torch.ops.prerast.texture_fwd_mipped(tex, uv, uv_da, mip_level_bias,
                                                     -1 if max_mip_level is None else min(max_mip_level, 64),
                                                     filt, bound)[0]
-    return torch.ops.prerast.texture_fwd(tex, uv, uv_da, mip_level_bias, levels, filt, bound)
+    return torch.ops.prerast.texture_fwd(tex, uv, uv_da, mip_level_bias, levels or None, filt, bound)

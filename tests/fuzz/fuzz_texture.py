@@ -185,7 +185,7 @@ def uv_sweep(grad=False):
     yield Case("extreme/empty_huge", empty_huge, "ok", True, WORDS)
     yield sweep_case("3000_images", lambda d: {**tex_args(d), "tex": torch.rand(1, 8, 8, 2, device=d),
                                                "uv": torch.rand(3000, 1, 2, 2, device=d), "uv_da": None,
-                                               "mip_level_bias": None}, grad)
+                                               "mip_level_bias": torch.rand(3000, 1, 2, device=d) * 3}, grad)
 
 
 # --- mip construction -------------------------------------------------------------------------------------------

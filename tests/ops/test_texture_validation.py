@@ -95,8 +95,8 @@ def test_mip_chain_mismatch():
         prerast.texture(tex, uv, da, mip=other)
     cube_chain = prerast.texture_construct_mip(torch.rand(1, 6, 4, 4, 3), cube_mode=True)
     with pytest.raises(ValueError, match="mip was built for"):
-        prerast.texture(torch.rand(1, 6, 4, 4, 3), torch.rand(1, 2, 3, 3), mip=other, boundary_mode="cube",
-                        filter_mode="linear-mipmap-linear")
+        prerast.texture(torch.rand(1, 6, 4, 4, 3), torch.rand(1, 2, 3, 3), torch.rand(1, 2, 3, 6), mip=other,
+                        boundary_mode="cube", filter_mode="linear-mipmap-linear")
     with pytest.raises(ValueError, match="mip was built for"):
         prerast.texture(torch.rand(1, 4, 4, 3), uv, da, mip=cube_chain)
     with pytest.raises(ValueError, match=r"mip\[1\] \(mip level 2\) must have shape \[1, 2, 2, 3\], got \[1, 2, 3, 3\]"):
@@ -129,3 +129,24 @@ def test_non_contiguous_inputs_are_accepted():
     wide = torch.rand(1, 2, 3, 4)
     out = prerast.texture(tex, wide[..., 1:3])
     torch.testing.assert_close(out, prerast.texture(tex, wide[..., 1:3].contiguous()))
+
+
+@pytest.mark.parametrize("mode", ["linear-mipmap-linear", "linear-mipmap-nearest"])
+def test_mipmap_filter_without_uv_da_or_bias_is_refused(mode):
+    """Nothing would choose a level: nvdiffrast refuses the lookup, and so does prerast (it used to read level 0),
+    also with a chain or a list of levels given. max_mip_level=0 (no mipmapping) and 'auto' (-> 'linear') stay
+    valid, and a bias alone selects levels."""
+    tex, uv = inputs()
+    cube, d = torch.rand(1, 6, 4, 4, 3), torch.randn(1, 2, 3, 3)
+    for kwargs in ({}, {"mip": prerast.texture_construct_mip(tex)}, {"mip": [torch.rand(1, 4, 4, 3)]},
+                   {"max_mip_level": 2}):
+        with pytest.raises(ValueError, match=f"filter_mode='{mode}' needs uv_da .* or mip_level_bias"):
+            prerast.texture(tex, uv, filter_mode=mode, **kwargs)
+    with pytest.raises(ValueError, match="needs uv_da"):
+        prerast.texture(cube, d, filter_mode=mode, boundary_mode="cube")
+    linear = prerast.texture(tex, uv, filter_mode="linear")
+    assert torch.equal(prerast.texture(tex, uv, filter_mode=mode, max_mip_level=0), linear)
+    assert torch.equal(prerast.texture(tex, uv), linear)
+    coarse = prerast.texture(tex, uv, mip_level_bias=torch.full((1, 2, 3), 3.0), filter_mode=mode)
+    mean = tex.mean(dim=(1, 2))  # level 3 of an 8 x 8 texture is its mean texel
+    torch.testing.assert_close(coarse, mean.view(1, 1, 1, 3).expand(1, 2, 3, 3))
