@@ -70,13 +70,19 @@ def test_slanted_edge_gets_exact_segment_coverage(ctx, seed):
     xy = np.array([[-3.0, y0], [3.0, y1], [0.0, -6.0 if below else 6.0]])
     w = rng.uniform(0.5, 2.5, 3)
     out, _, rast = render(ctx, clip_pos(xy, w), TRI1, (H, W))
-    a, b, c = to_pixels(xy, H, W)
+    cov, want = half_plane_expected(rast, xy, H, W)
+    assert 0 < cov.mean() < 1
+    np.testing.assert_allclose(out[0].cpu().numpy(), want, atol=2e-5)
+
+
+def half_plane_expected(rast, xy, height, width):
+    """(coverage, two_tone colours) expected where only the edge xy[0] -> xy[1] of triangle xy (NDC) is on screen:
+    ref.half_plane_coverage of its line, inside on xy[2]'s side."""
+    a, b, c = to_pixels(xy, height, width)
     sign = np.sign(ref._cross2(b - a, c - a))
     line = lambda x, y: sign * ref._cross2(b - a, np.array([x, y]) - a)  # noqa: E731  (> 0 inside)
-    cov = ref.half_plane_coverage(H, W, rast[0, ..., 3].cpu().numpy() > 0, line)
-    assert 0 < cov.mean() < 1
-    want = OUTSIDE + cov[..., None] * (INSIDE - OUTSIDE)
-    np.testing.assert_allclose(out[0].cpu().numpy(), want, atol=2e-5)
+    cov = ref.half_plane_coverage(height, width, rast[0, ..., 3].cpu().numpy() > 0, line)
+    return cov, OUTSIDE + cov[..., None] * (INSIDE - OUTSIDE)
 
 
 def folded_pair(third, shared=True, flip=False):

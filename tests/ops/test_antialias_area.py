@@ -9,7 +9,7 @@ import torch
 
 import prerast
 import reference_shading as ref
-from test_antialias import INSIDE, OUTSIDE, clip_pos, render, to_pixels
+from test_antialias import clip_pos, half_plane_expected, render, to_pixels
 from test_antialias_grad import crossing_of
 
 
@@ -142,12 +142,8 @@ def test_edge_at_any_angle_is_blended_by_one_pair_direction(ctx, degrees):
     pos = clip_pos(xy, [1.0, 1.3, 0.8])
     tri = torch.tensor([[0, 1, 2]], dtype=torch.int32)
     out, color, rast = render(ctx, pos, tri, (H, W))
-    A, B, C = to_pixels(xy, H, W)
-    sign = np.sign(ref._cross2(B - A, C - A))
-    line = lambda x, y: sign * ref._cross2(B - A, np.array([x, y]) - A)  # noqa: E731  (> 0 inside)
-    cov = ref.half_plane_coverage(H, W, rast[0, ..., 3].cpu().numpy() > 0, line)
+    cov, want = half_plane_expected(rast, xy, H, W)
     assert 0.2 < cov.mean() < 0.8
-    want = OUTSIDE + cov[..., None] * (INSIDE - OUTSIDE)
     np.testing.assert_allclose(out[0].cpu().numpy(), want, atol=2e-5)
     crossing = crossing_of(color, rast, pos.to(ctx.device), tri.to(ctx.device))[0].cpu()
     steep = abs(np.sin(a)) >= abs(np.cos(a))  # |dy| >= |dx| in pixels
@@ -180,11 +176,9 @@ def test_an_edge_at_exactly_45_degrees_goes_to_the_horizontal_pairs(ctx):
     crossing = crossing_of(color, rast, pos.to(ctx.device), tri.to(ctx.device))[0].cpu()
     assert (crossing[..., 0] >= 0).sum() >= 10
     assert not (crossing[..., 1] >= 0).any()
-    A, B, C = to_pixels(xy, H, W)
+    A, B, _ = to_pixels(xy, H, W)
     assert abs(B - A)[0] == abs(B - A)[1]
-    line = lambda x, y: ref._cross2(B - A, np.array([x, y]) - A) * np.sign(ref._cross2(B - A, C - A))  # noqa: E731
-    cov = ref.half_plane_coverage(H, W, rast[0, ..., 3].cpu().numpy() > 0, line)
-    np.testing.assert_allclose(out[0].cpu().numpy(), OUTSIDE + cov[..., None] * (INSIDE - OUTSIDE), atol=2e-5)
+    np.testing.assert_allclose(out[0].cpu().numpy(), half_plane_expected(rast, xy, H, W)[1], atol=2e-5)
 
 
 def scattered_wedges(rng, count=30):
