@@ -113,7 +113,13 @@ def test_training_artifact_equals_eager(tmp_path):
         target = torch.rand(1, 18, 22, 3, generator=torch.Generator().manual_seed(5))
         return pos.requires_grad_(True), tri, uv, tex.requires_grad_(True), target
 
-    path = prerast.precompile(step, inputs(), tmp_path / "step.bin", training=True)
+    training_artifact_equals_eager(tmp_path / "step.bin", step, inputs, grads=(0, 3))
+
+
+def training_artifact_equals_eager(path, step, inputs, grads):
+    """Precompiles step (returning (color, loss)) for training, loads it back, and checks that its color, loss and
+    the gradients of inputs()[i] for i in grads equal eager ones. Returns eager's (color, loss, *gradients)."""
+    path = prerast.precompile(step, inputs(), path, training=True)
     torch._dynamo.reset()
     loaded = prerast.load_precompiled(path, fn=step)
     results = []
@@ -121,9 +127,10 @@ def test_training_artifact_equals_eager(tmp_path):
         args = inputs()
         color, loss = fn(*args)
         loss.backward()
-        results.append((color.detach(), loss.detach(), args[0].grad, args[3].grad))
+        results.append((color.detach(), loss.detach(), *(args[i].grad for i in grads)))
     for got, want in zip(*results):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    return results[1]
 
 
 def test_training_artifact_of_optional_argument_combinations_equals_eager(tmp_path):
@@ -141,18 +148,8 @@ def test_training_artifact_of_optional_argument_combinations_equals_eager(tmp_pa
         return (pos.requires_grad_(True), tri, uv, tex.requires_grad_(True), env.requires_grad_(True),
                 normals.requires_grad_(True), ranges)
 
-    path = prerast.precompile(step, inputs(), tmp_path / "variants.bin", training=True)
-    torch._dynamo.reset()
-    loaded = prerast.load_precompiled(path, fn=step)
-    results = []
-    for fn in (loaded, step):
-        args = inputs()
-        color, loss = fn(*args)
-        loss.backward()
-        results.append((color.detach(), loss.detach(), *(args[i].grad for i in (0, 3, 4, 5))))
-    assert all(g.abs().sum() > 0 for g in results[1][2:])
-    for got, want in zip(*results):
-        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+    eager = training_artifact_equals_eager(tmp_path / "variants.bin", step, inputs, grads=(0, 3, 4, 5))
+    assert all(g.abs().sum() > 0 for g in eager[2:])
 
 
 def test_dynamic_inference_artifact_serves_other_sizes(tmp_path):
