@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VERSION_FILE = os.path.join("package", "prerast", "_version.py")
 MANIFEST = "manifest.json"
 
-# What the jobs need and only the repository's settings can say (README, "Cutting a release").
+# What the jobs need and only the repository's settings can say (docs/releasing.md).
 SETTINGS = [
     "Settings > Pages: Source = GitHub Actions",
     "Settings > Environments > github-pages > Deployment branches and tags: a tag rule v*",
