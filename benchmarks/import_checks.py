@@ -1,7 +1,7 @@
 """What checking the plugin's libraries costs at import: the median over fresh processes of `import prerast` to the
 first CPU frame, with the size/SHA-256/ELF checks and with them replaced by a no-op, and of the checks alone.
 
-    python benchmarks/bench_loader.py [--runs 11] [--json out.json]
+    python benchmarks/import_checks.py [--runs 11] [--json out.json]
 
 torch is imported before the clock starts (its import is the same either way and dwarfs the rest). The libraries
 are in the page cache after the first run, as they are for every import but a machine's first.
