@@ -1,5 +1,6 @@
 """`python -m ci preflight` against fake indexes (local folders of empty wheel files named as the real indexes name
 them): pip reads only the names, so the real `pip index versions` answers without the network."""
+import json
 import os
 import subprocess
 import sys
@@ -164,17 +165,21 @@ def test_command_names_missing_cells_and_fails(monkeypatch, capsys):
     assert all(c in captured.err for c in ("2.4.0+cu124", "2.14.1+cu126", "2.14.1+cu130", "2.13.0+cpu"))
 
 
-def test_image_platforms_are_what_pip_in_the_image_accepts(monkeypatch):
+def test_image_platforms_are_what_pip_in_the_image_accepts():
     """The tag list equals what packaging.tags (pip's own copy) yields on an x86_64 Linux whose glibc is the
-    image's 2.28: the same tags, in the same order."""
+    image's 2.28: the same tags, in the same order. Asked in a child process: importing pip makes setuptools'
+    distutils shim give way to the stdlib's for the rest of the process, which breaks the C++ builds of
+    torch.compile in the tests that follow."""
     if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
         pytest.skip("packaging.tags answers for the machine it runs on: needs x86_64 Linux")
-    from pip._vendor.packaging import _manylinux, _musllinux, tags
-
-    monkeypatch.setattr(_manylinux, "_get_glibc_version", lambda: (2, 28))
-    monkeypatch.setattr(_musllinux, "_get_musl_version", lambda executable: None)
-    monkeypatch.setattr(tags.sysconfig, "get_platform", lambda: "linux-x86_64")
-    expected = list(tags._linux_platforms(is_32bit=False))
+    code = ("import json\n"
+            "from pip._vendor.packaging import _manylinux, _musllinux, tags\n"
+            "_manylinux._get_glibc_version = lambda: (2, 28)\n"
+            "_musllinux._get_musl_version = lambda executable: None\n"
+            "tags.sysconfig.get_platform = lambda: 'linux-x86_64'\n"
+            "print(json.dumps(list(tags._linux_platforms(is_32bit=False))))\n")
+    expected = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                         check=True, timeout=120).stdout)
     got = preflight.image_platforms({"manylinux": "manylinux_2_28", "machine": "x86_64"})
     assert got == expected
     assert got[0] == "manylinux_2_28_x86_64" and got[-1] == "linux_x86_64"
