@@ -80,6 +80,8 @@ def test_damaged_bundled_library_is_refused(tmp_path, how, which):
     assert "expected: " in message and "found:    " in message
     assert _loader.fix_command() in message
     assert result["mapped"] == []  # nothing of the copy was handed to the dynamic loader
+    if which == 1 and how != "truncated":  # the doctor's check is one for both libraries: each kind once is enough
+        return
     # The doctor says the same, exits 1 and does not crash.
     out, report = doctor(path, "--json")
     assert out.returncode == 1, out.stderr
