@@ -13,11 +13,8 @@ Environment:
     PRERAST_FORCE_CPU=1        build the CPU-only plugin even when CUDA is available
     PRERAST_NO_LOCAL_VERSION=1 leave the local tag (+pt<torch><cuda> classic, +cu<major>/+cpu stable) off
 """
-import json
 import os
-import re
 import shutil
-import subprocess
 import sys
 
 from setuptools import setup
@@ -26,20 +23,11 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load_by_path(name, path):
-    """A helper module loaded by path, so that no other module of ci/ can shadow a real package and the prerast
-    package (which loads its plugin) is not imported."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build_env = _load_by_path("prerast_build_env", "ci/build_env.py")  # toolkit discovery shared with the wheel builder
-sources = _load_by_path("prerast_sources", "package/prerast/_sources.py")  # the build inputs that ship in the wheel
-integrity = _load_by_path("prerast_integrity", "package/prerast/_integrity.py")  # the size and hash stamps
+# The import-safe half of the package (stdlib only; importing `prerast` itself would load its plugin). A PEP 517
+# backend does not put this folder on sys.path, so it is put first: the build reads its own sources' copy.
+sys.path.insert(0, ROOT)
+from prerast_meta import build_env, build_info, compat, sources  # noqa: E402
+from prerast_meta.version import __version__ as VERSION  # noqa: E402
 
 # torch guesses CUDA_HOME from the first nvcc on PATH, which may be a wrapper script outside the toolkit:
 # settle it before torch.utils.cpp_extension is imported.
@@ -83,11 +71,6 @@ CUDA_SOURCES = [
 ]
 
 
-def base_version():
-    text = open(os.path.join(ROOT, "package", "prerast", "_version.py")).read()
-    return re.search(r'__version__ = "([^"]+)"', text).group(1)
-
-
 def use_cuda():
     if os.environ.get("PRERAST_FORCE_CPU") == "1":
         return False
@@ -95,18 +78,17 @@ def use_cuda():
 
 
 try:
-    ABI = build_env.abi_kind(torch.__version__)
+    ABI = compat.abi_kind(torch.__version__, os.environ.get("PRERAST_ABI", ""))
 except ValueError as e:
     sys.exit(f"prerast: {e}")
 WITH_CUDA = use_cuda()
-VERSION = base_version()
-LOCAL_TAG = build_env.local_tag(torch.__version__, torch.version.cuda if WITH_CUDA else None, ABI)
+LOCAL_TAG = compat.local_tag(torch.__version__, torch.version.cuda if WITH_CUDA else None, ABI)
 FULL_VERSION = VERSION if os.environ.get("PRERAST_NO_LOCAL_VERSION") == "1" or not LOCAL_TAG \
     else f"{VERSION}+{LOCAL_TAG}"
 ARCHS = build_env.arch_list(torch, CUDA_HOME) if WITH_CUDA else []
 if ABI == "stable":
     # Only torch's stable C shims are imported (libtorch_cpu and, for the CUDA library, libtorch_cuda).
-    ABI_FLAGS = ["-DPRERAST_STABLE_ABI", f"-DTORCH_TARGET_VERSION={build_env.STABLE_TARGET_VERSION}"]
+    ABI_FLAGS = ["-DPRERAST_STABLE_ABI", f"-DTORCH_TARGET_VERSION={compat.STABLE_TARGET_VERSION}"]
     CPU_LIBS, CUDA_LIBS = ["torch_cpu"], ["torch_cpu", "torch_cuda", "cudart"]
 else:
     ABI_FLAGS = []
@@ -150,15 +132,13 @@ class BuildWithInfo(BuildExtension):
     def run(self):
         super().run()
         out_dir = os.path.dirname(self.get_ext_fullpath("prerast._C"))
-        info = build_env.build_info(torch, FULL_VERSION, WITH_CUDA, CUDA_HOME, ARCHS, ROOT, ABI)
-        info["library"] = os.path.basename(self.get_ext_fullpath("prerast._C"))
-        info["cuda_library"] = os.path.basename(self.get_ext_fullpath("prerast._C_cuda")) if WITH_CUDA else None
+        nvcc = build_env.nvcc_version(CUDA_HOME) if WITH_CUDA else None
+        info = build_info.make(torch, FULL_VERSION, WITH_CUDA, nvcc, ARCHS, ROOT, ABI)
         info["source_hash"] = sources.digest(ROOT)
         # A build from a copy of the sources (python -m prerast build-wheel) names the commit they came from.
         info["git_commit"] = info["git_commit"] or os.environ.get("PRERAST_SOURCE_COMMIT")
-        info["libraries"] = integrity.stamp(out_dir, [n for n in (info["library"], info["cuda_library"]) if n])
-        with open(os.path.join(out_dir, "_build_info.json"), "w") as f:
-            json.dump(info, f, indent=2, sort_keys=True)
+        build_info.write(out_dir, info, os.path.basename(self.get_ext_fullpath("prerast._C")),
+                         os.path.basename(self.get_ext_fullpath("prerast._C_cuda")) if WITH_CUDA else None)
 
 
 class BuildPyWithSources(build_py):
@@ -176,10 +156,10 @@ class BuildPyWithSources(build_py):
 setup(
     name="prerast",
     version=FULL_VERSION,
-    package_dir={"": "package"},
-    packages=["prerast"],
+    package_dir={"": "package", "prerast_meta": "prerast_meta"},
+    packages=["prerast", "prerast_meta"],
     ext_modules=extensions(),
     cmdclass={"build_ext": BuildWithInfo.with_options(use_ninja=shutil.which("ninja") is not None),
               "build_py": BuildPyWithSources},
-    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+    options={"bdist_wheel": {"py_limited_api": compat.PYTHON_TAG}},
 )

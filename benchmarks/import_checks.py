@@ -13,27 +13,20 @@ import subprocess
 import sys
 
 PROBE = r"""
-import importlib.util, json, os, sys, time
+import json, os, sys, time
 import torch
-spec = importlib.util.find_spec("prerast")
-folder = os.path.dirname(spec.origin)
+from prerast_meta import build_info, integrity
 if sys.argv[1] == "unchecked":
-    # prerast._integrity, loaded ahead of the package with its check replaced by a no-op; the package's
-    # `from . import _integrity` finds it in sys.modules.
-    ispec = importlib.util.spec_from_file_location("prerast._integrity", os.path.join(folder, "_integrity.py"))
-    module = importlib.util.module_from_spec(ispec)
-    ispec.loader.exec_module(module)
-    module.problem = lambda path, expected: None
-    sys.modules["prerast._integrity"] = module
+    integrity.problem = lambda path, expected: None  # the loader's checks, made no-ops before it runs
 t0 = time.perf_counter()
 import prerast
 from prerast import _demo, _loader
 img, _ = _demo.render("cpu")
 first_frame = time.perf_counter() - t0
 info = _loader.require()
-libs = [info["path"]] + ([info["cuda_path"]] if _loader._state["cuda"] is None else [])
+libs = [info["path"]] + ([info["cuda_path"]] if _loader.status()["cuda"] is None else [])
 t1 = time.perf_counter()
-assert not _loader.integrity(info, libs)
+assert not build_info.integrity_problems(info, libs)
 check = time.perf_counter() - t1
 print(json.dumps({"first_frame_s": first_frame, "check_s": check,
                   "bytes": sum(os.path.getsize(p) for p in libs), "libraries": libs}))

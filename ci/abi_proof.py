@@ -24,6 +24,7 @@ if __name__ == "__main__":
     sys.path.insert(0, ROOT)
 
 from ci import local, symbols  # noqa: E402
+from prerast_meta import sources  # noqa: E402
 from ci.progress import clock, log  # noqa: E402
 
 STABLE_TARGETS = ["2.11.0", "2.12.0", "2.12.1", "2.14.0", "2.14.1", "2.14.1@3.12", "2.14.1@3.13", "2.13.0+cpu"]
@@ -35,7 +36,7 @@ pos = torch.tensor([[[-0.8, -0.8, 0.0, 1.0], [0.8, -0.8, 0.0, 1.0], [0.0, 0.8, 0
 tri = torch.tensor([[0, 1, 2]], dtype=torch.int32)
 rast, _ = prerast.rasterize(prerast.RasterizeCpuContext(), pos, tri, resolution=(256, 256))
 assert int((rast[..., 3] > 0).sum()) > 0
-print(prerast._loader._state["info"]["abi"], round(time.time() - t0, 2))
+print(prerast._loader.status()["info"]["abi"], round(time.time() - t0, 2))
 """
 
 
@@ -104,17 +105,6 @@ def _run_target(wheel, target, venv, work, refused):
     return row
 
 
-def _sources():
-    """package/prerast/_sources.py, loaded by path (importing prerast would load its plugin)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("prerast_sources", os.path.join(ROOT, "package", "prerast",
-                                                                                 "_sources.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def build_wheel(torch_spec, work, cpu_only, abi=None):
     """A wheel built (not repaired) in a fresh venv with torch_spec, as `pip wheel --no-build-isolation .` does."""
     venv = os.path.join(work, "build-" + re.sub(r"[^\w.]+", "_", torch_spec))
@@ -130,7 +120,7 @@ def build_wheel(torch_spec, work, cpu_only, abi=None):
         env["PRERAST_ABI"] = abi
     t0 = time.time()
     log(f"building a wheel against torch {torch_spec}" + (" (CPU only)" if cpu_only else ""))
-    src = _sources().materialize(os.path.join(work, "src-" + os.path.basename(venv)), ROOT)
+    src = sources.materialize(os.path.join(work, "src-" + os.path.basename(venv)), ROOT)
     subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", out, src],
                    check=True, env=env)
     shutil.rmtree(src, ignore_errors=True)

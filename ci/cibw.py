@@ -80,8 +80,11 @@ def environment(cell, workspace=None):
     else:
         inner["PRERAST_FORCE_CPU"] = "1"
     skip = [i for p, i in zip(cell.pythons, cell.build_identifiers()) if p not in smoke_pythons(cell)]
+    policy = cell.policy
     env = {
         "CIBW_BUILD": " ".join(cell.build_identifiers()),
+        "CIBW_ARCHS": policy["machine"],
+        f"CIBW_MANYLINUX_{policy['machine'].upper()}_IMAGE": policy["image"],
         "CIBW_ENVIRONMENT": " ".join(f'{k}="{v}"' for k, v in inner.items()),
     }
     if skip:
@@ -140,7 +143,7 @@ def github_matrix(cells):
 
 
 def policy_platform(path=matrix.MATRIX_FILE):
-    """The one platform tag every CI wheel carries: manylinux_2_28_x86_64 (the matrix's [policy])."""
+    """The one platform tag every CI wheel carries, from the matrix's [policy]: manylinux_2_28_x86_64."""
     policy = matrix.policy(path)
     return f"{policy['manylinux']}_{policy['machine']}"
 

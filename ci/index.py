@@ -21,6 +21,7 @@ import sys
 import zipfile
 
 from ci import matrix
+from prerast_meta import compat
 
 PROJECT = "prerast"
 
@@ -37,9 +38,7 @@ def _wheels(paths):
 
 def page_name(torch_version, cuda_version):
     """'2.14.1+cu130', '13.0' -> 'torch-2.14.1+cu130.html'; a CPU build -> 'torch-2.13.0+cpu.html'."""
-    base = torch_version.split("+")[0]
-    platform = "cu" + cuda_version.replace(".", "") if cuda_version else "cpu"
-    return f"torch-{base}+{platform}.html"
+    return compat.find_links_page(torch_version, compat.compute_platform(cuda_version))
 
 
 def pages_for(info, cells=None):

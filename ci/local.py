@@ -8,19 +8,11 @@ import shutil
 import subprocess
 import sys
 
+from prerast_meta import build_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _load_build_env():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("prerast_build_env", os.path.join(ROOT, "ci", "build_env.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build_env = _load_build_env()
 
 
 def python_executable(version):

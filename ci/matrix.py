@@ -11,6 +11,8 @@ import dataclasses
 import os
 import re
 
+from prerast_meta import compat
+
 MATRIX_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.toml")
 PUBLISHED_FILE = os.path.join(os.path.dirname(MATRIX_FILE), "published_builds.toml")
 
@@ -49,7 +51,6 @@ class Cell:
     policy: dict          # the [policy] table
     kind: str = "classic"     # "stable" (torch's stable C ABI) or "classic" (one torch minor)
     serves: tuple = ()        # ((torch release, platform), ...) that the wheel serves
-    pypi_cuda_major: str = "13"  # stable: the CUDA major whose wheel has no local tag (the one on PyPI)
 
     @property
     def id(self):
@@ -66,26 +67,19 @@ class Cell:
 
     @property
     def local_tag(self):
-        """The wheel's local version (same rule as ci/build_env.local_tag): classic 'pt24cu121'; stable 'cu12',
-        'cpu', or '' for the CUDA major of PyPI's torch."""
-        if self.kind == "stable":
-            if self.platform == "cpu":
-                return "cpu"
-            major = self.cuda.split(".")[0]
-            return "" if major == self.pypi_cuda_major else f"cu{major}"
-        major, minor = self.torch.split(".")[:2]
-        return f"pt{major}{minor}{self.platform}"
+        """The wheel's local version, as the build stamps it (prerast_meta.compat.local_tag)."""
+        return compat.local_tag(self.torch, self.cuda, self.kind)
 
     @property
     def page(self):
         """The find-links page of the torch build it is built with."""
-        return f"torch-{self.id}.html"
+        return compat.find_links_page(self.torch, self.platform)
 
     @property
     def pages(self):
         """Every find-links page that lists its wheel: one per torch build it serves, named as prerast's loader
         names it in its fix-it message."""
-        return [f"torch-{release}+{platform}.html" for release, platform in self.serves]
+        return [compat.find_links_page(release, platform) for release, platform in self.serves]
 
     def serves_text(self):
         """'torch 2.4.0, 2.4.1 (cu121)' or 'torch >= 2.10: 2.10.0 ... 2.15.0 (cpu, cu126, cu128, cu130, cu132)'."""
@@ -101,7 +95,7 @@ class Cell:
     def wheel_name(self, version, plat=None):
         """The repaired wheel's file name for prerast `version` (without local tag)."""
         plat = plat or f"{self.policy['manylinux']}_{self.policy['machine']}"
-        floor = "cp" + self.policy["python_floor"].replace(".", "")
+        floor = compat.PYTHON_TAG
         local = f"+{self.local_tag}" if self.local_tag else ""
         return f"prerast-{version}{local}-{floor}-abi3-{plat}.whl"
 
@@ -148,9 +142,9 @@ def _check_release(rel, policy, stable_floor):
         unknown = set(rel.get(key, [])) - set(platforms)
         if unknown:
             raise MatrixError(f"torch {version}: {key} names {sorted(unknown)}, not among platforms {platforms}")
-    floor = _vkey(policy["python_floor"])
+    floor = compat.PYTHON_FLOOR
     if any(_vkey(p) < floor for p in rel["pythons"]):
-        raise MatrixError(f"torch {version}: Pythons {rel['pythons']} go below the abi3 floor {policy['python_floor']}")
+        raise MatrixError(f"torch {version}: Pythons {rel['pythons']} go below the abi3 floor {compat.python_floor_text()}")
     patches = rel.get("patches", [version])
     if version not in patches or any(minor(p) != minor(version) for p in patches):
         raise MatrixError(f"torch {version}: patches {patches} must be releases of {minor(version)} including it")
@@ -169,8 +163,8 @@ def load(path=MATRIX_FILE):
     policy = data["policy"]
     cuda = data.get("cuda", {})
     stable = data["stable"]
-    stable_floor = _vkey(stable["floor"])[:2]
-    pypi_major = stable["pypi_cuda_major"]
+    stable_floor = compat.STABLE_FLOOR
+    pypi_major = compat.PYPI_CUDA_MAJOR
     cells, served_by_stable, releases = [], [], {}
     for rel in data["torch"]:
         patches = _check_release(rel, policy, stable_floor)
@@ -193,7 +187,7 @@ def load(path=MATRIX_FILE):
         rel = releases.get(entry["torch"])
         if rel is None or _vkey(entry["torch"])[:2] < stable_floor:
             raise MatrixError(f"stable cell {entry['torch']}+{entry['platform']}: build with a torch release "
-                              f">= {stable['floor']} listed under [[torch]]")
+                              f">= {compat.floor_text()} listed under [[torch]]")
         platform = entry["platform"]
         if platform not in rel["platforms"]:
             raise MatrixError(f"stable cell {entry['torch']}+{platform}: torch {rel['version']} has no {platform} build")
@@ -206,7 +200,7 @@ def load(path=MATRIX_FILE):
             torch=entry["torch"], platform=platform, pythons=tuple(rel["pythons"]), archs=archs, host_gcc=gcc,
             on_pypi=platform == rel["pypi"] and entry["torch"] == rel["version"],
             published=entry.get("publish", True), pr=entry.get("pr", False), policy=policy, kind="stable",
-            serves=serves, pypi_cuda_major=pypi_major))
+            serves=serves))
     cells = stable_cells + classic
     ids = [c.id for c in cells]
     if len(set(ids)) != len(ids):
@@ -221,7 +215,7 @@ def releases(path=MATRIX_FILE):
 
 
 def policy(path=MATRIX_FILE):
-    """The [policy] table: manylinux tag, image, machine, abi3 floor, torch's index."""
+    """The [policy] table: manylinux tag, image, machine, torch's index."""
     return _load_toml(path)["policy"]
 
 
@@ -263,7 +257,7 @@ def cell_for_build(info, cells=None):
     (the exact platform first), classic by torch minor and platform. None when the matrix has no such cell."""
     cells = load() if cells is None else cells
     cuda = info.get("cuda_version")
-    platform = "cu" + cuda.replace(".", "") if cuda else "cpu"
+    platform = compat.compute_platform(cuda)
     if info.get("abi") == "stable":
         same = [c for c in cells if c.kind == "stable" and c.platform == platform]
         major = cuda.split(".")[0] if cuda else None

@@ -1,24 +1,11 @@
 """Progress for long builds: every step says what it is and how long it has run, and a quiet command gets a
 heartbeat instead of silence. The full output of each command goes to a log file."""
-import importlib.util
-import os
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The runner is shared with the first-use build of the package (prerast_meta.progress).
+from prerast_meta import progress as _shared  # noqa: E402
 
-
-def _load_shared():
-    """package/prerast/_progress.py, loaded by path (importing prerast would load its plugin): the first-use
-    build of the package reports progress with the same runner."""
-    path = os.path.join(ROOT, "package", "prerast", "_progress.py")
-    spec = importlib.util.spec_from_file_location("prerast_progress", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_shared = _load_shared()
 clock = _shared.clock
 HEARTBEAT_S = _shared.HEARTBEAT_S
 _prefix = ["prerast"]  # the name in front of log lines: the cell being built, while one is

@@ -4,7 +4,7 @@
     python -m ci tag-check v0.2.0               the tag is v + the package version (the workflow's first step)
     python -m ci release-manifests --out previous.json   every release's manifest.json merged (the Pages job)
 
-A release's version is the one in package/prerast/_version.py (setup.py reads it); the tag that publishes it must
+A release's version is the one in prerast_meta/version.py (setup.py reads it); the tag that publishes it must
 be exactly v<version>, or the wheels of the old version would go out under the new tag and PyPI would refuse them.
 Each release carries, next to its wheels, the manifest.json of those wheels (ci/index.py): the Pages job builds the
 index from the manifests of every release, not from what the live site last served, so that no deploy depends on
@@ -20,7 +20,7 @@ import sys
 from ci import matrix
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VERSION_FILE = os.path.join("package", "prerast", "_version.py")
+VERSION_FILE = os.path.join("prerast_meta", "version.py")
 MANIFEST = "manifest.json"
 
 # What the jobs need and only the repository's settings can say (docs/releasing.md).

@@ -50,9 +50,14 @@ def runtime_env(venv, home, compiler="/bin/false"):
 SMOKE_SCRIPT = r"""
 import json, shutil, sys, time
 t0 = time.perf_counter()
+import os
 import torch
 import prerast
+import prerast_meta
 from prerast import _demo, _png
+# Both halves of the package come from the wheel (run from a checkout, its prerast_meta could stand in).
+assert os.path.dirname(os.path.dirname(prerast_meta.__file__)) == os.path.dirname(os.path.dirname(prerast.__file__)), \
+    (prerast.__file__, prerast_meta.__file__)
 img, frame = _demo.render("cpu")
 _png.write_png(sys.argv[1], img)
 info = prerast._loader.require()
@@ -151,11 +156,11 @@ def smoke(venv, wheel, png, device="auto"):
 
 
 CROSS_RENDER = """
-import torch, prerast
+import torch, prerast, prerast_meta.compat
 pos = torch.tensor([[[-0.8, -0.8, 0.0, 1.0], [0.8, -0.8, 0.0, 1.0], [0.0, 0.8, 0.0, 1.0]]])
 rast, _ = prerast.rasterize(prerast.RasterizeCpuContext(), pos, torch.tensor([[0, 1, 2]], dtype=torch.int32), (64, 64))
 assert int((rast[..., 3] > 0).sum()) > 0
-print("loaded (" + prerast._loader.describe(prerast._loader.require()) + ") and rendered on the CPU")
+print("loaded (" + prerast_meta.compat.describe(prerast._loader.require()) + ") and rendered on the CPU")
 """
 
 

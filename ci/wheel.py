@@ -25,17 +25,8 @@ from ci.progress import echo_compiler, run_logged  # noqa: E402
 from ci.smoke import BUILD_TOOLS, runtime_env, smoke  # noqa: E402,F401  (re-exported: tests use them from here)
 
 
-def _load_repair_policy():
-    """package/prerast/_repair.py, loaded by path: importing the prerast package would load its plugin."""
-    import importlib.util
+from prerast_meta import repair as _policy  # noqa: E402
 
-    spec = importlib.util.spec_from_file_location("prerast_repair", os.path.join(ROOT, "package", "prerast", "_repair.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_policy = _load_repair_policy()
 AUDITWHEEL_EXCLUDES = _policy.AUDITWHEEL_EXCLUDES
 
 
@@ -76,7 +67,7 @@ def build_wheel(out_dir, python=sys.executable, source=ROOT, plat=None):
 
 
 def repair(wheel, out_dir, python=sys.executable, plat=None, only_plat=False):
-    """auditwheel repair with the package's exclude policy (package/prerast/_repair.py)."""
+    """auditwheel repair with the package's exclude policy (prerast_meta/repair.py)."""
     saved = os.environ.get("PATH", "")
     os.environ["PATH"] = tools_path(python)
     try:

@@ -9,7 +9,7 @@ sys.path.insert(0, os.path.dirname(__file__))  # tests/reference.py and helpers
 import prerast  # noqa: E402  (the installed wheel, or an in-place build on PYTHONPATH)
 
 # CUDA tests need a GPU and prerast's CUDA kernels loaded (a CUDA wheel in a CPU-only torch has only CPU ops).
-HAS_CUDA = torch.cuda.is_available() and prerast._loader.require() and prerast._loader._state["cuda"] is None
+HAS_CUDA = torch.cuda.is_available() and prerast._loader.require() and prerast._loader.status()["cuda"] is None
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
 
 

@@ -9,18 +9,22 @@ import sys
 import torch
 
 import prerast
-from prerast import _cache, _integrity, _loader, _sources
+from prerast_meta import integrity as _integrity, sources as _sources
+
+from prerast import _cache, _loader
 
 # Variables of the test environment that would change what a subprocess loads or builds.
 PRERAST_VARS = ("PRERAST_BUILD_ON_MISMATCH", "PRERAST_CACHE_DIR", "PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
 
 
 def copy_package(dest, **overrides):
-    """A copy of the installed prerast under dest/prerast, carrying its sources as an installed wheel does, with
-    _build_info.json fields replaced by overrides. Returns dest (for PYTHONPATH)."""
+    """A copy of the installed prerast (both its packages) under dest/prerast and dest/prerast_meta, carrying its
+    sources as an installed wheel does, with _build_info.json fields replaced by overrides. Returns dest (for
+    PYTHONPATH)."""
     src = os.path.dirname(prerast.__file__)
     pkg = os.path.join(dest, "prerast")
     shutil.copytree(src, pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(_sources.META_DIR, os.path.join(dest, "prerast_meta"), ignore=shutil.ignore_patterns("__pycache__"))
     if not os.path.isdir(os.path.join(pkg, "_src")):  # an in-place build of a checkout
         _sources.copy_sources(_sources.source_root(), os.path.join(pkg, "_src"))
     info_path = os.path.join(pkg, "_build_info.json")
@@ -41,7 +45,7 @@ result = {"error": None}
 try:
     import prerast
     from prerast import _loader
-    result.update(source=_loader._state["source"], path=_loader._state["path"])
+    result.update(source=_loader.status()["source"], path=_loader.status()["path"])
 except Exception as e:
     result["error"], result["message"] = type(e).__name__, str(e)
 with open("/proc/self/maps") as f:

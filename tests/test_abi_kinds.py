@@ -9,7 +9,8 @@ import sys
 import pytest
 import torch
 
-from prerast import _loader, _sources
+from prerast import _loader
+from prerast_meta import compat, sources as _sources
 
 pytestmark = pytest.mark.wheel
 
@@ -53,7 +54,7 @@ def other_kind(tmp_path_factory):
     """The CPU library of the kind that is not installed, built from the same sources."""
     installed = _loader.require()
     kind = "classic" if installed.get("abi") == "stable" else "stable"
-    if kind == "stable" and _loader.release(torch.__version__)[:2] < _loader.STABLE_FLOOR:
+    if kind == "stable" and compat.release(torch.__version__)[:2] < compat.STABLE_FLOOR:
         pytest.skip(f"torch {torch.__version__} is older than the stable ABI's floor")
     work = tmp_path_factory.mktemp("other-kind")
     tree = _sources.materialize(str(work / "src"))

@@ -24,7 +24,7 @@ def test_working_install(capsys):
     assert report["ok"] and report["exit_code"] == 0 and report["fixes"] == []
     plugin = report["plugin"]
     assert plugin["loaded"] and plugin["error"] is None
-    assert plugin["path"] == _loader.require()["path"] and plugin["source"] == _loader._state["source"]
+    assert plugin["path"] == _loader.require()["path"] and plugin["source"] == _loader.status()["source"]
     assert plugin["build_info"]["torch_version"] == _loader.require()["torch_version"]
     run = report["running"]
     assert run["torch_version"] == torch.__version__ and run["cuda_version"] == torch.version.cuda
@@ -38,7 +38,7 @@ def test_working_install(capsys):
     kind = _loader.require().get("abi", "classic")
     assert plugin["kind"] == kind and plugin["fits"] in text and torch.__version__ in plugin["fits"]
     assert ("every torch from 2.10 on" if kind == "stable" else "classic binary") in plugin["fits"]
-    expected = "loaded" if _loader._state["cuda"] is None else f"not loaded: {_loader._state['cuda']}"
+    expected = "loaded" if _loader.status()["cuda"] is None else f"not loaded: {_loader.status()['cuda']}"
     assert plugin["cuda_kernels"] == expected and f"CUDA kernels {expected}" in text
 
 

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 import prerast
-from prerast import _integrity, _loader
+from prerast_meta import integrity as _integrity
+
+from prerast import _loader
 from installs import IMPORT_REPORT, copy_package, doctor, libraries, mismatched_copy_with_cache, restamp, run_python
 
 NOBODY = 65534
@@ -53,7 +55,7 @@ EXPECTED = {"truncated": "the file is truncated", "empty": "the file is truncate
 
 def loaded_libraries():
     info = _loader.require()
-    return [info["path"]] + ([info["cuda_path"]] if _loader._state["cuda"] is None else [])
+    return [info["path"]] + ([info["cuda_path"]] if _loader.status()["cuda"] is None else [])
 
 
 def test_installed_plugin_carries_its_stamps():
@@ -253,7 +255,7 @@ def test_repair_restamps_a_library_it_rewrote(tmp_path):
     import hashlib
     import zipfile
 
-    from prerast import _repair
+    from prerast_meta import repair as _repair
 
     wheel = str(tmp_path / "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl")
     stamp = {"_C.abi3.so": {"size": 3, "sha256": hashlib.sha256(b"old").hexdigest()}}

@@ -23,15 +23,14 @@ from installs import IMPORT_REPORT, copy_package, env_for, run_python
 # OUT/prerast (recording these sources' hash, as the real build does). FAKE_MODE: ok; slow (sleeps first);
 # hang (writes half of the library, then sleeps until killed); bad (a truncated library under the full stamps).
 FAKE_SETUP = r"""
-import importlib.util, json, os, shutil, sys, time
+import json, os, shutil, sys, time
 mode, source = os.environ["FAKE_MODE"], os.environ["FAKE_FROM"]
 with open(os.environ["FAKE_LOG"], "a") as f:
     f.write(f"{os.getpid()}\n")
 out = os.path.join(sys.argv[sys.argv.index("-b") + 1], "prerast")
 os.makedirs(out)
-spec = importlib.util.spec_from_file_location("s", os.path.join("package", "prerast", "_sources.py"))
-sources = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(sources)
+sys.path.insert(0, os.getcwd())  # the tree's own prerast_meta, as the real setup.py imports it
+from prerast_meta import sources
 info = json.load(open(os.path.join(source, "_build_info.json")))
 info["source_hash"] = sources.digest(".")
 if mode == "slow":

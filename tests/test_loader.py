@@ -11,6 +11,7 @@ import torch
 
 import prerast
 from prerast import _loader
+from prerast_meta import compat
 from installs import restamp
 
 
@@ -32,7 +33,7 @@ def run_python(code, path):
 def test_stable_binary_serves_other_torch_releases(tmp_path):
     # A stable-ABI binary loads into any torch from its floor on, whatever release it was built with.
     path = copy_package(tmp_path, abi="stable", torch_version="2.99.0+cu130", cxx11_abi=False)
-    out = run_python("import prerast; print(prerast._loader._state['info']['abi'])", path)
+    out = run_python("import prerast; print(prerast._loader.status()['info']['abi'])", path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "stable"
 
@@ -145,7 +146,7 @@ def test_fix_command_names_the_right_wheel(torch_version, cuda, tag):
     ("7.5", (7, 5), True), ("12.0", (12, 1), True),
 ])
 def test_arch_serves(arch, cap, ok):
-    assert _loader.arch_serves(arch, cap) is ok
+    assert compat.arch_serves(arch, cap) is ok
 
 
 def test_never_imports_cpp_extension():

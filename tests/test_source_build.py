@@ -17,7 +17,9 @@ import time
 import pytest
 import torch
 
-from prerast import _cache, _loader, _progress, _source_build, _sources
+from prerast_meta import progress as _progress, sources as _sources
+
+from prerast import _cache, _loader, _source_build
 from installs import copy_package, mismatched_copy_with_cache, run_python
 
 CACHE_MODULE = _cache.__file__
@@ -211,15 +213,16 @@ def test_sdist_carries_every_build_input(tmp_path):
     (sdist,) = glob.glob(str(tmp_path / "dist" / "prerast-*.tar.gz"))
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    needed = set(_sources.source_files(_sources.source_root())) | {"package/prerast/_sources.py",
-                                                                    "package/prerast/_version.py"}
+    needed = set(_sources.source_files(_sources.source_root())) | {"package/prerast/_loader.py",
+                                                                    "prerast_meta/sources.py",
+                                                                    "prerast_meta/version.py"}
     assert needed <= names, needed - names
 
 
 # The loader's way to the cache, in subprocesses importing a copy of the installed prerast whose own plugin is
 # refused, with a cache entry holding the real plugin (what a first-use build would have produced).
 PROBE = ("import json, sys, prerast; from prerast import _loader, _demo; img, _ = _demo.render('cpu', 32); "
-         "print(json.dumps({'source': _loader._state['source'], 'path': _loader.require()['path'], "
+         "print(json.dumps({'source': _loader.status()['source'], 'path': _loader.require()['path'], "
          "'cpp_extension': 'torch.utils.cpp_extension' in sys.modules, 'lit': int((img > 0).any(-1).sum())}))")
 
 

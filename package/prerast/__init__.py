@@ -8,7 +8,7 @@ import os
 import sys
 
 from . import _loader
-from ._version import __version__
+from prerast_meta.version import __version__
 from .errors import BinaryMismatchError
 
 

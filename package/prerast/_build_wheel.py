@@ -21,7 +21,9 @@ import time
 
 import torch
 
-from . import _progress, _repair, _source_build, _sources
+from prerast_meta import build_env, progress as _progress, repair as _repair, sources as _sources
+
+from . import _source_build
 
 
 class BuildWheelError(Exception):
@@ -87,7 +89,6 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
         raise MissingTool(f"this prerast carries no sources ({_sources.SHIPPED_DIR} is missing, and "
                           f"{_sources.CHECKOUT_DIR} is no checkout): install prerast from a wheel or sdist")
     put_python_scripts_on_path()
-    build_env = _sources.load_build_env(root)
     with_cuda = torch.version.cuda is not None
     cuda_home = build_env.find_cuda_home() if with_cuda else None
     check_environment(with_cuda, cuda_home, repair)

@@ -19,8 +19,10 @@ import sys
 
 import torch
 
-from . import _cache, _integrity, _loader, _source_build, _sources
-from ._version import __version__
+from prerast_meta import build_env, build_info, compat, integrity as _integrity, sources as _sources
+from prerast_meta.version import __version__
+
+from . import _cache, _loader, _source_build
 
 OK, CANNOT_RUN, GPU_NOT_SERVED = 0, 1, 2
 # Local version suffixes of the torch builds that the published prerast wheels follow; anything else (e.g. a
@@ -39,7 +41,7 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 import prerast
 from prerast import _loader
-s = _loader._state
+s = _loader.status()
 print(json.dumps({"loaded": s["info"] is not None, "path": s["path"], "source": s["source"],
                   "error": None if s["error"] is None else str(s["error"])}))
 """
@@ -82,7 +84,7 @@ def probe_load(timeout=PROBE_TIMEOUT_S):
 
 def load_after_probe():
     """The probe's verdict; the plugin is loaded here too when the probe survived the load."""
-    if _loader._state["info"] is not None:
+    if _loader.loaded_info() is not None:
         return None  # already loaded in this process (the doctor called from Python)
     probe = probe_load()
     if probe["signal"] is None and probe["returncode"] is not None:
@@ -107,24 +109,24 @@ def libraries(run):
     """The integrity of every library found: the package's own, and those of the build-cache entries for this
     torch when the cache is consulted. Nothing is loaded."""
     found = []
-    bundled, why = _loader.read_info(_loader.PACKAGE_DIR)
+    bundled, why = build_info.read(_loader.PACKAGE_DIR)
     if bundled is not None:
         for lib in (bundled["path"], bundled["cuda_path"]):
             if lib:
-                found.append(library_report(lib, _loader.stamp_of(bundled, lib), "bundled"))
+                found.append(library_report(lib, build_info.stamp_of(bundled, lib), "bundled"))
     if _source_build.cache_consulted():
         prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
         root = _cache.cache_dir()
         for folder in _cache.entries(root, prefix):
             bad = _cache.entry_untrusted(root, folder)
-            info, why = _loader.read_info(folder) if bad is None else (None, None)
+            info, why = build_info.read(folder) if bad is None else (None, None)
             if info is None:
                 found.append({"path": folder, "role": "cache", "entry": folder, "ok": False, "expected": None,
                               "problem": bad[0] if bad else why})
                 continue
             for lib in (info["path"], info["cuda_path"]):
                 if lib:
-                    found.append(library_report(lib, _loader.stamp_of(info, lib), "cache", folder))
+                    found.append(library_report(lib, build_info.stamp_of(info, lib), "cache", folder))
     return found
 
 
@@ -133,7 +135,7 @@ def gpus(info):
     if torch.version.cuda is None or not torch.cuda.is_available():
         return []
     archs = (info or {}).get("cuda_archs") or []
-    no_kernels = info is not None and _loader._state["cuda"] is not None  # e.g. a CUDA 12 plugin in CUDA 13 torch
+    no_kernels = info is not None and _loader.status()["cuda"] is not None  # e.g. a CUDA 12 plugin in CUDA 13 torch
     found = []
     for i in range(torch.cuda.device_count()):
         cap = torch.cuda.get_device_capability(i)
@@ -141,7 +143,7 @@ def gpus(info):
             "index": i,
             "name": torch.cuda.get_device_name(i),
             "capability": f"{cap[0]}.{cap[1]}",
-            "served": None if info is None else (not no_kernels and any(_loader.arch_serves(a, cap) for a in archs)),
+            "served": None if info is None else (not no_kernels and any(compat.arch_serves(a, cap) for a in archs)),
         })
     return found
 
@@ -152,7 +154,7 @@ def toolchain():
     cuda_home = None
     if root and torch.version.cuda:
         try:
-            cuda_home = _sources.load_build_env(root).find_cuda_home()
+            cuda_home = build_env.find_cuda_home()
         except (OSError, ImportError, SyntaxError):
             cuda_home = None
     return {
@@ -199,9 +201,9 @@ def fixes(report):
 
 
 def collect(probe=None):
-    state = _loader._state
+    state = _loader.status()
     info = state["info"]
-    bundled, why_none = _loader.read_info(_loader.PACKAGE_DIR)
+    bundled, why_none = build_info.read(_loader.PACKAGE_DIR)
     run = _loader.running()
     usable, refused = _source_build.examine_entries(run) if _source_build.cache_consulted() else ([], [])
     report = {

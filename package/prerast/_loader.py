@@ -15,21 +15,19 @@ fit, a fitting one from the build cache is loaded instead, the same way (see _so
 Before a library is handed to the dynamic loader, its size and SHA-256 are compared with those its build stamped
 in _build_info.json, and its ELF header with the running interpreter's (_integrity.py): a copy cut short, a
 flipped bit or a library for another machine is a BinaryMismatchError naming the file, never a crash in dlopen.
+
+The rules (which binary serves which torch, the messages, the fix-it command) are pure functions in
+prerast_meta.compat; this module adds what is running, does the loading, and alone owns what it loaded: others
+ask status(), loaded_info() or require().
 """
-import glob
-import itertools
-import json
 import os
 import sys
 
 import torch
 
-from ._version import __version__
-from . import _integrity
+from prerast_meta import build_info, compat
 from .errors import BinaryMismatchError
 
-INFO_FILE = "_build_info.json"
-DEFAULT_INDEX_URL = "https://prerast.github.io/whl"
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 # source: where the loaded plugin came from: "bundled" (the package's own), "cache" (a build found in the build
@@ -38,12 +36,15 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 _state = {"info": None, "path": None, "source": None, "error": None, "devices": set(), "cuda": None}
 
 
-def index_url():
-    return os.environ.get("PRERAST_INDEX_URL", DEFAULT_INDEX_URL).rstrip("/")
+def status():
+    """A copy of what the loader did: info (the loaded plugin's build metadata, or None), path, source, error
+    (the load failure, or None), cuda (why the CUDA kernels were not loaded; None when they were)."""
+    return {k: v for k, v in _state.items() if k != "devices"}
 
 
-def base_version(v):
-    return v.split("+")[0]
+def loaded_info():
+    """The loaded plugin's build metadata, or None while none is loaded."""
+    return _state["info"]
 
 
 def running():
@@ -56,192 +57,29 @@ def running():
     }
 
 
-# The oldest torch the stable-ABI plugin serves (ci/build_env.STABLE_FLOOR), and the CUDA major of the stable
-# wheel that carries no local version tag (the one on PyPI).
-STABLE_FLOOR = (2, 10)
-PYPI_CUDA_MAJOR = "13"
-
-
-def release(torch_version):
-    """'2.14.1+cu130' -> (2, 14, 1); '2.5.0a0+nv24.10' -> (2, 5, 0)."""
-    parts = []
-    for x in base_version(torch_version).split(".")[:3]:
-        digits = "".join(itertools.takewhile(str.isdigit, x))
-        parts.append(int(digits or 0))
-    return tuple(parts)
-
-
-def minor(torch_version):
-    return ".".join(str(x) for x in release(torch_version)[:2])
-
-
-def cuda_major(cuda_version):
-    return cuda_version.split(".")[0] if cuda_version else None
-
-
-def platform_tag(torch_version, cuda_version):
-    """The local version tag of the wheel that serves this torch: 'cu12' or '' (stable wheels: torch >= 2.10,
-    by CUDA major; a CPU torch takes the PyPI wheel), else the classic 'pt24cu121' / 'pt29cpu'."""
-    if release(torch_version)[:2] >= STABLE_FLOOR:
-        major = cuda_major(cuda_version)
-        return "" if major in (None, PYPI_CUDA_MAJOR) else f"cu{major}"
-    major, minor_ = release(torch_version)[:2]
-    return f"pt{major}{minor_}" + ("cpu" if not cuda_version else "cu" + cuda_version.replace(".", ""))
-
-
+# The compatibility rules of prerast_meta.compat, applied to the running torch.
 def fix_command(run=None):
-    """The pip command that installs the prerast wheel for the running torch, from the index page of that torch
-    release (every release a wheel serves has a page listing it)."""
-    run = run or running()
-    tag = platform_tag(run["torch_version"], run["cuda_version"])
-    page = "torch-%s%s.html" % (base_version(run["torch_version"]),
-                                "+cpu" if not run["cuda_version"] else "+cu" + run["cuda_version"].replace(".", ""))
-    version = base_version(__version__) + (f"+{tag}" if tag else "")
-    return f'pip install --force-reinstall --no-deps "prerast=={version}" -f {index_url()}/{page}'
-
-
-def is_stable(info):
-    return info.get("abi") == "stable"
-
-
-def floor(info):
-    """The oldest torch a stable-ABI binary serves, as 'major.minor'."""
-    return info.get("torch_floor") or "%d.%d" % STABLE_FLOOR
-
-
-def serves(info):
-    """Which torch releases a binary serves, in words: 'torch >= 2.10 (stable ABI)' or 'torch 2.4.x'."""
-    if is_stable(info):
-        return f"torch >= {floor(info)} (stable ABI)"
-    return f"torch {minor(info.get('torch_version', '0.0'))}.x"
-
-
-def describe(info):
-    if is_stable(info):
-        cuda = f"CUDA {cuda_major(info['cuda_version'])}.x" if info.get("cuda_version") else "CPU only"
-    else:
-        cuda = "CUDA " + info["cuda_version"] if info.get("cuda_version") else "CPU only"
-    archs = ", GPU archs " + " ".join(info["cuda_archs"]) if info.get("cuda_archs") else ""
-    return (f"prerast {info.get('prerast_version')} for {serves(info)}, built with torch "
-            f"{info.get('torch_version')} ({cuda}{archs})")
-
-
-def describe_running(run):
-    cuda = "CUDA " + run["cuda_version"] if run["cuda_version"] else "CPU only"
-    return f"Python {run['python']}, torch {run['torch_version']} ({cuda})"
-
-
-def problems(info, run=None):
-    """Why a binary with build metadata `info` cannot run here; empty if it fits."""
-    run = run or running()
-    found = []
-    if is_stable(info):
-        oldest = floor(info)
-        if release(run["torch_version"])[:2] < release(oldest)[:2]:
-            found.append(f"torch {run['torch_version']} (running) is older than {oldest}, the oldest torch this "
-                         "stable-ABI binary serves")
-    else:
-        if minor(info.get("torch_version", "0.0")) != minor(run["torch_version"]):
-            found.append(f"torch {info.get('torch_version')} (built; serves torch {minor(info['torch_version'])}.x)"
-                         f" != torch {run['torch_version']} (running)")
-        if info.get("cuda_version") and run["cuda_version"] and info["cuda_version"] != run["cuda_version"]:
-            found.append(f"CUDA {info['cuda_version']} (built) != CUDA {run['cuda_version']} (running torch)")
-        if bool(info.get("cxx11_abi")) != run["cxx11_abi"]:
-            found.append(f"C++11 ABI {int(bool(info.get('cxx11_abi')))} (built) != {int(run['cxx11_abi'])} "
-                         "(running torch)")
-    if base_version(info.get("prerast_version", "?")) != base_version(__version__):
-        found.append(f"prerast {info.get('prerast_version')} (binary) != prerast {__version__} (Python package)")
-    return found
-
-
-def mismatch_message(info, reasons, run=None):
-    run = run or running()
-    lines = [
-        "prerast's compiled plugin does not fit this environment.",
-        f"  built for: {describe(info)}",
-        f"  running:   {describe_running(run)}",
-    ]
-    lines += [f"  mismatch:  {r}" for r in reasons]
-    lines.append(f"Install the wheel built for the running torch:\n    {fix_command(run)}")
-    return "\n".join(lines)
+    return compat.fix_command(run or running())
 
 
 def reinstall_fix(run=None):
-    return f"Reinstall prerast:\n    {fix_command(run)}"
+    return compat.reinstall_fix(run or running())
 
 
-def damaged_message(path, found, fix):
-    """The refusal of a library that is not the one its build stamped: which file, what was expected and found."""
-    return (f"prerast will not load {path}: {found['what']}, so loading it could crash Python.\n"
-            f"  expected: {found['expected']}\n"
-            f"  found:    {found['found']}\n{fix}")
+def problems(info, run=None):
+    return compat.problems(info, run or running())
 
 
-def read_info(directory):
-    """Build metadata and plugin path in `directory`, or (None, reason). Never raises: a missing, unreadable or
-    malformed _build_info.json is a reason that names the file."""
-    path = os.path.join(directory, INFO_FILE)
-    if not os.path.exists(path):
-        libs = sorted(glob.glob(os.path.join(directory, "_C*.so")))
-        if libs:
-            return None, (f"{path} is missing: it records the size and SHA-256 of {libs[0]}, which is not loaded "
-                          "without them (a copy of the package cut short?)")
-        return None, f"no {INFO_FILE} in {directory}: this prerast has no compiled plugin (a source checkout?)"
-    try:
-        with open(path, "rb") as f:
-            info = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError) as e:
-        return None, f"{path} cannot be read: expected the JSON build metadata, found {type(e).__name__}: {e}"
-    libraries = info.get("libraries") if isinstance(info, dict) else None
-    names = [info.get("library"), info.get("cuda_library")] if isinstance(libraries, dict) else []
-    if not names or not isinstance(names[0], str) or not all(n is None or n in libraries for n in names):
-        return None, (f"{path} is malformed: expected the build metadata with \"library\" and the size and SHA-256 "
-                      f"of each library under \"libraries\", found "
-                      + (f"the keys {sorted(info)}" if isinstance(info, dict) else f"a JSON {type(info).__name__}"))
-    info["path"] = os.path.join(directory, names[0])
-    info["cuda_path"] = os.path.join(directory, names[1]) if names[1] else None
-    return info, None
-
-
-def stamp_of(info, path):
-    return info["libraries"].get(os.path.basename(path))
-
-
-def integrity(info, paths=None):
-    """[(path, problem)] for the libraries of `info` (or `paths`) that are not the files their build stamped."""
-    found = []
-    for lib in paths if paths is not None else (info["path"], info.get("cuda_path")):
-        if lib:
-            why = _integrity.problem(lib, stamp_of(info, lib))
-            if why is not None:
-                found.append((lib, why))
-    return found
+def mismatch_message(info, reasons, run=None):
+    return compat.mismatch_message(info, reasons, run or running())
 
 
 def why_fits(info, run=None):
-    """In words: what kind of binary this is and why it serves the running torch."""
-    run = run or running()
-    if is_stable(info):
-        return (f"stable-ABI binary (torch's stable C ABI): serves every torch from "
-                f"{floor(info)} on; torch {run['torch_version']} is one")
-    cuda = f" with CUDA {info['cuda_version']}" if info.get("cuda_version") else ""
-    return (f"classic binary built with torch {info.get('torch_version')}: serves every torch "
-            f"{minor(info.get('torch_version', '0.0'))}.x{cuda} (C++11 ABI {int(bool(info.get('cxx11_abi')))}); "
-            f"torch {run['torch_version']} is one")
+    return compat.why_fits(info, run or running())
 
 
 def cuda_skip_reason(info, run=None):
-    """Why the binary's CUDA kernels are not for this torch (None when they are): the binary has none, torch is
-    a CPU build, or (stable) the CUDA majors differ."""
-    run = run or running()
-    if not info.get("cuda_path"):
-        return f"this prerast binary is CPU-only ({describe(info)})"
-    if not run["cuda_version"]:
-        return f"the running torch {run['torch_version']} is a CPU-only build"
-    if cuda_major(info.get("cuda_version")) != cuda_major(run["cuda_version"]):
-        return (f"its CUDA kernels are built for CUDA {cuda_major(info.get('cuda_version'))}.x but torch "
-                f"{run['torch_version']} runs CUDA {run['cuda_version']}")
-    return None
+    return compat.cuda_skip_reason(info, run or running())
 
 
 def _ways_out(why_not):
@@ -266,8 +104,8 @@ def _load_plugin(info, fix, verified=False):
     skip = cuda_skip_reason(info)
     libs = [info["path"]] + ([info["cuda_path"]] if skip is None else [])
     if not verified:
-        for path, why in integrity(info, libs)[:1]:
-            raise BinaryMismatchError(damaged_message(path, why, fix))
+        for path, why in build_info.integrity_problems(info, libs)[:1]:
+            raise BinaryMismatchError(compat.damaged_message(path, why, fix))
     for lib in libs:
         if os.environ.get(PROBE_ENV):  # the doctor's child process: say which library a crash happened in
             print(f"{PROBE_TAG}{lib}", file=sys.stderr, flush=True)
@@ -295,14 +133,14 @@ def load(directory=PACKAGE_DIR, build=True):
     SHA-256 its build stamped before it is loaded."""
     if _state["info"] is not None:
         return _state["info"]
-    info, why = read_info(directory)
+    info, why = build_info.read(directory)
     cause = damaged = None
     if info is None:
-        message = (f"prerast cannot run: {why}.\n  running: {describe_running(running())}\n"
+        message = (f"prerast cannot run: {why}.\n  running: {compat.describe_running(running())}\n"
                    f"Install a prebuilt wheel:\n    {fix_command()}")
         # A plugin is there but its metadata is not (or is garbled): a damaged package, not a source checkout.
-        damaged = bool(glob.glob(os.path.join(directory, "_C*.so"))) or os.path.exists(os.path.join(directory,
-                                                                                                     INFO_FILE))
+        damaged = bool(build_info.libraries_in(directory)) or os.path.exists(os.path.join(directory,
+                                                                                          build_info.INFO_FILE))
     else:
         reasons = problems(info)
         message = mismatch_message(info, reasons)
@@ -358,19 +196,6 @@ def require():
     return _state["info"]
 
 
-def arch_serves(arch, capability):
-    """Does one entry of the arch list ('8.0', '9.0a', '12.0+PTX') run on a GPU of this compute capability?"""
-    major, minor = capability
-    name = arch.replace("+PTX", "")
-    exact = name.endswith("a")
-    a_major, a_minor = (int(x) for x in name.rstrip("a").split("."))
-    if exact:
-        return (a_major, a_minor) == (major, minor)
-    if a_major == major and a_minor <= minor:  # SASS runs on later minor revisions of its major
-        return True
-    return arch.endswith("+PTX") and (a_major, a_minor) <= (major, minor)  # PTX is JIT-compiled forward
-
-
 def check_device(device):
     """Raise BinaryMismatchError at first use of a GPU that the plugin has no code for."""
     info = require()
@@ -384,11 +209,11 @@ def check_device(device):
             mismatch_message(info, [f"a CUDA tensor was passed, but prerast's CUDA kernels are not loaded: "
                                     f"{_state['cuda']}"]))
     cap = torch.cuda.get_device_capability(index)
-    if not any(arch_serves(a, cap) for a in info.get("cuda_archs", [])):
+    if not any(compat.arch_serves(a, cap) for a in info.get("cuda_archs", [])):
         name = torch.cuda.get_device_name(index)
         raise BinaryMismatchError(
             f"prerast's plugin has no code for GPU {index} ({name}, compute capability {cap[0]}.{cap[1]}).\n"
-            f"  built for: {describe(info)}\n"
+            f"  built for: {compat.describe(info)}\n"
             f"Build a wheel that includes this GPU, in an environment with the CUDA toolkit:\n"
             f"    python -m prerast build-wheel --arch {cap[0]}.{cap[1]}")
     _state["devices"].add(index)

@@ -241,7 +241,7 @@ OPS = {
 
 def register():
     """Register the fakes and autograd of every op, once, after the plugin has loaded."""
-    if _registered or _loader._state["info"] is None:
+    if _registered or _loader.loaded_info() is None:
         return
     _registered.append(True)
     for op, (fake, setup, backward) in OPS.items():

@@ -20,7 +20,9 @@ from unittest import mock
 
 import torch
 
-from . import _integrity, _loader
+from prerast_meta import integrity as _integrity
+
+from . import _loader
 from .errors import ArtifactError
 
 

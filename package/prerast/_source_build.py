@@ -15,8 +15,10 @@ import tempfile
 
 import torch
 
-from . import _cache, _loader, _progress, _sources
-from ._version import __version__
+from prerast_meta import build_env, build_info, compat, progress as _progress, sources as _sources
+from prerast_meta.version import __version__
+
+from . import _cache, _loader
 
 ENV_OPT_IN = "PRERAST_BUILD_ON_MISMATCH"
 ARCH_VARS = ("PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
@@ -54,12 +56,12 @@ def examine(folder, run=None, sources=None):
     bad = _cache.entry_untrusted(root, folder)
     if bad is not None:
         return None, f"prerast will not load the build cache entry {folder}: {bad[0]}.\nFix: {bad[1]}"
-    info, why = _loader.read_info(folder)
+    info, why = build_info.read(folder)
     if info is None:
         return None, f"{why}\n{entry_fix(folder)}"
     if _loader.problems(info, run):
         return None, None
-    files = [_loader.INFO_FILE] + [os.path.basename(p) for p in (info["path"], info["cuda_path"]) if p]
+    files = [build_info.INFO_FILE] + [os.path.basename(p) for p in (info["path"], info["cuda_path"]) if p]
     bad = _cache.entry_untrusted(root, folder, files)
     if bad is not None:
         return None, f"prerast will not load the build cache entry {folder}: {bad[0]}.\nFix: {bad[1]}"
@@ -67,11 +69,11 @@ def examine(folder, run=None, sources=None):
     if sources is not None and info.get("source_hash") != sources:
         return None, (f"prerast will not load the build cache entry {folder}: it was built from other sources.\n"
                       f"  expected: sources {sources} (its folder name, and the sources of this prerast)\n"
-                      f"  found:    sources {info.get('source_hash')} (its {_loader.INFO_FILE})\n{entry_fix(folder)}")
+                      f"  found:    sources {info.get('source_hash')} (its {build_info.INFO_FILE})\n{entry_fix(folder)}")
     skip = _loader.cuda_skip_reason(info, run)
-    damaged = _loader.integrity(info, [info["path"]] + ([info["cuda_path"]] if skip is None else []))
+    damaged = build_info.integrity_problems(info, [info["path"]] + ([info["cuda_path"]] if skip is None else []))
     if damaged:
-        return None, _loader.damaged_message(damaged[0][0], damaged[0][1], entry_fix(folder))
+        return None, compat.damaged_message(damaged[0][0], damaged[0][1], entry_fix(folder))
     return info, None
 
 
@@ -228,7 +230,6 @@ def find_or_build(allow_build=True, log=_log):
     if root is None:
         raise BuildFailed("this prerast carries no sources to build from (prerast/_src is missing); reinstall "
                           "it from a wheel or sdist, or use a clone")
-    build_env = _sources.load_build_env(root)
     with_cuda = torch.version.cuda is not None
     cuda_home = build_env.find_cuda_home() if with_cuda else None
     missing = toolchain_problems(with_cuda, cuda_home)

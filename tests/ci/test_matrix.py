@@ -1,6 +1,5 @@
 """ci/matrix.toml expanded into cells, checked against the parts of the project that name wheels independently:
-setup.py's local tag (ci/build_env.py), the loader's fix-it command, nvcc's arch list, and the built wheel."""
-import importlib.util
+setup.py's local tag (prerast_meta.compat), the loader's fix-it command, nvcc's arch list, and the built wheel."""
 import os
 import re
 import subprocess
@@ -12,23 +11,15 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import cibw, matrix  # noqa: E402
+from prerast_meta import build_env, compat  # noqa: E402
 
-
-def load_by_path(name, rel):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, rel))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-build_env = load_by_path("prerast_build_env_for_tests", "ci/build_env.py")
 CELLS = matrix.load()
 RAW = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
 
 
 CLASSIC = [c for c in CELLS if c.kind == "classic"]
 STABLE = [c for c in CELLS if c.kind == "stable"]
-FLOOR = matrix._vkey(RAW["stable"]["floor"])
+FLOOR = compat.STABLE_FLOOR
 
 
 def test_every_build_below_the_floor_is_one_classic_cell():
@@ -37,12 +28,15 @@ def test_every_build_below_the_floor_is_one_classic_cell():
     assert len({c.id for c in CELLS}) == len(CELLS)
 
 
-def test_stable_floor_is_the_one_the_build_and_the_loader_use():
-    import prerast._loader as loader
-
-    assert FLOOR == build_env.STABLE_FLOOR == loader.STABLE_FLOOR
-    assert RAW["stable"]["pypi_cuda_major"] == build_env.PYPI_CUDA_MAJOR == loader.PYPI_CUDA_MAJOR
-    assert build_env.STABLE_TARGET_VERSION == "0x020a000000000000"  # 2.10, not 2.16 (0x0210...)
+def test_stable_floor_is_stated_once():
+    """The floor and PyPI's CUDA major live in prerast_meta.compat alone: the matrix file does not repeat them
+    (its cells follow them: the oldest release a stable cell serves is the floor)."""
+    assert not {"floor", "pypi_cuda_major"} & set(RAW.get("stable", {}))
+    assert compat.STABLE_TARGET_VERSION == "0x020a000000000000"  # 2.10, not 2.16 (0x0210...)
+    oldest = min((matrix._vkey(r)[:2] for c in STABLE for r, _ in c.serves))
+    assert oldest == FLOOR
+    untagged = [c for c in STABLE if c.local_tag == ""]
+    assert [c.cuda.split(".")[0] for c in untagged] == [compat.PYPI_CUDA_MAJOR]
 
 
 def test_every_torch_build_is_served_by_exactly_one_published_wheel():
@@ -121,8 +115,8 @@ def test_releases_below_2_10_are_built_at_their_lowest_patch():
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
 def test_local_tag_is_the_one_setup_py_stamps(cell):
     torch_version = f"{cell.torch}+{cell.platform}"
-    assert cell.local_tag == build_env.local_tag(torch_version, cell.cuda, cell.kind)
-    assert cell.kind == build_env.abi_kind(torch_version, "")
+    assert cell.local_tag == compat.local_tag(torch_version, cell.cuda, cell.kind)
+    assert cell.kind == compat.abi_kind(torch_version, "")
 
 
 def test_wheel_name_follows_the_wheel_spec():

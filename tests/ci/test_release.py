@@ -119,7 +119,7 @@ def test_release_check_refuses_a_version_already_tagged_elsewhere(tmp_path, caps
     git("commit", "-q", "--allow-empty", "-m", "second")
     assert release.release_check(root=str(tmp_path)) == 1
     out = capsys.readouterr().out
-    assert "[FAIL] v0.4.0 already names commit" in out and "bump package/prerast/_version.py" in out
+    assert "[FAIL] v0.4.0 already names commit" in out and "bump prerast_meta/version.py" in out
 
 
 def test_release_guide_names_the_check_and_the_settings():

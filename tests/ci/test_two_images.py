@@ -20,7 +20,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import wheel as wheel_tools  # noqa: E402
-from prerast import _cache, _sources  # noqa: E402
+from prerast import _cache  # noqa: E402
+from prerast_meta import sources as _sources  # noqa: E402
 
 pytestmark = pytest.mark.wheel
 
@@ -40,7 +41,7 @@ import prerast
 from prerast import _demo, _loader, _png
 img, _ = _demo.render("cpu")
 _png.write_png(sys.argv[1], img)
-print(json.dumps({"pid": os.getpid(), "source": _loader._state["source"], "path": _loader.require()["path"],
+print(json.dumps({"pid": os.getpid(), "source": _loader.status()["source"], "path": _loader.require()["path"],
                   "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
                   "tools_on_path": [t for t in %r if shutil.which(t)], "lit": int((img > 0).any(-1).sum())}))
 """ % (wheel_tools.BUILD_TOOLS,)

@@ -202,11 +202,6 @@ def identifiers(env_overrides):
     return out.stdout.split()
 
 
-def test_cibuildwheel_static_config_covers_every_python_of_the_matrix():
-    union = sorted({i for c in CELLS for i in c.build_identifiers()})
-    assert sorted(identifiers({})) == union
-
-
 def test_cibuildwheel_builds_exactly_each_cells_pythons():
     seen = set()
     for cell in CELLS:
@@ -214,17 +209,21 @@ def test_cibuildwheel_builds_exactly_each_cells_pythons():
             continue
         seen.add(cell.pythons)
         env = cibw.environment(cell)
-        assert identifiers({"CIBW_BUILD": env["CIBW_BUILD"]}) == cell.build_identifiers()
+        assert identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}) == cell.build_identifiers()
     assert len(seen) >= 2  # the matrix has releases with different Pythons (2.4: up to 3.12, 2.15: from 3.11)
 
 
 def test_cibuildwheel_config_follows_the_matrix_policy():
     cfg = PYPROJECT["tool"]["cibuildwheel"]
     policy = tomllib.load(open(matrix.MATRIX_FILE, "rb"))["policy"]
-    assert cfg["manylinux-x86_64-image"] == policy["image"]
-    assert cfg["archs"] == [policy["machine"]]
+    # Every platform value comes from the matrix, through the cell's environment; none is repeated here.
+    assert not {"build", "archs"} & set(cfg) and not [k for k in cfg if k.endswith("-image")]
+    assert policy["machine"] not in open(os.path.join(ROOT, "pyproject.toml")).read()
+    env = cibw.environment(CELLS[0])
+    assert env["CIBW_ARCHS"] == policy["machine"]
+    assert env[f"CIBW_MANYLINUX_{policy['machine'].upper()}_IMAGE"] == policy["image"]
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
-    assert f"python -m ci repair --plat {cibw.policy_platform()} " in cfg["repair-wheel-command"]
+    assert "python -m ci repair {wheel}" in cfg["repair-wheel-command"]  # tagged cibw.policy_platform()
     assert cibw.policy_platform() == "manylinux_2_28_x86_64"  # the tag the README and the wheel names promise
     assert "python -m ci smoke" in cfg["test-command"]
     script = cfg["before-all"].replace("{project}", ROOT).split()[-1]

@@ -26,7 +26,7 @@ def test_public_functions_raise_type_error_raw_ops_value_error(device):
     with pytest.raises(TypeError, match="pos must be Float"):
         prerast.rasterize(prerast.RasterizeCpuContext() if device == "cpu" else prerast.RasterizeCudaContext(),
                           pos.double(), tri, (4, 4))
-    stable = prerast._loader._state["info"]["abi"] == "stable"
+    stable = prerast._loader.status()["info"]["abi"] == "stable"
     with pytest.raises(ValueError if stable else TypeError, match="pos must be Float"):
         torch.ops.prerast.rasterize_fwd(pos.double(), tri, 4, 4, None, None)
 

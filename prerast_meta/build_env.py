@@ -1,9 +1,8 @@
-"""Facts about the build environment, shared by setup.py and the wheel builder: where the CUDA toolkit is,
-which GPU archs to compile for, the wheel's local version tag, and the metadata stamped into the package.
+"""The build environment, as setup.py, the wheel builder and the first-use build see it: where the CUDA toolkit
+is, which GPU archs to compile for, and where the headers a partial toolkit lacks come from.
 
-Imports nothing outside the standard library at module level, so it also runs where torch is absent.
+Standard library only (torch is passed in where its arch list is needed), so it also runs where torch is absent.
 """
-import datetime
 import glob
 import os
 import re
@@ -11,33 +10,7 @@ import shutil
 import subprocess
 import sys
 
-MIN_ARCH = (7, 5)
-
-# The stable-ABI plugin is compiled against the newest torch's headers but targets this release: it loads into
-# every torch from here on. TORCH_TARGET_VERSION packs major, minor, patch in the top bytes (2.10 = 0x020a...).
-STABLE_FLOOR = (2, 10)
-STABLE_TARGET_VERSION = "0x%02x%02x000000000000" % STABLE_FLOOR
-ABIS = ("stable", "classic")
-
-
-def torch_release(torch_version):
-    """'2.14.1+cu130' -> (2, 14, 1); '2.5.0a0+nv24.10' -> (2, 5, 0)."""
-    return tuple(int(re.match(r"\d+", x).group()) for x in torch_version.split("+")[0].split(".")[:3])
-
-
-def abi_kind(torch_version, requested=None):
-    """'stable' or 'classic': PRERAST_ABI when set, else stable for torch >= 2.10 (one binary for every later
-    torch) and classic below (one binary per torch minor release)."""
-    requested = requested if requested is not None else os.environ.get("PRERAST_ABI", "")
-    floor = torch_release(torch_version)[:2] >= STABLE_FLOOR
-    if not requested:
-        return "stable" if floor else "classic"
-    if requested not in ABIS:
-        raise ValueError(f"PRERAST_ABI={requested!r}: expected one of {', '.join(ABIS)}")
-    if requested == "stable" and not floor:
-        raise ValueError(f"PRERAST_ABI=stable needs torch >= {STABLE_FLOOR[0]}.{STABLE_FLOOR[1]} in the build "
-                         f"environment (found {torch_version}); torch's stable ABI does not cover older releases")
-    return requested
+MIN_ARCH = (7, 5)  # the oldest GPU current torch CUDA builds support
 
 
 def find_cuda_home():
@@ -126,24 +99,6 @@ def gencode_flags(archs):
     return flags
 
 
-# The CUDA major of the stable wheel that goes to PyPI without a local tag: PyPI's torch is a CUDA 13 build.
-PYPI_CUDA_MAJOR = "13"
-
-
-def local_tag(torch_version, cuda_version, abi="classic"):
-    """The wheel's local version. Classic: the torch minor and platform it was built for ('2.14.1+cu130',
-    '13.0' -> 'pt214cu130'; CPU builds 'pt213cpu'). Stable: only the CUDA major ('cu12'), none for the CUDA
-    major of PyPI's torch (such a wheel can go to PyPI), 'cpu' for a build without CUDA."""
-    if abi == "stable":
-        if not cuda_version:
-            return "cpu"
-        major = cuda_version.split(".")[0]
-        return "" if major == PYPI_CUDA_MAJOR else f"cu{major}"
-    major, minor = torch_version.split("+")[0].split(".")[:2]
-    platform = "cpu" if not cuda_version else "cu" + cuda_version.replace(".", "")
-    return f"pt{major}{minor}{platform}"
-
-
 def nvidia_pip_include_dirs():
     """Include folders of the nvidia-* wheels installed next to torch (nvidia/cu13/include, nvidia/cublas/include...)."""
     dirs = []
@@ -152,30 +107,3 @@ def nvidia_pip_include_dirs():
         if os.path.isdir(root):
             dirs += sorted(d for d in glob.glob(os.path.join(root, "*", "include")) if os.path.isdir(d))
     return dirs
-
-
-def git_commit(root):
-    try:
-        out = subprocess.run(["git", "-C", root, "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
-                             text=True, timeout=30)
-        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
-def build_info(torch, version, with_cuda, cuda_home, archs, root, abi="classic"):
-    floor = "%d.%d" % STABLE_FLOOR if abi == "stable" else None
-    return {
-        "abi": abi,
-        "torch_floor": floor,
-        "prerast_version": version,
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda if with_cuda else None,
-        "nvcc_version": nvcc_version(cuda_home) if with_cuda else None,
-        "cuda_archs": archs,
-        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-        "python_tag": "cp310-abi3",
-        "python_built_with": "%d.%d" % sys.version_info[:2],
-        "git_commit": git_commit(root),
-        "built_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }

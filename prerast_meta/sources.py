@@ -2,26 +2,27 @@
 of them to build from.
 
 Wheels carry these files under prerast/_src, so that `python -m prerast build-wheel` and the opt-in first-use
-build work from an installed prerast as well as from a checkout. Standard library only and free of prerast
-imports: setup.py loads this file by path to ship the same list it describes.
+build work from an installed prerast as well as from a checkout. Standard library only.
 """
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
 import subprocess
-import sys
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+META_DIR = os.path.dirname(os.path.abspath(__file__))
+# The runtime package beside this one: <site-packages>/prerast, or <checkout>/package/prerast.
+PACKAGE_DIR = os.path.join(os.path.dirname(META_DIR), "prerast")
+if not os.path.isdir(PACKAGE_DIR):
+    PACKAGE_DIR = os.path.join(os.path.dirname(META_DIR), "package", "prerast")
 SHIPPED_DIR = os.path.join(PACKAGE_DIR, "_src")
-CHECKOUT_DIR = os.path.dirname(os.path.dirname(PACKAGE_DIR))  # <checkout>/package/prerast -> <checkout>
+CHECKOUT_DIR = os.path.dirname(META_DIR)  # <checkout>/prerast_meta -> <checkout>
 
 # What a build reads besides the Python package. csrc/ is walked rather than listed so that a new header cannot
 # be forgotten here; setup.py still lists what it compiles.
-BUILD_FILES = ["setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "ci/build_env.py"]
+BUILD_FILES = ["setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"]
+SOURCE_DIRS = {"csrc": (".h", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".cu"), "prerast_meta": (".py",)}
 SOURCE_DIR = "csrc"
-SOURCE_SUFFIXES = (".h", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".cu")
 # Packaging and documents: they do not change the compiled plugin, so they stay out of its hash.
 NOT_HASHED = {"pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"}
 # Never copied from a package folder into a build tree: compiled output and the shipped copy itself.
@@ -44,11 +45,12 @@ def source_root():
 def source_files(root):
     """Paths relative to root of every build input present there, sorted."""
     found = [f for f in BUILD_FILES if os.path.isfile(os.path.join(root, f))]
-    for folder, dirs, files in os.walk(os.path.join(root, SOURCE_DIR)):
-        dirs.sort()
-        for name in files:
-            if name.endswith(SOURCE_SUFFIXES):
-                found.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
+    for top, suffixes in SOURCE_DIRS.items():
+        for folder, dirs, files in os.walk(os.path.join(root, top)):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+            for name in files:
+                if name.endswith(suffixes):
+                    found.append(os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"))
     return sorted(found)
 
 
@@ -103,16 +105,3 @@ def source_commit(root):
         return None
     commit = out.stdout.strip() if out.returncode == 0 else ""
     return commit or None
-
-
-def load_build_env(root):
-    """ci/build_env.py of a source tree (toolkit discovery, arch list), loaded by path like setup.py does."""
-    spec = importlib.util.spec_from_file_location("prerast_build_env", os.path.join(root, "ci", "build_env.py"))
-    module = importlib.util.module_from_spec(spec)
-    # An installed prerast may sit in a read-only site-packages: leave no __pycache__ beside the shipped copy.
-    saved, sys.dont_write_bytecode = sys.dont_write_bytecode, True
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.dont_write_bytecode = saved
-    return module

@@ -1,0 +1,226 @@
+"""Which prerast binary serves which torch, and how its wheel is named: the rules the build (setup.py, ci/), the
+matrix and the loader share, each stated once here.
+
+Pure functions of plain values. `run` is what a binary has to fit, as the loader reports it:
+{"python": "3.11.9", "torch_version": "2.14.1+cu130", "cuda_version": "13.0" or None, "cxx11_abi": True}.
+`info` is a binary's build metadata (prerast_meta.build_info).
+"""
+import itertools
+import os
+
+from .version import __version__
+
+# The oldest torch the stable-ABI plugin serves: it is compiled with TORCH_TARGET_VERSION set to this release,
+# which packs major, minor, patch in the top bytes (2.10 = 0x020a...).
+STABLE_FLOOR = (2, 10)
+STABLE_TARGET_VERSION = "0x%02x%02x000000000000" % STABLE_FLOOR
+# The CUDA major of the stable wheel that carries no local version tag (the one on PyPI): PyPI's torch is a
+# CUDA 13 build from 2.11 on.
+PYPI_CUDA_MAJOR = "13"
+ABIS = ("stable", "classic")
+# The oldest CPython the one abi3 binary serves: its wheels are cp310-abi3 (pyproject's requires-python agrees,
+# tests/test_facts.py checks).
+PYTHON_FLOOR = (3, 10)
+PYTHON_TAG = "cp%d%d" % PYTHON_FLOOR
+DEFAULT_INDEX_URL = "https://prerast.github.io/whl"
+
+
+def index_url():
+    """The find-links index the fix-it commands name (PRERAST_INDEX_URL moves it)."""
+    return os.environ.get("PRERAST_INDEX_URL", DEFAULT_INDEX_URL).rstrip("/")
+
+
+def base_version(v):
+    return v.split("+")[0]
+
+
+def release(torch_version):
+    """'2.14.1+cu130' -> (2, 14, 1); '2.5.0a0+nv24.10' -> (2, 5, 0)."""
+    parts = []
+    for x in base_version(torch_version).split(".")[:3]:
+        digits = "".join(itertools.takewhile(str.isdigit, x))
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def minor(torch_version):
+    return ".".join(str(x) for x in release(torch_version)[:2])
+
+
+def cuda_major(cuda_version):
+    return cuda_version.split(".")[0] if cuda_version else None
+
+
+def python_floor_text():
+    return "%d.%d" % PYTHON_FLOOR
+
+
+def floor_text():
+    return "%d.%d" % STABLE_FLOOR
+
+
+def compute_platform(cuda_version):
+    """torch's name for a compute platform: 'cpu', or 'cu130' for CUDA 13.0."""
+    return "cu" + cuda_version.replace(".", "") if cuda_version else "cpu"
+
+
+def abi_kind(torch_version, requested=""):
+    """'stable' or 'classic' for a build with this torch: `requested` (PRERAST_ABI) when given, else stable for
+    torch >= the floor (one binary for every later torch) and classic below (one binary per torch minor)."""
+    above = release(torch_version)[:2] >= STABLE_FLOOR
+    if not requested:
+        return "stable" if above else "classic"
+    if requested not in ABIS:
+        raise ValueError(f"PRERAST_ABI={requested!r}: expected one of {', '.join(ABIS)}")
+    if requested == "stable" and not above:
+        raise ValueError(f"PRERAST_ABI=stable needs torch >= {floor_text()} in the build environment (found "
+                         f"{torch_version}); torch's stable ABI does not cover older releases")
+    return requested
+
+
+def local_tag(torch_version, cuda_version, abi):
+    """The local version of the wheel a build makes. Classic: the torch minor and platform it was built for
+    ('2.14.1+cu130', '13.0' -> 'pt214cu130'; CPU builds 'pt213cpu'). Stable: only the CUDA major ('cu12'), none
+    for PyPI's CUDA major (such a wheel can go to PyPI), 'cpu' for a build without CUDA."""
+    if abi == "stable":
+        if not cuda_version:
+            return "cpu"
+        return "" if cuda_major(cuda_version) == PYPI_CUDA_MAJOR else f"cu{cuda_major(cuda_version)}"
+    major, minor_ = release(torch_version)[:2]
+    return f"pt{major}{minor_}{compute_platform(cuda_version)}"
+
+
+def serving_tag(torch_version, cuda_version):
+    """The local tag of the wheel that serves a running torch: a stable one for torch >= the floor (by CUDA
+    major; a CPU torch takes the untagged PyPI wheel, which loads its CPU ops anywhere), else the classic
+    'pt24cu121' / 'pt29cpu'."""
+    if release(torch_version)[:2] >= STABLE_FLOOR:
+        tag = local_tag(torch_version, cuda_version, "stable")
+        return "" if tag == "cpu" else tag
+    return local_tag(torch_version, cuda_version, "classic")
+
+
+def find_links_page(torch_release, platform):
+    """The index page that lists every prerast wheel serving one torch build: 'torch-2.12.0+cu126.html'."""
+    return f"torch-{base_version(torch_release)}+{platform}.html"
+
+
+def fix_command(run):
+    """The pip command that installs the prerast wheel for the running torch, from the index page of that torch
+    build (every build a wheel serves has a page listing it)."""
+    tag = serving_tag(run["torch_version"], run["cuda_version"])
+    page = find_links_page(run["torch_version"], compute_platform(run["cuda_version"]))
+    version = base_version(__version__) + (f"+{tag}" if tag else "")
+    return f'pip install --force-reinstall --no-deps "prerast=={version}" -f {index_url()}/{page}'
+
+
+def reinstall_fix(run):
+    return f"Reinstall prerast:\n    {fix_command(run)}"
+
+
+def is_stable(info):
+    return info.get("abi") == "stable"
+
+
+def floor(info):
+    """The oldest torch a stable-ABI binary serves, as 'major.minor'."""
+    return info.get("torch_floor") or floor_text()
+
+
+def serves(info):
+    """Which torch releases a binary serves, in words: 'torch >= 2.10 (stable ABI)' or 'torch 2.4.x'."""
+    if is_stable(info):
+        return f"torch >= {floor(info)} (stable ABI)"
+    return f"torch {minor(info.get('torch_version', '0.0'))}.x"
+
+
+def describe(info):
+    if is_stable(info):
+        cuda = f"CUDA {cuda_major(info['cuda_version'])}.x" if info.get("cuda_version") else "CPU only"
+    else:
+        cuda = "CUDA " + info["cuda_version"] if info.get("cuda_version") else "CPU only"
+    archs = ", GPU archs " + " ".join(info["cuda_archs"]) if info.get("cuda_archs") else ""
+    return (f"prerast {info.get('prerast_version')} for {serves(info)}, built with torch "
+            f"{info.get('torch_version')} ({cuda}{archs})")
+
+
+def describe_running(run):
+    cuda = "CUDA " + run["cuda_version"] if run["cuda_version"] else "CPU only"
+    return f"Python {run['python']}, torch {run['torch_version']} ({cuda})"
+
+
+def problems(info, run):
+    """Why a binary with build metadata `info` cannot run in `run`; empty if it fits."""
+    found = []
+    if is_stable(info):
+        oldest = floor(info)
+        if release(run["torch_version"])[:2] < release(oldest)[:2]:
+            found.append(f"torch {run['torch_version']} (running) is older than {oldest}, the oldest torch this "
+                         "stable-ABI binary serves")
+    else:
+        if minor(info.get("torch_version", "0.0")) != minor(run["torch_version"]):
+            found.append(f"torch {info.get('torch_version')} (built; serves torch {minor(info['torch_version'])}.x)"
+                         f" != torch {run['torch_version']} (running)")
+        if info.get("cuda_version") and run["cuda_version"] and info["cuda_version"] != run["cuda_version"]:
+            found.append(f"CUDA {info['cuda_version']} (built) != CUDA {run['cuda_version']} (running torch)")
+        if bool(info.get("cxx11_abi")) != run["cxx11_abi"]:
+            found.append(f"C++11 ABI {int(bool(info.get('cxx11_abi')))} (built) != {int(run['cxx11_abi'])} "
+                         "(running torch)")
+    if base_version(info.get("prerast_version", "?")) != base_version(__version__):
+        found.append(f"prerast {info.get('prerast_version')} (binary) != prerast {__version__} (Python package)")
+    return found
+
+
+def mismatch_message(info, reasons, run):
+    lines = [
+        "prerast's compiled plugin does not fit this environment.",
+        f"  built for: {describe(info)}",
+        f"  running:   {describe_running(run)}",
+    ]
+    lines += [f"  mismatch:  {r}" for r in reasons]
+    lines.append(f"Install the wheel built for the running torch:\n    {fix_command(run)}")
+    return "\n".join(lines)
+
+
+def damaged_message(path, found, fix):
+    """The refusal of a library that is not the one its build stamped: which file, what was expected and found."""
+    return (f"prerast will not load {path}: {found['what']}, so loading it could crash Python.\n"
+            f"  expected: {found['expected']}\n"
+            f"  found:    {found['found']}\n{fix}")
+
+
+def why_fits(info, run):
+    """In words: what kind of binary this is and why it serves the running torch."""
+    if is_stable(info):
+        return (f"stable-ABI binary (torch's stable C ABI): serves every torch from "
+                f"{floor(info)} on; torch {run['torch_version']} is one")
+    cuda = f" with CUDA {info['cuda_version']}" if info.get("cuda_version") else ""
+    return (f"classic binary built with torch {info.get('torch_version')}: serves every torch "
+            f"{minor(info.get('torch_version', '0.0'))}.x{cuda} (C++11 ABI {int(bool(info.get('cxx11_abi')))}); "
+            f"torch {run['torch_version']} is one")
+
+
+def cuda_skip_reason(info, run):
+    """Why the binary's CUDA kernels are not for this torch (None when they are): the binary has none, torch is
+    a CPU build, or (stable) the CUDA majors differ."""
+    if not info.get("cuda_path"):
+        return f"this prerast binary is CPU-only ({describe(info)})"
+    if not run["cuda_version"]:
+        return f"the running torch {run['torch_version']} is a CPU-only build"
+    if cuda_major(info.get("cuda_version")) != cuda_major(run["cuda_version"]):
+        return (f"its CUDA kernels are built for CUDA {cuda_major(info.get('cuda_version'))}.x but torch "
+                f"{run['torch_version']} runs CUDA {run['cuda_version']}")
+    return None
+
+
+def arch_serves(arch, capability):
+    """Does one entry of the arch list ('8.0', '9.0a', '12.0+PTX') run on a GPU of this compute capability?"""
+    major, minor_ = capability
+    name = arch.replace("+PTX", "")
+    exact = name.endswith("a")
+    a_major, a_minor = (int(x) for x in name.rstrip("a").split("."))
+    if exact:
+        return (a_major, a_minor) == (major, minor_)
+    if a_major == major and a_minor <= minor_:  # SASS runs on later minor revisions of its major
+        return True
+    return arch.endswith("+PTX") and (a_major, a_minor) <= (major, minor_)  # PTX is JIT-compiled forward
