@@ -7,6 +7,7 @@ Pure functions of plain values. `run` is what a binary has to fit, as the loader
 """
 import itertools
 import os
+import sys
 
 from .version import __version__
 
@@ -23,6 +24,16 @@ ABIS = ("stable", "classic")
 PYTHON_FLOOR = (3, 10)
 PYTHON_TAG = "cp%d%d" % PYTHON_FLOOR
 DEFAULT_INDEX_URL = "https://prerast.github.io/whl"
+
+
+def running(torch):
+    """What a binary has to fit in a process that runs `torch` (the module), as plain values."""
+    return {
+        "python": "%d.%d.%d" % sys.version_info[:3],
+        "torch_version": torch.__version__,
+        "cuda_version": torch.version.cuda,
+        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+    }
 
 
 def index_url():

@@ -49,12 +49,7 @@ def loaded_info():
 
 def running():
     """What the binary has to fit, as a dict of plain values."""
-    return {
-        "python": "%d.%d.%d" % sys.version_info[:3],
-        "torch_version": torch.__version__,
-        "cuda_version": torch.version.cuda,
-        "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
-    }
+    return compat.running(torch)
 
 
 # The compatibility rules of prerast_meta.compat, applied to the running torch.

@@ -18,7 +18,7 @@ import torch
 from prerast_meta import build_env, build_info, compat, progress as _progress, sources as _sources
 from prerast_meta.version import __version__
 
-from . import _cache, _loader
+from . import _cache
 
 ENV_OPT_IN = "PRERAST_BUILD_ON_MISMATCH"
 ARCH_VARS = ("PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
@@ -51,7 +51,7 @@ def examine(folder, run=None, sources=None):
     """(info, None) for a cache entry that fits the running torch and these sources and may be loaded; (None,
     None) for one that is for something else; (None, why) for one that fits but is refused: another user could
     have written it, its build metadata is damaged, or a library is not the file the build stamped."""
-    run = run or _loader.running()
+    run = run or compat.running(torch)
     root = os.path.dirname(folder)
     bad = _cache.entry_untrusted(root, folder)
     if bad is not None:
@@ -59,7 +59,7 @@ def examine(folder, run=None, sources=None):
     info, why = build_info.read(folder)
     if info is None:
         return None, f"{why}\n{entry_fix(folder)}"
-    if _loader.problems(info, run):
+    if compat.problems(info, run):
         return None, None
     files = [build_info.INFO_FILE] + [os.path.basename(p) for p in (info["path"], info["cuda_path"]) if p]
     bad = _cache.entry_untrusted(root, folder, files)
@@ -70,7 +70,7 @@ def examine(folder, run=None, sources=None):
         return None, (f"prerast will not load the build cache entry {folder}: it was built from other sources.\n"
                       f"  expected: sources {sources} (its folder name, and the sources of this prerast)\n"
                       f"  found:    sources {info.get('source_hash')} (its {build_info.INFO_FILE})\n{entry_fix(folder)}")
-    skip = _loader.cuda_skip_reason(info, run)
+    skip = compat.cuda_skip_reason(info, run)
     damaged = build_info.integrity_problems(info, [info["path"]] + ([info["cuda_path"]] if skip is None else []))
     if damaged:
         return None, compat.damaged_message(damaged[0][0], damaged[0][1], entry_fix(folder))
@@ -85,7 +85,7 @@ def entry_info(folder, run=None):
 def examine_entries(run=None):
     """([(folder, info)] of cached builds for the running torch, CUDA and these sources that may be loaded, newest
     first; [refusal] of those that fit but are refused)."""
-    run = run or _loader.running()
+    run = run or compat.running(torch)
     prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
     root = _cache.cache_dir()
     sources = source_hash()

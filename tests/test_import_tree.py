@@ -1,0 +1,138 @@
+"""The modules of prerast import each other as a tree, read from their sources (function-level imports included):
+no cycle inside the runtime package, prerast_meta free of torch and of the runtime package, ci/ depending on the
+package only through prerast_meta, and the loader's state read through its functions alone."""
+import ast
+import glob
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNTIME = os.path.join(ROOT, "package", "prerast")
+META = os.path.join(ROOT, "prerast_meta")
+
+
+def module_files(folder, package):
+    """{module name: file} of the package in folder."""
+    return {f"{package}.{os.path.basename(p)[:-3]}".replace(".__init__", ""): p
+            for p in sorted(glob.glob(os.path.join(folder, "*.py")))}
+
+
+MODULES = {**module_files(RUNTIME, "prerast"), **module_files(META, "prerast_meta")}
+ALL_MODULES = set(MODULES)
+
+
+def imported(path, package):
+    """Absolute names of the modules a file imports anywhere in it (a string of code, like a child process's
+    script, is not an import)."""
+    tree = ast.parse(open(path).read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            # `from pkg import mod` imports pkg.mod; `from pkg import name` needs pkg itself initialised.
+            subs = {f"{base}.{a.name}" for a in node.names}
+            found |= subs if all(s in ALL_MODULES for s in subs) else subs | {base}
+    return found
+
+
+def graph(modules):
+    edges = {}
+    for name, path in modules.items():
+        package = name if path.endswith("__init__.py") else name.rsplit(".", 1)[0]
+        edges[name] = {m for m in imported(path, package) if m in modules and m != name}
+    return edges
+
+
+def cycle(edges):
+    """One import cycle as a list of module names, or None."""
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = "open"
+        stack.append(n)
+        for m in sorted(edges[n]):
+            if state.get(m) == "open":
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        state[n] = "done"
+        stack.pop()
+        return None
+
+    for n in sorted(edges):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+EDGES = graph(MODULES)
+
+
+def test_finds_a_cycle_when_there_is_one():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
+    # A function-level import counts as an edge, relative imports resolve to absolute names.
+    assert "prerast._ops" in EDGES["prerast._loader"] and "prerast_meta.compat" in EDGES["prerast._loader"]
+    # The cycles this tree once had: the ops' registration and the cache fallback importing the loader back.
+    for back in ("prerast._ops", "prerast._source_build"):
+        assert cycle({**EDGES, back: EDGES[back] | {"prerast._loader"}}) is not None
+
+
+def test_package_imports_form_a_tree():
+    assert cycle(EDGES) is None, " -> ".join(cycle(EDGES))
+
+
+def test_the_leaves_are_leaves():
+    """The compatibility rules and the build metadata schema import nothing of the runtime package, nor torch."""
+    for name, path in module_files(META, "prerast_meta").items():
+        outside = {m.split(".")[0] for m in imported(path, "prerast_meta")} - {"prerast_meta"}
+        assert outside <= set(sys.stdlib_module_names), (name, outside - set(sys.stdlib_module_names))
+
+
+def test_ci_and_the_package_depend_one_way():
+    """ci/ and setup.py may import prerast_meta, never the runtime package (importing it loads the plugin); the
+    package never imports ci/."""
+    for path in glob.glob(os.path.join(ROOT, "ci", "*.py")) + [os.path.join(ROOT, "setup.py")]:
+        names = {m.split(".")[0] for m in imported(path, "ci")}
+        assert "prerast" not in names, path
+    for name, path in MODULES.items():
+        assert "ci" not in {m.split(".")[0] for m in imported(path, name)}, name
+
+
+@pytest.mark.parametrize("folder", ["package/prerast", "prerast_meta", "ci", "benchmarks", "tests"])
+def test_only_the_loader_touches_its_state(folder):
+    """Others read it through status(), loaded_info() and require(); a test may still set an entry of it
+    (monkeypatch.setitem(_loader._state, ...))."""
+    for path in glob.glob(os.path.join(ROOT, folder, "**", "*.py"), recursive=True):
+        if path.endswith(os.path.join("prerast", "_loader.py")):
+            continue
+        tree = ast.parse(open(path).read(), path)
+        set_in_tests = {id(c.args[0]) for c in ast.walk(tree) if folder == "tests" and isinstance(c, ast.Call)
+                        and isinstance(c.func, ast.Attribute) and c.func.attr == "setitem" and c.args}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "_state":
+                assert id(node) in set_in_tests, f"{path}:{node.lineno} reads the loader's _state"
+
+
+def test_no_module_of_the_project_is_loaded_by_path():
+    """Where a plain import can do, there is one: the by-path loads left are of scripts that are not modules of
+    a package (benchmark files) and of the cache module in a child process that must not import torch."""
+    allowed = {"benchmarks/run.py", "tests/ops/test_cuda_equivalence.py", "tests/test_source_build.py"}
+    found = set()
+    for path in glob.glob(os.path.join(ROOT, "**", "*.py"), recursive=True):
+        rel = os.path.relpath(path, ROOT)
+        if rel.startswith((".venv", "build", "docs/_build", "dist")) or rel == "tests/test_import_tree.py":
+            continue
+        if "spec_from_file_location" in open(path).read():
+            found.add(rel)
+    assert found <= allowed, found - allowed
