@@ -24,6 +24,9 @@ import sys
 from . import compat, integrity
 
 INFO_FILE = "_build_info.json"
+KEYS = ("abi", "torch_floor", "prerast_version", "torch_version", "cuda_version", "nvcc_version", "cuda_archs",
+        "cxx11_abi", "python_tag", "python_built_with", "git_commit", "built_at", "source_hash", "library",
+        "cuda_library", "libraries")
 LIBRARY_GLOB = "_C*.so"  # the plugin's libraries in a package folder: _C.abi3.so and _C_cuda.abi3.so
 
 
