@@ -66,7 +66,7 @@ class Inputs:
 def gradients(op, grads):
     """{argument name: gradient} as the tuple autograd wants: one slot per schema argument, None where absent."""
     names = [name for name, _, _ in schema_arguments(op)]
-    unknown = set(grads) - set(names)
+    unknown = grads.keys() - names
     if unknown:
         raise KeyError(f"prerast::{op}: the backward returns gradients for {sorted(unknown)}, which are not "
                        f"arguments of its schema {names}")
