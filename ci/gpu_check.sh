@@ -66,7 +66,8 @@ par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 12) && export OMP_NUM_THRE
 $PY -c "import pytest_timeout" 2> /dev/null && par+=(--timeout 120)
 # SIGINT at the limit: pytest stops and still prints which tests failed so far.
 timeout -k 15 -s INT "$(within 270 150 120)" $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
-  tests/test_custom_ops.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py tests/programs tests/fuzz \
+  tests/test_custom_ops.py tests/test_op_schemas.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py \
+  tests/programs tests/fuzz \
   --junitxml "$out/tests.xml" 2>&1 | tee "$out/tests.log" | tail -60
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 unset OMP_NUM_THREADS

@@ -9,10 +9,10 @@ import numpy
 import torch
 
 from . import _loader
+from ._constants import MAX_RESOLUTION, MAX_TRIANGLES
 
-# Triangle IDs up to this round-trip through rast's float32 channel (csrc/core/common.h); antialias's
-# half-edge table holds 3 int32 entries per triangle, which sets its own limit.
-MAX_TRIANGLES = 0x7f7fffff - 0x4a800000
+# Triangle IDs up to MAX_TRIANGLES round-trip through rast's float32 channel; antialias's half-edge table holds
+# 3 int32 entries per triangle, which sets its own limit.
 MAX_ANTIALIAS_TRIANGLES = min(MAX_TRIANGLES, (2**31 - 1) // 3)
 
 # ATen's names of dtypes, as the compiled ops spell them in their messages.
@@ -32,9 +32,6 @@ def tensor(op, name, value, dtype=None):
     if dtype is not None and value.dtype != dtype:
         raise TypeError(f"{op}: {name} must be {dtype_name(dtype)}, got {dtype_name(value.dtype)}")
     return value
-
-
-MAX_RESOLUTION = 32768  # per side; the op checks the same limit (csrc/bindings/rasterize.cpp)
 
 
 def _size(op, value, res):

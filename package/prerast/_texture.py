@@ -17,10 +17,9 @@ Conventions (the arithmetic lives in csrc/core/texture.h):
 import torch
 
 from . import _checks, _loader
+from ._constants import BOUNDARY_MODES, FILTER_MODES, MAX_MIP_LEVELS
 
-FILTER_MODES = {"nearest": 0, "linear": 1, "linear-mipmap-nearest": 2, "linear-mipmap-linear": 3}
-BOUNDARY_MODES = {"wrap": 0, "clamp": 1, "zero": 2, "cube": 3}
-_MIP_NEAREST, _MIP_LINEAR = 2, 3
+_MIP_NEAREST, _MIP_LINEAR = FILTER_MODES["linear-mipmap-nearest"], FILTER_MODES["linear-mipmap-linear"]
 
 
 class TextureMipChain:
@@ -210,7 +209,6 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     if mipmapped and mip is None:
         # One op builds the chain and samples it, so that its backward folds the levels' gradients into tex's in
         # place (the chain of texture_mip_down ops would allocate and add a texture-sized tensor per level).
-        return torch.ops.prerast.texture_fwd_mipped(tex, uv, uv_da, mip_level_bias,
-                                                    -1 if max_mip_level is None else min(max_mip_level, 64),
-                                                    filt, bound)[0]
+        below = -1 if max_mip_level is None else min(max_mip_level, MAX_MIP_LEVELS - 1)
+        return torch.ops.prerast.texture_fwd_mipped(tex, uv, uv_da, mip_level_bias, below, filt, bound)[0]
     return torch.ops.prerast.texture_fwd(tex, uv, uv_da, mip_level_bias, levels or None, filt, bound)
