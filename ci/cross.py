@@ -26,6 +26,7 @@ repository; every step is skipped when its result is there. The sysroot comes fr
 private apt state (no `dpkg --add-architecture` on the machine): apt-get update/download with APT_CONFIG, dpkg -x.
 """
 import argparse
+import contextlib
 import glob
 import importlib.util
 import json
@@ -305,7 +306,8 @@ def main(argv=None):
         elif a.cmd == "build":
             print(build(a.out))
         elif a.cmd == "python":
-            fetch()
+            with contextlib.redirect_stdout(sys.stderr):  # stdout is the program's
+                fetch()
             cmd, env = python_command(installed=None if a.wheel == "-" else install(a.wheel))
             args = a.args[1:] if a.args[:1] == ["--"] else a.args
             return subprocess.run(cmd + args, env=env).returncode
