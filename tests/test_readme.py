@@ -30,6 +30,7 @@ CELL_BUILD = "tests/ci/test_cell_end_to_end.py::test_cpu_cell_builds_end_to_end_
 IMAGES = "tests/ci/test_two_images.py::"
 EXAMPLES = "tests/examples/test_examples.py::"
 CORE = "tests/test_core_platforms.py::"
+ARM = "tests/test_aarch64_wheel.py::"
 GUIDES_FIX = "tests/docs/test_guides.py::test_installing_shows_the_fix_commands_the_loader_prints"
 
 HOW = {
@@ -98,6 +99,13 @@ HOW = {
     "g++ -std=c++17 -O3 -ffp-contract=off -I csrc/core tests/host/core_driver.cpp csrc/core/*_cpu.cpp -o core_driver": {
         "test": CORE + "test_sources_and_flags_are_setup_pys"},
     "./core_driver": {"test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"},
+    "apt-get install -y g++-aarch64-linux-gnu qemu-user-static": {"test": ARM + "test_missing_toolchain_names_its_package"},
+    "python -m ci.cross fetch": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
+    "python -m ci.cross build --out dist/aarch64": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
+    "python -m ci.cross python dist/aarch64/prerast-*.whl -- tests/platform_render.py": {
+        "test": ARM + "test_render_under_qemu_equals_the_x86_render_bit_for_bit"},
+    "python -m ci.cross cuda-probe": {"test": ARM + "test_cuda_library_cross_compile_probe"},
+    "python -m pytest -q -m platforms tests/test_aarch64_wheel.py": {"test": ARM + "test_cpu_op_tests_pass_under_qemu"},
     "python -m prerast precompile mypackage.scene:Renderer --inputs example_inputs.pt --out render.pt2": {
         "help": "python -m prerast precompile --help",
         "test": "tests/test_precompile.py::test_runtime_loads_inference_artifact_without_compiler"},
