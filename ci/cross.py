@@ -45,11 +45,12 @@ if ROOT not in sys.path:
 
 from ci.progress import log, run_logged  # noqa: E402
 from ci.tools import ToolsMissing  # noqa: E402
+from prerast_meta import build_env, compat  # noqa: E402
 
 TARGET = "aarch64"
 TRIPLET = "aarch64-linux-gnu"
 PLATFORM = "manylinux_2_28_aarch64"  # the platform pip downloads torch and numpy for
-TORCH = "2.10.0"  # the oldest torch a stable wheel serves (ci/build_env.py STABLE_FLOOR): link against it
+TORCH = "%d.%d.0" % compat.STABLE_FLOOR  # the oldest torch a stable wheel serves: link against it
 NUMPY = "2.4.6"
 PYTHON = "3.11"
 # Debian 12's arm64 python3.11 and the libraries it, torch and numpy load (apt-cache depends --recurse, less the
@@ -242,7 +243,6 @@ def cuda_probe(cache=None, python=sys.executable, source="csrc/core/wide_sum_cud
     cross target folder), then with the x86-64 toolkit's own headers (the CUDA headers are the same for every
     host); and whether the aarch64 libraries the link needs can be had (libcudart from PyPI's nvidia-cuda-runtime
     for aarch64, libtorch_cuda from a CUDA build of torch for aarch64). Returns {"steps": [...], "ok": bool}."""
-    from ci import build_env
 
     p = paths(cache)
     home = build_env.find_cuda_home()

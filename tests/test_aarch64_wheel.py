@@ -47,8 +47,8 @@ def test_cross_env_points_the_build_at_the_target():
     assert env["_PYTHON_HOST_PLATFORM"] == "linux-aarch64" and env["PRERAST_FORCE_CPU"] == "1"
     assert "CFLAGS" not in env and env["PATH"] == "/usr/bin"
     # The torch it links against is the stable ABI's floor, the oldest torch the wheel serves.
-    from ci import build_env
-    assert tuple(int(x) for x in cross.TORCH.split(".")[:2]) == build_env.STABLE_FLOOR
+    from prerast_meta import compat
+    assert tuple(int(x) for x in cross.TORCH.split(".")[:2]) == compat.STABLE_FLOOR
 
 
 def test_missing_toolchain_names_its_package(monkeypatch):
@@ -204,7 +204,7 @@ def test_cuda_library_cross_compile_probe(request):
     looks for the toolkit's cross target folder, and the link needs aarch64 libcudart and libtorch_cuda."""
     if "platforms" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("runs nvcc twice (a minute): run with -m platforms")
-    from ci import build_env
+    from prerast_meta import build_env
     home = build_env.find_cuda_home()
     if not home or not os.path.exists(os.path.join(home, "bin", "nvcc")):
         pytest.skip("needs a CUDA toolkit (CUDA_HOME)")
