@@ -3,13 +3,16 @@ run against that package. Standard library only; run it with the Python whose to
 virtualenv, which brings ninja and ccache: ci/requirements-build.txt).
 
     python -m ci dev --cpu                   # the CPU library only: no nvcc, under a minute when no CUDA changed
-    python -m ci dev                         # the CPU and CUDA libraries, as a CUDA wheel holds them
+    python -m ci dev                         # the CPU and CUDA libraries, for this machine's GPU
+    python -m ci dev --arch "8.0;9.0"        # ... for these GPU archs
     python -m ci dev --cpu -- tests/ops -x   # build, then pytest with these arguments against package/
 
 The build is `setup.py build_ext --inplace --force` with its own build folder per variant (build/dev-cpu,
 build/dev-cuda): --force only makes setuptools hand every extension to ninja, which recompiles the objects whose
 source, included headers or command line changed (setuptools alone compares the .cpp files, never the headers),
-and the library is relinked. ccache, where the interpreter's bin folder (or PATH) has it, serves objects another
+and the library is relinked. The CUDA variant compiles for --arch, else PRERAST_CUDA_ARCH_LIST,
+else the visible GPU's arch, else (no GPU) every arch setup.py defaults to: a change of archs recompiles every
+CUDA object, and all of them take minutes per arch on few cores. ccache, where the interpreter's bin folder (or PATH) has it, serves objects another
 folder's build already made (torch >= 2.13 puts it in front of the compilers itself). The library and its
 _build_info.json land next to the Python files, where the loader looks; .gitignore ignores both, and neither a
 wheel (setup.py's build_py ships no file that is not a package source) nor the shipped sources
@@ -81,9 +84,21 @@ def check_tools(env):
                           "    python -m pip install -r ci/requirements-build.txt")
 
 
-def build(root=ROOT, cpu=False, python=sys.executable):
+def visible_gpu_arch(python):
+    """The first visible GPU's arch as "9.0", or None (no GPU, or a torch without CUDA)."""
+    code = ("import torch; print('%d.%d' % torch.cuda.get_device_capability() "
+            "if torch.cuda.is_available() else '')")
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def build(root=ROOT, cpu=False, python=sys.executable, arch=None):
     """Build the plugin in place under root; returns {"seconds", "recompiled": [object paths], "ccache"}."""
     env = build_env(root, cpu, python)
+    if not cpu:
+        arch = arch or env.get("PRERAST_CUDA_ARCH_LIST") or visible_gpu_arch(python)
+        if arch:
+            env["PRERAST_CUDA_ARCH_LIST"] = arch
     check_tools(env)
     temp = build_dir(root, cpu)
     package = os.path.join(root, PACKAGE)
@@ -94,7 +109,8 @@ def build(root=ROOT, cpu=False, python=sys.executable):
     open(temp + ".log", "w").close()  # the log of this build only
     before = objects(temp)
     ccache = shutil.which("ccache", path=env["PATH"])
-    log(f"building in place ({'CPU library only' if cpu else 'CPU and CUDA libraries'}) into {package}; "
+    what = "CPU library only" if cpu else "CPU and CUDA libraries, GPU archs " + (arch or "setup.py's default")
+    log(f"building in place ({what}) into {package}; "
         f"objects in {temp}; ccache: {ccache or 'none found'}")
     took = run_logged([python, "setup.py", "build_ext", "--inplace", "--force", "--build-temp", temp],
                       temp + ".log", "in-place build", env=env, cwd=root, show=echo_compiler)
@@ -114,13 +130,17 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m ci dev", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu", action="store_true", help="build the CPU library only (as PRERAST_FORCE_CPU=1)")
+    p.add_argument("--arch", help="GPU archs of the CUDA library, e.g. '8.0;9.0' (default: PRERAST_CUDA_ARCH_LIST, "
+                   "else the visible GPU's)")
     p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
                    help="after --: run pytest with these arguments against the in-place package")
     argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
     cpu = args.cpu or os.environ.get("PRERAST_FORCE_CPU") == "1"
+    if cpu and args.arch:
+        p.error("--arch is for the CUDA library: drop --cpu, or drop --arch")
     try:
-        build(ROOT, cpu)
+        build(ROOT, cpu, arch=args.arch)
     except ToolMissing as e:
         print(f"prerast: {e}", file=sys.stderr)
         return ToolMissing.exit_code
