@@ -150,7 +150,7 @@ def main(argv=None):
     if not args.pytest_args:
         return 0
     cmd = [sys.executable, "-m", "pytest", *args.pytest_args]
-    log("$ PYTHONPATH=package " + " ".join(cmd[1:]))
+    log("$ PYTHONPATH=package python " + " ".join(cmd[1:]))
     t0 = time.time()
     rc = subprocess.run(cmd, cwd=ROOT, env=pytest_env(ROOT)).returncode
     log(f"pytest exited {rc} after {clock(time.time() - t0)}")

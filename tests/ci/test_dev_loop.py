@@ -1,6 +1,6 @@
 """The dev loop of README "Developing": `python -m ci dev --cpu` builds the plugin in place in a copy of the working
 tree, an edit of one C++ file recompiles that file alone, and pytest run through `python -m ci dev -- ...` sees the
-edit. CPU only, with a compiler cache kept in .venv/ccache-dev-loop between runs (a copy of the tree elsewhere hits
+edit. CPU only, with a compiler cache kept in .venv/ccache-tests between runs (a copy of the tree elsewhere hits
 the same entries: CCACHE_BASEDIR), so that after the first run the whole file costs seconds of compiling."""
 import glob
 import json
@@ -18,7 +18,7 @@ sys.path.insert(0, ROOT)
 from ci import cells, dev  # noqa: E402
 from prerast import _sources  # noqa: E402
 
-CCACHE_DIR = os.path.join(ROOT, ".venv", "ccache-dev-loop")
+CCACHE_DIR = os.path.join(ROOT, ".venv", "ccache-tests")
 EDITED = "csrc/bindings/library.cpp"  # binary_info(): "version=...;abi=..."
 MARK = "dev-loop-edit"
 
