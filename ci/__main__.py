@@ -18,6 +18,8 @@
     symbols     audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)
     abi-proof   install one wheel next to other torch releases and run the op tests there
     wheel       build/venv/smoke helpers of the quick start
+    dev         the dev loop: build the plugin in place into package/prerast (--cpu: the CPU library only),
+                recompiling only what changed, then (after --) run pytest against it
 """
 import argparse
 import json
@@ -201,7 +203,7 @@ def main(argv=None):
     r.set_defaults(func=cmd_repair)
 
     # commands with parsers of their own
-    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "preflight": "ci.preflight", "symbols": "ci.symbols",
+    delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "dev": "ci.dev", "preflight": "ci.preflight", "symbols": "ci.symbols",
                  "abi-proof": "ci.abi_proof", "release-check": "ci.release", "tag-check": "ci.release:tag_main",
                  "release-manifests": "ci.release:manifests_main"}
     for name in delegated:

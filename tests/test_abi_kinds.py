@@ -14,6 +14,8 @@ from prerast_meta import compat, sources as _sources
 
 pytestmark = pytest.mark.wheel
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # Loads one plugin library and prints its schemas and what a few bad raw calls raise.
 PROBE = r"""
 import json, sys, torch
@@ -59,6 +61,10 @@ def other_kind(tmp_path_factory):
     work = tmp_path_factory.mktemp("other-kind")
     tree = _sources.materialize(str(work / "src"))
     env = dict(os.environ, PRERAST_ABI=kind, PRERAST_FORCE_CPU="1")
+    # Through the test environment's ccache (torch >= 2.13 puts one found on PATH in front of the compiler), kept
+    # in .venv between runs; paths under the tree count as relative, so a tree at another temporary path hits.
+    env.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]), CCACHE_BASEDIR=tree,
+               CCACHE_NOHASHDIR="1", CCACHE_DIR=os.path.join(ROOT, ".venv", "ccache-tests"))
     out = subprocess.run([sys.executable, "setup.py", "build_ext", "-b", str(work / "lib"), "-t", str(work / "tmp")],
                          cwd=tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

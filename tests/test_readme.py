@@ -31,6 +31,7 @@ IMAGES = "tests/ci/test_two_images.py::"
 EXAMPLES = "tests/examples/test_examples.py::"
 CORE = "tests/test_core_platforms.py::"
 ARM = "tests/test_aarch64_wheel.py::"
+DEV_LOOP = "tests/ci/test_dev_loop.py::"
 GUIDES_FIX = "tests/docs/test_guides.py::test_installing_shows_the_fix_commands_the_loader_prints"
 
 HOW = {
@@ -52,6 +53,15 @@ HOW = {
     "pip wheel --no-build-isolation --no-deps -w dist .": {
         "ci": ("ci/wheel.py", '"--no-build-isolation", "--no-deps", "-w"'),
         "test": "tests/ci/test_built_wheel.py::test_no_torch_or_cuda_library_inside"},
+    "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt": {
+        "ci": ("ci/test.sh", "-m ci wheel venv .venv/build -r ci/requirements-build.txt")},
+    ".venv/build/bin/python -m ci dev --cpu": {"help": "python -m ci dev --help",
+                                               "test": DEV_LOOP + "test_in_place_build_is_what_the_package_loads"},
+    ".venv/build/bin/python -m ci dev --cpu -- tests/ops/test_rasterize.py -x": {
+        "help": "python -m ci dev --help",
+        "test": DEV_LOOP + "test_an_edit_recompiles_its_file_alone_and_pytest_sees_it"},
+    # The CUDA variant: the same command with nvcc, which the CPU tests cannot run; its help lists no option here.
+    ".venv/build/bin/python -m ci dev": {"help": "python -m ci dev --help"},
     "python3.11 -m ci matrix --local": {"run": True},
     "python3.11 -m ci build --cell 2.14.1+cu130": {"help": "python3.11 -m ci build --help", "test": CELL_BUILD},
     'python3.11 -m ci build --cell 2.9+cu130 --cell 2.14.1+cu130@3.12 --archs "8.0;9.0+PTX"': {
