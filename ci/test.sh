@@ -13,4 +13,5 @@ export PRERAST_CUDA_ARCH_LIST=${PRERAST_CUDA_ARCH_LIST:-9.0}
 wheel=$(.venv/build/bin/python -m ci wheel build --out dist | tail -n 1)
 .venv/build/bin/python -m pip install -q --no-deps --force-reinstall --disable-pip-version-check "$wheel"
 export PRERAST_TEST_WHEEL="$wheel"
-exec .venv/build/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests "$@"
+# No path given: pyproject.toml's testpaths (tests/); a path given runs only what it names.
+exec .venv/build/bin/python -m pytest -q -p no:cacheprovider --durations=30 "$@"
