@@ -175,8 +175,10 @@ def foreign(head, running=None):
     elif isinstance(running[0], int):
         running = ("ELF", tuple(running))
     found = identify(head)
-    if found is None:
-        return "not a library of any OS (first bytes %s)" % (head[:8].hex(" ") or "none: the file is empty")
+    if found is None:  # named by the format this OS loads: "not an ELF library", "not a PE library"
+        fmt = running[0] if running is not None else platforms.current().binary_format
+        return "not %s %s library (first bytes %s)" % ("an" if fmt[0] in "AEIOU" else "a", fmt,
+                                                        head[:8].hex(" ") or "none: the file is empty")
     key, what = found
     if running is None:
         return f"{what}, not an ELF library" if key[0] != "ELF" else None
