@@ -13,7 +13,7 @@ import pytest
 
 from prerast_meta import build_info, integrity, platforms
 from prerast import _cache, _loader
-from installs import IMPORT_REPORT, copy_package, libraries, restamp, run_python
+from installs import IMPORT_REPORT, copy_package, libraries, mismatched_copy_with_cache, restamp, run_python
 
 LINUX_X64 = ("ELF", (2, 1, 62))
 LINUX_ARM = ("ELF", (2, 1, 183))
@@ -264,3 +264,20 @@ def test_forced_install_of_a_windows_wheel_is_a_mismatch_error(tmp_path):
     os.remove(info_path)  # the metadata lost too: the library itself is named by its header
     result = import_copy(path)
     assert result["error"] == "BinaryMismatchError" and "a Windows x86-64 DLL" in result["message"], result
+
+
+@pytest.mark.skipif(platforms.current().key != "linux" or platforms.machine() != "x86-64",
+                    reason="the header below is foreign to Linux x86-64")
+def test_cache_copied_from_another_machine_is_a_mismatch_error(tmp_path):
+    """A build cache copied from an aarch64 machine (same torch, so the same key): its entry is refused with both
+    platforms and the entry to delete named, and nothing of it is mapped."""
+    path, cache, entry = mismatched_copy_with_cache(tmp_path)
+    lib = libraries(entry)[0]
+    with open(lib, "wb") as f:
+        f.write(elf(183) + bytes(8192))
+    restamp(entry)
+    out = run_python(["-c", IMPORT_REPORT, cache], path, PRERAST_CACHE_DIR=cache)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["error"] == "BinaryMismatchError" and result["mapped"] == [], result
+    assert "a Linux AArch64 library (ELF 64-bit little-endian), but this Python runs on Linux x86-64" \
+        in result["message"] and entry in result["message"], result["message"]
