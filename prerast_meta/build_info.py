@@ -21,13 +21,15 @@ import os
 import subprocess
 import sys
 
-from . import compat, integrity
+from . import compat, integrity, platforms
 
 INFO_FILE = "_build_info.json"
 KEYS = ("abi", "torch_floor", "prerast_version", "torch_version", "cuda_version", "nvcc_version", "cuda_archs",
         "cxx11_abi", "python_tag", "python_built_with", "git_commit", "built_at", "source_hash", "library",
         "cuda_library", "libraries")
-LIBRARY_GLOB = "_C*.so"  # the plugin's libraries in a package folder: _C.abi3.so and _C_cuda.abi3.so
+# The plugin's libraries in a package folder: _C.abi3.so and _C_cuda.abi3.so (Linux, macOS), _C.pyd and
+# _C_cuda.pyd (Windows); platforms.PLATFORMS says which.
+LIBRARY_GLOB = platforms.library_glob()
 
 
 def git_commit(root):
@@ -67,7 +69,30 @@ def write(directory, info, library, cuda_library=None):
 
 
 def libraries_in(directory):
-    return sorted(glob.glob(os.path.join(directory, LIBRARY_GLOB)))
+    """The plugin's libraries in directory, under the file names of any OS: one of another OS is found too, so
+    that it is named rather than overlooked."""
+    return sorted({p for pattern in platforms.all_library_globs() for p in glob.glob(os.path.join(directory, pattern))})
+
+
+def foreign_library(path):
+    """Why the library at path is not one this OS loads, judged by its header (or else its name); None when
+    it may be."""
+    try:
+        with open(path, "rb") as f:
+            why = integrity.foreign(f.read(integrity.HEAD))
+    except OSError:
+        why = None
+    return why or misnamed(os.path.basename(path))
+
+
+def misnamed(name):
+    """Why a library file name is not one this OS's plugin has (None when it is): _C.pyd on Linux."""
+    here = platforms.current()
+    others = [p.name for p in platforms.platform_of_library_name(name)]
+    if name.endswith(here.library_ext) or not others:  # ours, or a name no OS's build gives (left to the header)
+        return None
+    return (f"{name} is the file name of a {' or '.join(others)} library, but this Python runs on "
+            f"{platforms.describe_running()}, whose plugin is {platforms.library_name()}")
 
 
 def read(directory):
@@ -77,6 +102,10 @@ def read(directory):
     if not os.path.exists(path):
         libs = libraries_in(directory)
         if libs:
+            why = foreign_library(libs[0])
+            if why is not None:  # e.g. a wheel of another OS installed by force, whose names differ from ours
+                return None, (f"{libs[0]} is not a library for this machine: {why} (a wheel for another platform "
+                              f"installed by force, or a copied folder?)")
             return None, (f"{path} is missing: it records the size and SHA-256 of {libs[0]}, which is not loaded "
                           "without them (a copy of the package cut short?)")
         return None, f"no {INFO_FILE} in {directory}: this prerast has no compiled plugin (a source checkout?)"
@@ -91,6 +120,10 @@ def read(directory):
         return None, (f"{path} is malformed: expected the build metadata with \"library\" and the size and SHA-256 "
                       f"of each library under \"libraries\", found "
                       + (f"the keys {sorted(info)}" if isinstance(info, dict) else f"a JSON {type(info).__name__}"))
+    wrong = [misnamed(n) for n in names if n and misnamed(n)]
+    if wrong:  # a build for another OS: its libraries cannot be loaded here, whatever their content
+        return None, (f"{path} describes a build for another platform: {wrong[0]} (a wheel for another platform "
+                      "installed by force, or a copied folder?)")
     info["path"] = os.path.join(directory, names[0])
     info["cuda_path"] = os.path.join(directory, names[1]) if names[1] else None
     return info, None

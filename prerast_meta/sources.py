@@ -26,7 +26,7 @@ SOURCE_DIR = "csrc"
 # Packaging and documents: they do not change the compiled plugin, so they stay out of its hash.
 NOT_HASHED = {"pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"}
 # Never copied from a package folder into a build tree: compiled output and the shipped copy itself.
-PACKAGE_IGNORE = ("_src", "__pycache__", "*.so", "_build_info.json", "*.egg-info")
+PACKAGE_IGNORE = ("_src", "__pycache__", "*.so", "*.pyd", "_build_info.json", "*.egg-info")
 
 
 def is_source_root(root):

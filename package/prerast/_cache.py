@@ -2,10 +2,13 @@
 process, or another image the folder was copied into, loads it directly with no compiler, nvcc, ninja or
 torch.utils.cpp_extension.
 
-Layout of the cache folder (PRERAST_CACHE_DIR, default $XDG_CACHE_HOME/prerast or ~/.cache/prerast):
-    <key>/                    a finished build: _C.abi3.so, _build_info.json, build.log. It appears whole, by
-                              renaming a finished .partial folder, so a reader never sees half of one.
-    <key>.lock                held with flock(2) while a process builds <key>. The kernel drops the lock when
+Layout of the cache folder (PRERAST_CACHE_DIR; by default $XDG_CACHE_HOME/prerast or ~/.cache/prerast on Linux,
+~/Library/Caches/prerast on macOS, %LOCALAPPDATA%\\prerast\\Cache on Windows: prerast_meta.platforms):
+    <key>/                    a finished build: _C.abi3.so (_C.pyd on Windows), _build_info.json, build.log. It
+                              appears whole, by renaming a finished .partial folder, so a reader never sees half
+                              of one.
+    <key>.lock                locked while a process builds <key> (flock(2) on Unix, a byte-range lock with
+                              msvcrt.locking on Windows); it holds the builder's pid. The OS drops the lock when
                               the holder exits in any way, so a killed build cannot leave it held.
     .partial-<key>-<pid>/     a build in progress; the next build (of any key) removes it if its builder died.
 
@@ -15,14 +18,27 @@ library only.
 The cache holds native code that prerast loads into every process that reads it, so it is trusted only when
 nobody else can write it: the folder and each entry (and the files in it) must belong to the user or to root
 and must not be writable by group or others, save a sticky folder (like /tmp) whose entries are the user's.
+Windows has no such mode bits (its access lists decide, and the default folder is in the user's own profile), so
+there the check is left to them.
+
+Why not the `filelock` package, although torch depends on it: what this lock must do (a waiter that never
+erases the holder's pid, a lock file that stays in place, polling that reports whom it waits for) differs across
+its releases (3.x opens the file with O_TRUNC and deletes it on release on Windows; 4.x adds fallbacks of its
+own), while the two system calls it wraps are in the standard library.
 """
-import fcntl
 import os
-import pwd
 import re
 import shutil
 import stat
+import sys
 import time
+
+from prerast_meta import platforms
+
+if sys.platform == "win32":
+    import msvcrt
+else:
+    import fcntl
 
 ENV_DIR = "PRERAST_CACHE_DIR"
 
@@ -30,20 +46,23 @@ ENV_DIR = "PRERAST_CACHE_DIR"
 def cache_dir():
     if os.environ.get(ENV_DIR):
         return os.path.abspath(os.path.expanduser(os.environ[ENV_DIR]))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "prerast")
+    return platforms.default_cache_dir()
 
 
 def _user(uid):
     try:
+        import pwd  # Unix only
         return pwd.getpwuid(uid).pw_name
-    except KeyError:
+    except (ImportError, KeyError):
         return str(uid)
 
 
 def untrusted(path, folder_of_entries=False, uid=None):
     """Why the cache folder or entry at path may have been written by someone else (None when it cannot).
-    folder_of_entries: path is the cache folder, which may be writable by others when it is sticky."""
+    folder_of_entries: path is the cache folder, which may be writable by others when it is sticky. On Windows,
+    whose st_mode carries no owner's or group's bits, nothing is checked (see the module's note)."""
+    if not platforms.current().posix_permissions:
+        return None
     uid = os.getuid() if uid is None else uid
     try:
         st = os.stat(path)
@@ -115,8 +134,59 @@ def entries(root, prefix, source_hash=None):
     return sorted(found, key=os.path.getmtime, reverse=True)
 
 
+# Windows locks a byte range, and a locked range cannot be read by another process: the lock is taken on one
+# byte far past the pid the holder writes at the start, so waiters can read it.
+LOCK_OFFSET = 1 << 20
+
+
+def _try_lock(fd):
+    """Take the exclusive lock on fd without waiting; False when another holds it."""
+    if sys.platform == "win32":
+        os.lseek(fd, LOCK_OFFSET, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _unlock(fd):
+    if sys.platform == "win32":
+        os.lseek(fd, LOCK_OFFSET, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _alive(pid):
+    """Whether process pid exists. (On Windows os.kill(pid, 0) would send it Ctrl+C, so it is asked there.)"""
+    if sys.platform == "win32":
+        import ctypes
+
+        kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
+        handle = kernel32.OpenProcess(0x1000, False, pid)  # PROCESS_QUERY_LIMITED_INFORMATION
+        if not handle:
+            return ctypes.get_last_error() == 5  # ERROR_ACCESS_DENIED: alive, someone else's
+        code = ctypes.c_ulong()
+        ok = kernel32.GetExitCodeProcess(handle, ctypes.byref(code))
+        kernel32.CloseHandle(handle)
+        return bool(ok) and code.value == 259  # STILL_ACTIVE
+    try:
+        os.kill(pid, 0)
+    except PermissionError:  # alive, someone else's
+        return True
+    except OSError:
+        return False
+    return True
+
+
 class BuildLock:
-    """An exclusive flock on <key>.lock. Waiting polls, so that a caller can report whom it waits for."""
+    """An exclusive lock on <key>.lock. Waiting polls, so that a caller can report whom it waits for."""
 
     def __init__(self, path):
         self.path = path
@@ -129,13 +199,7 @@ class BuildLock:
                 pid = int(f.read().split()[0])
         except (OSError, ValueError, IndexError):
             return None
-        try:
-            os.kill(pid, 0)
-        except PermissionError:  # alive, someone else's
-            pass
-        except OSError:
-            return None
-        return pid
+        return pid if _alive(pid) else None
 
     def acquire(self, timeout=None, on_wait=None, poll=0.1):
         """Take the lock; returns False if timeout (seconds) passed first. on_wait(holder_pid) is called once
@@ -143,24 +207,21 @@ class BuildLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)  # not inherited by the compiler processes
         deadline = None if timeout is None else time.monotonic() + timeout
         reported, busy_since = False, None
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                # The holder writes its pid just after it takes the lock (or a dead holder's pid is still
-                # there), so give it a second to appear before reporting whom we wait for.
-                busy_since = busy_since or time.monotonic()
-                if not reported and on_wait:
-                    pid = self.holder()
-                    if pid is not None or time.monotonic() - busy_since >= 1.0:
-                        on_wait(pid)
-                        reported = True
-                if deadline is not None and time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                time.sleep(poll)
+        while not _try_lock(fd):
+            # The holder writes its pid just after it takes the lock (or a dead holder's pid is still
+            # there), so give it a second to appear before reporting whom we wait for.
+            busy_since = busy_since or time.monotonic()
+            if not reported and on_wait:
+                pid = self.holder()
+                if pid is not None or time.monotonic() - busy_since >= 1.0:
+                    on_wait(pid)
+                    reported = True
+            if deadline is not None and time.monotonic() >= deadline:
+                os.close(fd)
+                return False
+            time.sleep(poll)
         os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
         os.write(fd, f"{os.getpid()}\n".encode())
         self.fd = fd
         return True
@@ -168,7 +229,7 @@ class BuildLock:
     def release(self):
         if self.fd is not None:
             os.ftruncate(self.fd, 0)  # so that the next waiter never reads our pid as its holder's
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            _unlock(self.fd)
             os.close(self.fd)
             self.fd = None
 

@@ -10,7 +10,6 @@ for a visible GPU.
 """
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -19,7 +18,7 @@ import sys
 
 import torch
 
-from prerast_meta import build_env, build_info, compat, integrity as _integrity, sources as _sources
+from prerast_meta import build_env, build_info, compat, integrity as _integrity, platforms, sources as _sources
 from prerast_meta.version import __version__
 
 from . import _cache, _loader, _source_build
@@ -177,18 +176,19 @@ def fixes(report):
         found.append('python -X faulthandler -c "import prerast"   # where the load crashes (a stack per thread)')
         crashed = probe.get("library") or ""
         if crashed.startswith(report["source_build"]["cache_dir"] + os.sep):
-            found.append(f"rm -rf '{os.path.dirname(crashed)}'   # the cache entry whose library crashed")
+            found.append(f"{platforms.remove_folder(os.path.dirname(crashed))}   # the cache entry whose library "
+                         "crashed")
     if any(lib["role"] == "bundled" for lib in damaged) or probe.get("signal"):
         if published_torch(run["torch_version"]):
             found.append(_loader.fix_command(run))
     for entry in sorted({lib["entry"] for lib in damaged if lib["role"] == "cache"}):
-        found.append(f"rm -rf '{entry}'   # a damaged build-cache entry")
+        found.append(f"{platforms.remove_folder(entry)}   # a damaged build-cache entry")
     if not report["plugin"]["loaded"]:
         if published_torch(run["torch_version"]) and _loader.fix_command(run) not in found:
             found.append(_loader.fix_command(run))
         found.append("python -m prerast build-wheel --out dist && pip install dist/prerast-*.whl"
                      "   # where a compiler (and for CUDA torch the CUDA toolkit) is installed")
-        found.append(f"export {_source_build.ENV_OPT_IN}=1   # build at first import, cached in "
+        found.append(f"{platforms.set_env(_source_build.ENV_OPT_IN)}   # build at first import, cached in "
                      f"{report['source_build']['cache_dir']}")
     unserved = [g["capability"] for g in report["gpus"] if g["served"] is False]
     kernels = report["plugin"].get("cuda_kernels") or ""
@@ -226,7 +226,7 @@ def collect(probe=None):
             "path": bundled["path"] if bundled else None,
             "problems": _loader.problems(bundled, run) if bundled else [why_none],
         },
-        "running": dict(run, platform=f"{platform.system()} {platform.machine()}", python_executable=sys.executable),
+        "running": dict(run, platform=platforms.describe_running(), python_executable=sys.executable),
         "gpus": gpus(info),
         "source_build": {
             "opted_in": _source_build.opted_in(),

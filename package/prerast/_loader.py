@@ -25,7 +25,7 @@ import sys
 
 import torch
 
-from prerast_meta import build_info, compat
+from prerast_meta import build_info, compat, platforms
 from .errors import BinaryMismatchError
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -90,7 +90,7 @@ def _ways_out(why_not):
             "  - or let prerast build its plugin at first use (same needs). The build is cached in\n"
             f"    {_cache.cache_dir()} (set {_cache.ENV_DIR} to move it); that folder can be copied into an image\n"
             f"    without a compiler and used there with {_cache.ENV_DIR}:\n"
-            f"        export {_source_build.ENV_OPT_IN}=1")
+            + "".join(f"        {line}\n" for line in platforms.set_env_lines(_source_build.ENV_OPT_IN)).rstrip("\n"))
 
 
 def _load_plugin(info, fix, verified=False):

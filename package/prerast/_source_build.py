@@ -15,7 +15,7 @@ import tempfile
 
 import torch
 
-from prerast_meta import build_env, build_info, compat, progress as _progress, sources as _sources
+from prerast_meta import build_env, build_info, compat, platforms, progress as _progress, sources as _sources
 from prerast_meta.version import __version__
 
 from . import _cache
@@ -42,7 +42,7 @@ def source_hash():
 
 def entry_fix(folder):
     """How to repair a damaged cache entry."""
-    return (f"Delete this build cache entry: rm -rf '{folder}'\n"
+    return (f"Delete this build cache entry: {platforms.remove_folder(folder)}\n"
             f"  then copy it again from the image that built it, or let `import prerast` rebuild it with "
             f"{ENV_OPT_IN}=1.")
 
@@ -115,7 +115,8 @@ class Refused(Exception):
 
 def compiler():
     """The C++ compiler torch's BuildExtension would run (CXX, default c++), looked up on PATH, or None."""
-    words = shlex.split(os.environ.get("CXX") or "c++") or ["c++"]
+    default = "cl" if platforms.current().key == "win32" else "c++"  # what torch's BuildExtension runs there
+    words = shlex.split(os.environ.get("CXX") or default) or [default]
     program = words[1] if len(words) > 1 and words[0] in ("ccache", "sccache") else words[0]
     return shutil.which(program), program
 
@@ -125,7 +126,9 @@ def toolchain_problems(with_cuda, cuda_home):
     missing = []
     path, program = compiler()
     if not path:
-        missing.append(f"a C++ compiler ({program} is not on PATH): install g++, or set CXX")
+        how = ("install Visual Studio's C++ build tools and run from their Developer Command Prompt"
+               if platforms.current().key == "win32" else "install g++, or set CXX")
+        missing.append(f"a C++ compiler ({program} is not on PATH): {how}")
     if importlib.util.find_spec("setuptools") is None:
         missing.append("setuptools: pip install 'setuptools>=64' wheel")
     if with_cuda and not cuda_home:
