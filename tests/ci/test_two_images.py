@@ -126,9 +126,11 @@ def images(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def wheel(images):
-    """build-wheel from the checkout, in the devel image."""
+    """build-wheel from the checkout, in the devel image: its two packages, prerast (package/) and prerast_meta
+    (the root), on PYTHONPATH, run from another folder."""
+    checkout = os.pathsep.join([os.path.join(ROOT, "package"), ROOT])
     out = python(images["devel"], ["-m", "prerast", "build-wheel", "--out", str(images["work"] / "wheels")],
-                 devel_env(images["devel"], PYTHONPATH=os.path.join(ROOT, "package")), cwd=images["work"])
+                 devel_env(images["devel"], PYTHONPATH=checkout), cwd=images["work"])
     assert out.returncode == 0, out.stderr[-5000:]
     assert "compiling csrc/bindings/rasterize.cpp" in out.stderr  # minutes of compiling are not silent
     return out.stdout.strip().splitlines()[-1]
