@@ -18,10 +18,9 @@ import datetime
 import glob
 import json
 import os
-import subprocess
 import sys
 
-from . import compat, integrity, platforms
+from . import compat, integrity, platforms, sources
 
 INFO_FILE = "_build_info.json"
 KEYS = ("abi", "torch_floor", "prerast_version", "torch_version", "cuda_version", "nvcc_version", "cuda_archs",
@@ -30,15 +29,6 @@ KEYS = ("abi", "torch_floor", "prerast_version", "torch_version", "cuda_version"
 # The plugin's libraries in a package folder: _C.abi3.so and _C_cuda.abi3.so (Linux, macOS), _C.pyd and
 # _C_cuda.pyd (Windows); platforms.PLATFORMS says which.
 LIBRARY_GLOB = platforms.library_glob()
-
-
-def git_commit(root):
-    try:
-        out = subprocess.run(["git", "-C", root, "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
-                             text=True, timeout=30)
-        return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def make(torch, version, with_cuda, nvcc_version, archs, root, abi="classic"):
@@ -54,7 +44,7 @@ def make(torch, version, with_cuda, nvcc_version, archs, root, abi="classic"):
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
         "python_tag": f"{compat.PYTHON_TAG}-abi3",
         "python_built_with": "%d.%d" % sys.version_info[:2],
-        "git_commit": git_commit(root),
+        "git_commit": sources.git_commit(root),
         "built_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
 

@@ -98,10 +98,14 @@ def source_commit(root):
                 return json.load(f).get("git_commit")
         except (OSError, ValueError):
             return None
+    return git_commit(root)
+
+
+def git_commit(root):
+    """HEAD of the git checkout at root, or None (no git, no checkout)."""
     try:
         out = subprocess.run(["git", "-C", root, "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
                              text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
-    commit = out.stdout.strip() if out.returncode == 0 else ""
-    return commit or None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None

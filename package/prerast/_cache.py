@@ -33,7 +33,7 @@ import stat
 import sys
 import time
 
-from prerast_meta import platforms
+from prerast_meta import compat, platforms
 
 if sys.platform == "win32":
     import msvcrt
@@ -111,7 +111,7 @@ def _token(text):
 
 def key_prefix(prerast_version, torch_version, cuda_version):
     """The part of a key that every build usable here shares."""
-    cuda = "cu" + cuda_version.replace(".", "") if cuda_version else "cpu"
+    cuda = compat.compute_platform(cuda_version)
     return f"prerast-{_token(prerast_version)}_torch-{_token(torch_version)}_{cuda}_"
 
 

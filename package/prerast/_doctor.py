@@ -114,7 +114,7 @@ def libraries(run):
             if lib:
                 found.append(library_report(lib, build_info.stamp_of(bundled, lib), "bundled"))
     if _source_build.cache_consulted():
-        prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
+        prefix = _cache.key_prefix(compat.base_version(__version__), run["torch_version"], run["cuda_version"])
         root = _cache.cache_dir()
         for folder in _cache.entries(root, prefix):
             bad = _cache.entry_untrusted(root, folder)

@@ -86,7 +86,7 @@ def examine_entries(run=None):
     """([(folder, info)] of cached builds for the running torch, CUDA and these sources that may be loaded, newest
     first; [refusal] of those that fit but are refused)."""
     run = run or compat.running(torch)
-    prefix = _cache.key_prefix(__version__.split("+")[0], run["torch_version"], run["cuda_version"])
+    prefix = _cache.key_prefix(compat.base_version(__version__), run["torch_version"], run["cuda_version"])
     root = _cache.cache_dir()
     sources = source_hash()
     usable, refused = [], []
@@ -239,7 +239,7 @@ def find_or_build(allow_build=True, log=_log):
     if missing:
         raise BuildFailed("building here needs " + "; ".join(missing))
     archs = default_archs(build_env, cuda_home)
-    key = _cache.make_key(__version__.split("+")[0], torch.__version__, torch.version.cuda, archs,
+    key = _cache.make_key(compat.base_version(__version__), torch.__version__, torch.version.cuda, archs,
                           _sources.digest(root))
     root_dir = _cache.cache_dir()
     failed_log = os.path.join(root_dir, key + ".failed.log")
