@@ -1,6 +1,6 @@
 """Wheel repair policy: auditwheel with every torch and CUDA library excluded, so that the wheel uses the ones
-torch brings at run time. Standard library only, and free of prerast imports, so that build tooling can load
-this file by path without loading the plugin (see ci/wheel.py)."""
+torch brings at run time. Standard library only, and free of prerast imports, so that build tooling imports
+it without loading the plugin (see ci/wheel.py)."""
 import base64
 import glob
 import hashlib

@@ -13,7 +13,7 @@ the binary was built for, what is running, and how to get a binary that fits. Wh
 fit, a fitting one from the build cache is loaded instead, the same way (see _source_build.py and _cache.py).
 
 Before a library is handed to the dynamic loader, its size and SHA-256 are compared with those its build stamped
-in _build_info.json, and its ELF header with the running interpreter's (_integrity.py): a copy cut short, a
+in _build_info.json, and its ELF header with the running interpreter's (prerast_meta.integrity): a copy cut short, a
 flipped bit or a library for another machine is a BinaryMismatchError naming the file, never a crash in dlopen.
 
 The rules (which binary serves which torch, the messages, the fix-it command) are pure functions in
