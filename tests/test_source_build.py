@@ -94,6 +94,41 @@ def test_racing_callers_build_once(tmp_path):
     assert not glob.glob(str(tmp_path / ".partial-*"))
 
 
+def test_racing_first_uses_create_the_missing_cache_once(tmp_path):
+    root = tmp_path / "new-cache"
+    start_at = time.time() + 1.0
+    racers = [start_builder(root, "k", 0.5, start_at) for _ in range(3)]
+    for p in racers:
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    assert (root / "builds.txt").read_text().count("\n") == 1 and usable(root / "k")
+
+
+def test_cache_made_by_a_racer_between_check_and_create(tmp_path, monkeypatch):
+    """The losing side of the race, made certain: the folder appears after build_once saw it missing."""
+    root = str(tmp_path / "cache")
+    real_makedirs = os.makedirs
+
+    def racer_first(path, *args, **kwargs):
+        if path == root and not os.path.isdir(root):
+            real_makedirs(root)  # the other process wins
+        return real_makedirs(path, *args, **kwargs)
+
+    monkeypatch.setattr(_cache.os, "makedirs", racer_first)
+    path, built = _cache.build_once(root, "k", lambda f: open(os.path.join(f, "plugin.so"), "w").close(), usable)
+    assert (path, built) == (os.path.join(root, "k"), True) and usable(path)
+
+
+def test_new_cache_is_not_group_writable(tmp_path):
+    old = os.umask(0o002)
+    try:
+        _cache.build_once(str(tmp_path / "cache"), "k", lambda f: open(os.path.join(f, "plugin.so"), "w").close(),
+                          usable)
+    finally:
+        os.umask(old)
+    assert not os.stat(tmp_path / "cache").st_mode & 0o022
+
+
 def test_killed_build_leaves_no_blocking_lock(tmp_path):
     killed = start_builder(tmp_path, "k", 120)
     deadline = time.time() + 30

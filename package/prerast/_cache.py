@@ -266,6 +266,22 @@ def remove_stale_partials(root, but=None):
             lock.release()
 
 
+def make_root(root):
+    """Create the cache folder unless it exists. Racing first uses may both find it missing: the one that
+    loses the race finds it made, which is what it wanted."""
+    if os.path.isdir(root):
+        return
+    try:
+        os.makedirs(root)
+    except FileExistsError:
+        if not os.path.isdir(root):
+            raise
+        return
+    # A group-writable umask must not make the new cache untrusted; only the folder itself is ours to fix:
+    # a racer may already be building inside it.
+    os.chmod(root, stat.S_IMODE(os.stat(root).st_mode) & ~0o022)
+
+
 def build_once(root, key, build_into, is_usable, on_wait=None, explain=None):
     """The finished build `root/key`, making it with build_into(folder) unless it exists. Concurrent callers
     build once: the others wait for the lock, then find the finished build. Returns (path, built_here).
@@ -276,9 +292,7 @@ def build_once(root, key, build_into, is_usable, on_wait=None, explain=None):
     entry = os.path.join(root, key)
     if is_usable(entry):
         return entry, False
-    if not os.path.isdir(root):
-        os.makedirs(root)
-        drop_group_write(root)  # a group-writable umask must not make the new cache untrusted
+    make_root(root)
     lock = BuildLock(entry + ".lock")
     lock.acquire(on_wait=on_wait)
     try:
