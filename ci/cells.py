@@ -149,7 +149,7 @@ def compile_once(python, src, raw_dir, env, log_path, label):
 def expected_plat(cell):
     """The --plat to repair to: the matrix's policy inside a manylinux image (AUDITWHEEL_PLAT is set there),
     else None: auditwheel picks the most compatible tag this machine's libc and libstdc++ allow."""
-    wanted = f"{cell.manylinux}_{cell.policy['machine']}"
+    wanted = cell.target.plat
     return wanted if os.environ.get("AUDITWHEEL_PLAT") == wanted else None
 
 

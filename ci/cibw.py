@@ -67,7 +67,7 @@ def environment(cell, workspace=None):
             "PRERAST_CUDA": cell.cuda,
             "PRERAST_HOST_GCC": str(cell.host_gcc),
             "PRERAST_TOOLKIT_PACKAGES": " ".join(toolkit_packages(cell)),
-            "PRERAST_TOOLKIT_REPO": matrix.toolkit()["repo"],
+            "PRERAST_TOOLKIT_REPO": cell.target.toolkit,
             "PRERAST_CUDA_ARCH_LIST": cell.arch_list(),
             "CUDA_HOME": home,
             "CC": f"{gcc}/gcc",
@@ -80,11 +80,11 @@ def environment(cell, workspace=None):
     else:
         inner["PRERAST_FORCE_CPU"] = "1"
     skip = [i for p, i in zip(cell.pythons, cell.build_identifiers()) if p not in smoke_pythons(cell)]
-    policy = cell.policy
+    target = cell.target
     env = {
         "CIBW_BUILD": " ".join(cell.build_identifiers()),
-        "CIBW_ARCHS": policy["machine"],
-        f"CIBW_MANYLINUX_{policy['machine'].upper()}_IMAGE": policy["image"],
+        "CIBW_ARCHS": target.machine,
+        f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE": target.image,
         "CIBW_ENVIRONMENT": " ".join(f'{k}="{v}"' for k, v in inner.items()),
     }
     if skip:
@@ -142,10 +142,16 @@ def github_matrix(cells):
                          "ccache": uses_ccache(c), "timeout": timeout_minutes(c)} for c in cells]}
 
 
-def policy_platform(path=matrix.MATRIX_FILE):
-    """The one platform tag every CI wheel carries, from the matrix's [policy]: manylinux_2_28_x86_64."""
-    policy = matrix.policy(path)
-    return f"{policy['manylinux']}_{policy['machine']}"
+def policy_platform(path=matrix.MATRIX_FILE, machine=None):
+    """The platform tag a CI wheel of this machine's target carries, from the matrix's [target.*] tables
+    (manylinux_2_28_x86_64 on x86-64, manylinux_2_28_aarch64 on aarch64); `machine`: platform.machine()."""
+    import platform
+
+    machine = (machine or platform.machine()).lower()
+    for t in matrix.targets(path).values():
+        if t.os == "linux" and t.machine.lower() == machine:
+            return t.plat
+    return matrix.default_target(path).plat
 
 
 def repair_and_check(raw_wheel, dest_dir, plat=None):

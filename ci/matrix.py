@@ -1,7 +1,8 @@
 """ci/matrix.toml expanded into cells: one (torch release, compute platform) pair each, one wheel each.
 
 Two kinds of cell: a stable-ABI cell builds one wheel with the newest torch that serves every torch release from
-the stable floor (2.10) on, per CUDA major; a classic cell builds one wheel against the lowest patch release of a
+the stable floor (2.10) on, per target (OS and machine: Linux x86-64 and aarch64, Windows x86-64, macOS arm64) and
+CUDA major; a classic cell (Linux x86-64 only) builds one wheel against the lowest patch release of a
 torch minor below the floor and serves every patch release of that minor. `Cell.serves` lists the torch builds
 (release, platform) a cell's wheel serves: the find-links pages it is listed on.
 
@@ -38,6 +39,77 @@ def _vkey(version):
     return tuple(int(x) for x in re.findall(r"\d+", version.split("+")[0]))
 
 
+# cibuildwheel's build-identifier platform per (os, machine): cp310-manylinux_x86_64, cp310-win_amd64, ...
+IDENTIFIER_PLATFORM = {"linux": "manylinux_{machine}", "windows": "win_{machine_lower}", "macos": "macosx_{machine}"}
+# The sys.platform key (prerast_meta.platforms) of each target os.
+SYSTEM = {"linux": "linux", "windows": "win32", "macos": "darwin"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One (OS, machine) pair wheels are built for: a [target.*] table of ci/matrix.toml."""
+    name: str             # "linux-x86_64"
+    os: str               # "linux", "windows", "macos": cibuildwheel's --platform
+    machine: str          # "x86_64", "aarch64", "AMD64", "arm64": cibuildwheel's --archs
+    plat: str             # the wheel's platform tag: "manylinux_2_28_x86_64", "win_amd64", "macosx_11_0_arm64"
+    runner: str           # the GitHub runner of its jobs
+    repair: str           # "auditwheel", "delvewheel", "delocate"
+    platforms: tuple      # compute platforms torch publishes there, from the stable floor on
+    pypi: str             # the build plain `pip install torch` gets there
+    image: str = ""       # manylinux image (Linux)
+    toolkit: str = ""     # NVIDIA's repository (Linux) or redistributable archives (Windows) of its CUDA toolkit
+    archs: tuple = ()     # ((CUDA version, (arch, ...)), ...) where they differ from [cuda."X"]
+    cross: str = ""       # the machine that cross-builds it (python -m ci.cross), "" if built natively only
+
+    @property
+    def system(self):
+        """prerast_meta.platforms' key of its OS: 'linux', 'win32', 'darwin'."""
+        return SYSTEM[self.os]
+
+    @property
+    def has_cuda(self):
+        return any(p != "cpu" for p in self.platforms)
+
+    @property
+    def manylinux(self):
+        """'manylinux_2_28' for a Linux target, else None."""
+        m = re.fullmatch(r"(manylinux_\d+_\d+)_" + re.escape(self.machine), self.plat)
+        return m.group(1) if m else None
+
+    def identifier(self, python):
+        """cibuildwheel's build identifier for CPython `python` ('3.12' -> 'cp312-manylinux_aarch64')."""
+        plat = IDENTIFIER_PLATFORM[self.os].format(machine=self.machine, machine_lower=self.machine.lower())
+        return f"cp{python.replace('.', '')}-{plat}"
+
+    def describe(self):
+        """'Linux aarch64', 'Windows AMD64', 'macOS arm64'."""
+        return {"linux": "Linux", "windows": "Windows", "macos": "macOS"}[self.os] + " " + self.machine
+
+
+def _load_targets(data):
+    targets = {}
+    for name, t in data.get("target", {}).items():
+        missing = {"os", "machine", "plat", "runner", "repair", "platforms", "pypi"} - set(t)
+        if missing:
+            raise MatrixError(f"[target.{name}] lacks {sorted(missing)}")
+        if t["os"] not in SYSTEM:
+            raise MatrixError(f"[target.{name}]: os {t['os']!r} is not one of {sorted(SYSTEM)}")
+        if t["pypi"] not in t["platforms"]:
+            raise MatrixError(f"[target.{name}]: pypi {t['pypi']!r} is not among its platforms {t['platforms']}")
+        if not t["plat"].endswith(t["machine"].lower()):
+            raise MatrixError(f"[target.{name}]: platform tag {t['plat']} is not one of machine {t['machine']}")
+        if any(p != "cpu" for p in t["platforms"]) and not t.get("toolkit"):
+            raise MatrixError(f"[target.{name}]: CUDA builds need a toolkit source")
+        targets[name] = Target(
+            name=name, os=t["os"], machine=t["machine"], plat=t["plat"], runner=t["runner"], repair=t["repair"],
+            platforms=tuple(t["platforms"]), pypi=t["pypi"], image=t.get("image", ""), toolkit=t.get("toolkit", ""),
+            archs=tuple((v, tuple(a)) for v, a in sorted(t.get("archs", {}).items())), cross=t.get("cross", ""))
+    default = data["policy"].get("default_target")
+    if default not in targets:
+        raise MatrixError(f"[policy] default_target {default!r} is not a [target.*] table")
+    return targets, targets[default]
+
+
 @dataclasses.dataclass(frozen=True)
 class Cell:
     torch: str            # torch release, e.g. "2.14.1"
@@ -51,10 +123,18 @@ class Cell:
     policy: dict          # the [policy] table
     kind: str = "classic"     # "stable" (torch's stable C ABI) or "classic" (one torch minor)
     serves: tuple = ()        # ((torch release, platform), ...) that the wheel serves
+    target: Target = None     # the OS and machine it is built for
+    default_target: bool = True   # its target is the matrix's default: the id names none
 
     @property
     def id(self):
-        """'2.14.1+cu130': torch's own name for the build it runs on."""
+        """'2.14.1+cu130': torch's own name for the build it runs on, then the target unless it is the default
+        ('2.14.1+cu130-linux-aarch64')."""
+        return self.torch_build + ("" if self.default_target else f"-{self.target.name}")
+
+    @property
+    def torch_build(self):
+        """'2.14.1+cu130': the torch build it is built with (the same name on every target)."""
         return f"{self.torch}+{self.platform}"
 
     @property
@@ -68,7 +148,7 @@ class Cell:
     @property
     def local_tag(self):
         """The wheel's local version, as the build stamps it (prerast_meta.compat.local_tag)."""
-        return compat.local_tag(self.torch, self.cuda, self.kind)
+        return compat.local_tag(self.torch, self.cuda, self.kind, self.target.system)
 
     @property
     def page(self):
@@ -90,11 +170,11 @@ class Cell:
 
     @property
     def manylinux(self):
-        return self.policy["manylinux"]
+        return self.target.manylinux
 
     def wheel_name(self, version, plat=None):
         """The repaired wheel's file name for prerast `version` (without local tag)."""
-        plat = plat or f"{self.policy['manylinux']}_{self.policy['machine']}"
+        plat = plat or self.target.plat
         floor = compat.PYTHON_TAG
         local = f"+{self.local_tag}" if self.local_tag else ""
         return f"prerast-{version}{local}-{floor}-abi3-{plat}.whl"
@@ -112,7 +192,7 @@ class Cell:
 
     def build_identifiers(self):
         """cibuildwheel's identifiers for this cell: one per Python it is tested under."""
-        return [f"cp{p.replace('.', '')}-manylinux_{self.policy['machine']}" for p in self.pythons]
+        return [self.target.identifier(p) for p in self.pythons]
 
     def arch_list(self):
         return ";".join(self.archs)
@@ -122,8 +202,8 @@ def _cuda_major(platform):
     return None if platform == "cpu" else platform[2:-1]
 
 
-def _cell_platform(rel, platform, cuda):
-    """(archs, host_gcc) of a platform, checked."""
+def _cell_platform(rel, platform, cuda, target=None):
+    """(archs, host_gcc) of a platform on a target, checked."""
     if not re.fullmatch(r"cpu|cu\d{3,4}", platform):
         raise MatrixError(f"torch {rel['version']}: bad platform {platform!r}: expected cpu or cuXYZ")
     if platform == "cpu":
@@ -131,7 +211,8 @@ def _cell_platform(rel, platform, cuda):
     cv = f"{platform[2:-1]}.{platform[-1]}"
     if cv not in cuda:
         raise MatrixError(f"torch {rel['version']}: platform {platform} needs a [cuda.\"{cv}\"] table")
-    return tuple(cuda[cv]["archs"]), int(cuda[cv]["host_gcc"])
+    archs = dict(target.archs).get(cv, cuda[cv]["archs"]) if target else cuda[cv]["archs"]
+    return tuple(archs), int(cuda[cv]["host_gcc"])
 
 
 def _check_release(rel, policy, stable_floor):
@@ -161,6 +242,7 @@ def load(path=MATRIX_FILE):
     """All cells of the matrix: the stable cells, then the classic ones ordered by torch release and platform."""
     data = _load_toml(path)
     policy = data["policy"]
+    targets, default = _load_targets(data)
     cuda = data.get("cuda", {})
     stable = data["stable"]
     stable_floor = compat.STABLE_FLOOR
@@ -180,7 +262,7 @@ def load(path=MATRIX_FILE):
                 torch=rel["version"], platform=platform, pythons=tuple(rel["pythons"]), archs=archs, host_gcc=gcc,
                 on_pypi=platform == rel["pypi"], published=platform in rel.get("publish", rel["platforms"]),
                 pr=platform in rel.get("pr", []), policy=policy, kind="classic",
-                serves=tuple((p, platform) for p in patches)))
+                serves=tuple((p, platform) for p in patches), target=default))
     classic = sorted(cells, key=lambda c: (_vkey(c.torch), c.platform != "cpu", _vkey(c.cuda or "0")))
     stable_cells = []
     for entry in stable["cell"]:
@@ -189,18 +271,24 @@ def load(path=MATRIX_FILE):
             raise MatrixError(f"stable cell {entry['torch']}+{entry['platform']}: build with a torch release "
                               f">= {compat.floor_text()} listed under [[torch]]")
         platform = entry["platform"]
-        if platform not in rel["platforms"]:
-            raise MatrixError(f"stable cell {entry['torch']}+{platform}: torch {rel['version']} has no {platform} build")
-        archs, gcc = _cell_platform(rel, platform, cuda)
+        target = targets.get(entry.get("target", default.name))
+        name = f"{entry['torch']}+{platform}" + (f" ({entry['target']})" if "target" in entry else "")
+        if target is None:
+            raise MatrixError(f"stable cell {name}: no [target.{entry['target']}] table")
+        if platform not in rel["platforms"] or platform not in target.platforms:
+            raise MatrixError(f"stable cell {name}: torch {rel['version']} has no {platform} build for {target.name}")
+        archs, gcc = _cell_platform(rel, platform, cuda, target)
         major = _cuda_major(platform)
-        # A CUDA wheel serves the torch builds of its CUDA major; the PyPI one (and a CPU-only one) CPU torch too.
-        serves = tuple((r, p) for r, p in served_by_stable
-                       if (p == "cpu" and major in (None, pypi_major)) or (major and _cuda_major(p) == major))
+        # A CUDA wheel serves the torch builds of its CUDA major there; the PyPI one (and a CPU-only one) CPU
+        # torch too.
+        serves = tuple((r, p) for r, p in served_by_stable if p in target.platforms and
+                       ((p == "cpu" and major in (None, pypi_major)) or (major and _cuda_major(p) == major)))
+        pypi_here = rel["pypi"] if target is default else target.pypi
         stable_cells.append(Cell(
             torch=entry["torch"], platform=platform, pythons=tuple(rel["pythons"]), archs=archs, host_gcc=gcc,
-            on_pypi=platform == rel["pypi"] and entry["torch"] == rel["version"],
+            on_pypi=platform == pypi_here and entry["torch"] == rel["version"],
             published=entry.get("publish", True), pr=entry.get("pr", False), policy=policy, kind="stable",
-            serves=serves))
+            serves=serves, target=target, default_target=target is default))
     cells = stable_cells + classic
     ids = [c.id for c in cells]
     if len(set(ids)) != len(ids):
@@ -215,12 +303,36 @@ def releases(path=MATRIX_FILE):
 
 
 def policy(path=MATRIX_FILE):
-    """The [policy] table: manylinux tag, image, machine, torch's index."""
+    """The [policy] table: torch's index, the default target."""
     return _load_toml(path)["policy"]
 
 
+def targets(path=MATRIX_FILE):
+    """{name: Target}: every [target.*] table, in the file's order."""
+    return _load_targets(_load_toml(path))[0]
+
+
+def default_target(path=MATRIX_FILE):
+    return _load_targets(_load_toml(path))[1]
+
+
+def target_of_tag(plat_tag, path=MATRIX_FILE):
+    """The target a wheel's platform tag ('manylinux_2_34_aarch64', 'linux_x86_64', 'win_amd64',
+    'macosx_14_0_arm64', or several joined by '.') belongs to; None if no target has its OS and machine."""
+    for tag in plat_tag.split("."):
+        m = re.fullmatch(r"(?:many)?linux(?:_\d+_\d+|\d+)?_(\w+)|win_(\w+)|macosx_\d+_\d+_(\w+)", tag)
+        if not m:
+            continue
+        os_name = "linux" if m.group(1) else "windows" if m.group(2) else "macos"
+        machine = (m.group(1) or m.group(2) or m.group(3)).lower()
+        for t in targets(path).values():
+            if t.os == os_name and t.machine.lower() == machine:
+                return t
+    return None
+
+
 def toolkit(path=MATRIX_FILE):
-    """The [toolkit] table: NVIDIA packages for the manylinux image."""
+    """The [toolkit] table: NVIDIA's packages a CUDA build installs."""
     return _load_toml(path)["toolkit"]
 
 
@@ -235,27 +347,35 @@ def minor(version):
 
 
 def find(name, cells=None):
-    """The cell named `name`: '2.14.1+cu130', or a minor release '2.12+cu130' (its listed patch release)."""
+    """The cell named `name`: '2.14.1+cu130', a minor release '2.12+cu130' (its listed patch release), either with
+    a target after a dash ('2.14.1+cu130-linux-aarch64'; none: the default target)."""
     cells = load() if cells is None else cells
-    m = re.fullmatch(r"(\d+\.\d+)(\.\d+)?\+(cpu|cu\d+)", name.strip())
+    m = re.fullmatch(r"(\d+\.\d+)(\.\d+)?\+(cpu|cu\d+)(?:-([a-z0-9_]+-[A-Za-z0-9_]+))?", name.strip())
     if not m:
-        raise MatrixError(f"bad cell name {name!r}: expected <torch release>+<platform>, e.g. 2.14.1+cu130 or 2.12+cu130")
+        raise MatrixError(f"bad cell name {name!r}: expected <torch release>+<platform>[-<target>], e.g. 2.14.1+cu130, "
+                          "2.12+cu130 or 2.14.1+cu130-linux-aarch64")
+    target = m.group(4)
     for c in cells:
-        if c.platform == m.group(3) and (c.torch == m.group(1) + (m.group(2) or "")
-                                         or (not m.group(2) and c.torch.startswith(m.group(1) + "."))):
+        if (c.platform == m.group(3) and (c.target.name == target if target else c.default_target)
+                and (c.torch == m.group(1) + (m.group(2) or "")
+                     or (not m.group(2) and c.torch.startswith(m.group(1) + ".")))):
             return c
     known = ", ".join(c.id for c in cells)
-    served = [c for c in cells if m.group(2) and (m.group(1) + m.group(2), m.group(3)) in c.serves]
+    served = [c for c in cells if m.group(2) and (m.group(1) + m.group(2), m.group(3)) in c.serves
+              and (c.target.name == target if target else c.default_target)]
     if served:
         raise MatrixError(f"no cell {name!r} in ci/matrix.toml: torch {m.group(1)}{m.group(2)}+{m.group(3)} is served "
                           f"by the wheel of cell {served[0].id} ({served[0].kind}); cells: {known}")
     raise MatrixError(f"no cell {name!r} in ci/matrix.toml; cells: {known}")
 
 
-def cell_for_build(info, cells=None):
-    """The cell whose wheel a build with metadata `info` (prerast/_build_info.json) is: stable by CUDA major
-    (the exact platform first), classic by torch minor and platform. None when the matrix has no such cell."""
+def cell_for_build(info, cells=None, target=None):
+    """The cell whose wheel a build with metadata `info` (prerast/_build_info.json) is, on `target` (a Target or
+    its name; None: the default target): stable by CUDA major (the exact platform first), classic by torch minor
+    and platform. None when the matrix has no such cell."""
     cells = load() if cells is None else cells
+    name = getattr(target, "name", target)
+    cells = [c for c in cells if (c.target.name == name if name else c.default_target)]
     cuda = info.get("cuda_version")
     platform = compat.compute_platform(cuda)
     if info.get("abi") == "stable":

@@ -6,9 +6,10 @@
     python -m ci preflight --published --pypi DIR --torch-index DIR/{platform}   # other indexes (a mirror, a test)
 
 A cell names one exact torch build (2.14.1 from PyPI, or 2.14.1+cu126 from download.pytorch.org/whl/cu126), and
-its wheel job installs that build under each of the cell's Pythons inside the manylinux image. This asks the index
-(`pip index versions`: the index page only, no multi-GB download) which versions it has for that Python and the
-image's platform, one question per (index, Python), and names every (cell, Python) whose build is missing. It reads
+its wheel job installs that build under each of the cell's Pythons on its target (inside the manylinux image on
+Linux, on the runner on Windows and macOS). This asks the index (`pip index versions`: the index page only, no
+multi-GB download) which versions it has for that Python and the target's platform tags, one question per (index,
+Python, target), and names every (cell, Python) whose build is missing. It reads
 no pip configuration: the answer must come from the cell's index alone, not from a local mirror or constraint.
 """
 import argparse
@@ -33,21 +34,29 @@ def index_of(cell, pypi=PYPI_SIMPLE, torch_index=None):
 
 def wanted_version(cell):
     """The version string the index must list: '2.14.1' on PyPI, '2.14.1+cu126' on torch's index."""
-    return cell.torch if cell.on_pypi else cell.id
+    return cell.torch if cell.on_pypi else cell.torch_build
 
 
 # glibc versions whose manylinux tag has a legacy alias (PEP 513, 571, 599).
 LEGACY_MANYLINUX = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
 
 
-def image_platforms(policy):
-    """Every platform tag a wheel may carry and still install in the manylinux image, in the order pip inside it
-    prefers them (packaging.tags on the image's glibc): manylinux_2_28 down to the oldest manylinux of the machine
-    (2_5 on x86, 2_17 elsewhere), each with its legacy alias, then the plain linux_<machine> tag, which pip accepts
-    on every Linux. PyTorch's own index tags its 2.4-2.6 builds linux_x86_64 (cu126 of 2.6 and everything from 2.7
-    on manylinux_2_28), PyPI's torch up to 2.6 is manylinux1; pip never widens a --platform list by itself."""
-    major, glibc = (int(x) for x in re.fullmatch(r"manylinux_(\d+)_(\d+)", policy["manylinux"]).groups())
-    machine = policy["machine"]
+def target_platforms(target):
+    """Every platform tag a wheel may carry and still install where the target's wheel job installs torch, in
+    the order pip there prefers them.
+    Linux (packaging.tags on the manylinux image's glibc): manylinux_2_28 down to the oldest manylinux of the
+    machine (2_5 on x86, 2_17 elsewhere), each with its legacy alias, then the plain linux_<machine> tag, which pip
+    accepts on every Linux. PyTorch's own index tags its 2.4-2.6 builds linux_x86_64 (cu126 of 2.6 and everything
+    from 2.7 on manylinux_2_28), PyPI's torch up to 2.6 is manylinux1; pip never widens a --platform list itself.
+    Windows: win_amd64. macOS: the runner's release (macos-14: macosx_14_0) down to 11.0, the first on arm64."""
+    machine = target.machine.lower()
+    if target.os == "windows":
+        return [target.plat]
+    if target.os == "macos":
+        runner = re.fullmatch(r"macos-(\d+)\D*", target.runner)
+        newest = int(runner.group(1)) if runner else int(re.fullmatch(r"macosx_(\d+)_\d+_\w+", target.plat).group(1))
+        return [f"macosx_{m}_0_{machine}" for m in range(newest, 10, -1)]
+    major, glibc = (int(x) for x in re.fullmatch(r"manylinux_(\d+)_(\d+)", target.manylinux).groups())
     oldest = 5 if machine in ("x86_64", "i686") else 17
     tags = []
     for minor in range(glibc, oldest - 1, -1):
@@ -102,19 +111,19 @@ def check(cells, index_for=index_of, ask=None, jobs=8):
     questions = {}
     for cell in cells:
         for python in cell.pythons:
-            questions.setdefault((index_for(cell), python), []).append(cell)
-    platforms = image_platforms(cells[0].policy) if cells else []
+            questions.setdefault((index_for(cell), python, cell.target.name), []).append(cell)
+    tags = {c.target.name: target_platforms(c.target) for c in cells}
     with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-        answers = dict(zip(questions, pool.map(lambda q: ask(q[0], q[1], platforms), questions)))
+        answers = dict(zip(questions, pool.map(lambda q: ask(q[0], q[1], tags[q[2]]), questions)))
     problems = []
-    for (index, python), asked in questions.items():
-        versions, error = answers[(index, python)]
+    for (index, python, target), asked in questions.items():
+        versions, error = answers[(index, python, target)]
         for cell in asked:
             if error:
                 problems.append((cell.id, python, f"could not ask {index}: {error}"))
             elif wanted_version(cell) not in versions:
                 problems.append((cell.id, python, f"{index} has no torch {wanted_version(cell)} for Python {python} "
-                                                  f"on {platforms[0]} or an older tag"))
+                                                  f"on {tags[target][0]} or an older tag"))
     return sorted(problems, key=lambda p: (matrix._vkey(p[0]), p[0], matrix._vkey(p[1])))
 
 

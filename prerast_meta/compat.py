@@ -9,6 +9,7 @@ import itertools
 import os
 import sys
 
+from . import platforms
 from .version import __version__
 
 # The oldest torch the stable-ABI plugin serves: it is compiled with TORCH_TARGET_VERSION set to this release,
@@ -89,13 +90,14 @@ def abi_kind(torch_version, requested=""):
     return requested
 
 
-def local_tag(torch_version, cuda_version, abi):
+def local_tag(torch_version, cuda_version, abi, system=None):
     """The local version of the wheel a build makes. Classic: the torch minor and platform it was built for
     ('2.14.1+cu130', '13.0' -> 'pt214cu130'; CPU builds 'pt213cpu'). Stable: only the CUDA major ('cu12'), none
-    for PyPI's CUDA major (such a wheel can go to PyPI), 'cpu' for a build without CUDA."""
+    for PyPI's CUDA major (such a wheel can go to PyPI), 'cpu' for a build without CUDA, except on an OS that torch
+    ships no CUDA build for (macOS, `system` 'darwin'; None: this one), where the CPU wheel is PyPI's."""
     if abi == "stable":
         if not cuda_version:
-            return "cpu"
+            return "cpu" if platforms.current(system).torch_cuda else ""
         return "" if cuda_major(cuda_version) == PYPI_CUDA_MAJOR else f"cu{cuda_major(cuda_version)}"
     major, minor_ = release(torch_version)[:2]
     return f"pt{major}{minor_}{compute_platform(cuda_version)}"

@@ -35,22 +35,30 @@ def test_stable_floor_is_stated_once():
     assert compat.STABLE_TARGET_VERSION == "0x020a000000000000"  # 2.10, not 2.16 (0x0210...)
     oldest = min((matrix._vkey(r)[:2] for c in STABLE for r, _ in c.serves))
     assert oldest == FLOOR
-    untagged = [c for c in STABLE if c.local_tag == ""]
-    assert [c.cuda.split(".")[0] for c in untagged] == [compat.PYPI_CUDA_MAJOR]
+    # One untagged (PyPI) wheel per target: PyPI's CUDA major where torch has CUDA builds, else the CPU one.
+    for target in matrix.targets().values():
+        untagged = [c for c in STABLE if c.local_tag == "" and c.target == target]
+        assert [(c.cuda or "cpu").split(".")[0] for c in untagged] == \
+            [compat.PYPI_CUDA_MAJOR if target.has_cuda else "cpu"], target.name
 
 
 def test_every_torch_build_is_served_by_exactly_one_published_wheel():
     """Each (release, platform) torch publishes, every patch release included, has one published wheel: a stable
     one from the floor on (by CUDA major), the classic cell of its minor below."""
     published = [c for c in CELLS if c.published]
-    for t in RAW["torch"]:
-        for patch in t["patches"]:
-            for platform in t["platforms"]:
-                serving = [c.id for c in published if (patch, platform) in c.serves]
-                if matrix._vkey(t["version"]) >= FLOOR:
-                    assert len(serving) == 1, (patch, platform, serving)
-                elif (t["version"], platform) in {(c.torch, c.platform) for c in CLASSIC if c.published}:
-                    assert serving == [f"{t['version']}+{platform}"], (patch, platform, serving)
+    default = matrix.default_target()
+    for target in matrix.targets().values():
+        here = [c for c in published if c.target == target]
+        for t in RAW["torch"]:
+            for patch in t["patches"]:
+                for platform in t["platforms"]:
+                    serving = [c.id for c in here if (patch, platform) in c.serves]
+                    if matrix._vkey(t["version"]) >= FLOOR:
+                        assert len(serving) == (platform in target.platforms), (target.name, patch, platform, serving)
+                    elif target != default:  # classic wheels are Linux x86-64 only
+                        assert serving == [], (target.name, patch, platform, serving)
+                    elif (t["version"], platform) in {(c.torch, c.platform) for c in CLASSIC if c.published}:
+                        assert serving == [f"{t['version']}+{platform}"], (patch, platform, serving)
 
 
 def test_stable_cells_serve_their_cuda_major():
@@ -115,7 +123,7 @@ def test_releases_below_2_10_are_built_at_their_lowest_patch():
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
 def test_local_tag_is_the_one_setup_py_stamps(cell):
     torch_version = f"{cell.torch}+{cell.platform}"
-    assert cell.local_tag == compat.local_tag(torch_version, cell.cuda, cell.kind)
+    assert cell.local_tag == compat.local_tag(torch_version, cell.cuda, cell.kind, cell.target.system)
     assert cell.kind == compat.abi_kind(torch_version, "")
 
 
@@ -126,7 +134,64 @@ def test_wheel_name_follows_the_wheel_spec():
     for cell in CELLS:
         parts = cell.wheel_name("1.2.3")[:-len(".whl")].split("-")
         version = "1.2.3" + (f"+{cell.local_tag}" if cell.local_tag else "")
-        assert parts == ["prerast", version, "cp310", "abi3", "manylinux_2_28_x86_64"]
+        assert parts == ["prerast", version, "cp310", "abi3", cell.target.plat]
+    assert matrix.find("2.14.1+cu130-windows-amd64").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-win_amd64.whl"
+    assert matrix.find("2.14.1+cpu-macos-arm64").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-macosx_11_0_arm64.whl"
+    assert matrix.find("2.14.1+cu126-linux-aarch64").wheel_name("0.1.0") == \
+        "prerast-0.1.0+cu12-cp310-abi3-manylinux_2_28_aarch64.whl"
+
+
+def test_every_target_gets_the_platforms_the_issue_names():
+    """Linux aarch64: cpu, CUDA 12 (Orin sm_87, GH200 sm_90) and CUDA 13 (sm_90, sm_100, sm_110, sm_121 + PTX);
+    Windows x86-64: cpu, CUDA 12, CUDA 13; macOS arm64: cpu. Classic cells stay on Linux x86-64."""
+    by_target = {}
+    for c in STABLE:
+        by_target.setdefault(c.target.name, {})[c.cuda.split(".")[0] if c.cuda else "cpu"] = c
+    assert {"linux-x86_64", "linux-aarch64", "windows-amd64", "macos-arm64"} <= set(by_target)
+    arm = by_target["linux-aarch64"]
+    assert set(arm) == {"cpu", "12", "13"}
+    assert {"8.7", "9.0+PTX"} == set(arm["12"].archs)
+    assert [a.rstrip("+PTX") for a in arm["13"].archs] == ["9.0", "10.0", "11.0", "12.1"] and \
+        arm["13"].archs[-1].endswith("+PTX")
+    assert set(by_target["windows-amd64"]) >= {"12", "13"}
+    assert set(by_target["macos-arm64"]) == {"cpu"}
+    assert all(c.target == matrix.default_target() for c in CLASSIC)
+
+
+def test_cell_ids_name_their_target_unless_it_is_the_default():
+    for c in CELLS:
+        assert matrix.find(c.id, CELLS) is c
+        assert c.id.endswith(f"-{c.target.name}") != c.default_target
+    assert matrix.find("2.14+cu130-linux-aarch64").target.machine == "aarch64"
+    with pytest.raises(matrix.MatrixError, match="no cell"):
+        matrix.find("2.14.1+cu130-linux-riscv64")
+
+
+@pytest.mark.parametrize("tag, target", [
+    ("manylinux_2_28_x86_64", "linux-x86_64"), ("linux_x86_64", "linux-x86_64"),
+    ("manylinux_2_17_x86_64.manylinux2014_x86_64", "linux-x86_64"), ("manylinux_2_34_aarch64", "linux-aarch64"),
+    ("win_amd64", "windows-amd64"), ("macosx_11_0_arm64", "macos-arm64"), ("macosx_14_0_arm64", "macos-arm64"),
+    ("macosx_11_0_x86_64", None), ("win32", None), ("manylinux_2_28_ppc64le", None)])
+def test_platform_tags_map_to_their_target(tag, target):
+    found = matrix.target_of_tag(tag)
+    assert (found.name if found else None) == target
+
+
+def test_broken_targets_are_refused(tmp_path):
+    text = open(matrix.MATRIX_FILE).read()
+    broken = {
+        "no \\[target.windows-arm64\\] table": text.replace('target = "windows-amd64"\npr = true', 'target = "windows-arm64"\npr = true'),
+        "not one of machine": text.replace('plat = "win_amd64"', 'plat = "win_arm64"'),
+        "pypi": text.replace('pypi = "cpu"\ncross', 'pypi = "cu999"\ncross'),
+        "has no cu126 build for macos-arm64": text.replace('platform = "cpu"           # the only torch build for macOS',
+                                                           'platform = "cu126"  #'),
+    }
+    for why, edited in broken.items():
+        assert edited != text, why
+        path = tmp_path / "matrix.toml"
+        path.write_text(edited)
+        with pytest.raises(matrix.MatrixError, match=why):
+            matrix.load(str(path))
 
 
 def test_wheel_name_matches_the_wheel_the_tests_run_on():
@@ -214,6 +279,14 @@ def to_toml(data):
             for cv, t in table.items():
                 lines.append(f'[cuda."{cv}"]')
                 lines += [f"{k} = {value(v)}" for k, v in t.items()]
+        elif key == "target":
+            for name, t in table.items():
+                lines.append(f"[target.{name}]")
+                lines += [f"{k} = {value(v)}" for k, v in t.items() if not isinstance(v, dict)]
+                for sub, rows in t.items():
+                    if isinstance(rows, dict):
+                        lines.append(f"[target.{name}.{sub}]")
+                        lines += [f'"{k}" = {value(v)}' for k, v in rows.items()]
         else:
             lines.append(f"[{key}]")
             lines += [f"{k} = {value(v)}" for k, v in table.items() if not isinstance(v, list) or not v

@@ -1,6 +1,7 @@
 """`python -m ci preflight` against fake indexes (local folders of empty wheel files named as the real indexes name
 them): pip reads only the names, so the real `pip index versions` answers without the network."""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -10,8 +11,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix, preflight  # noqa: E402
+from prerast_meta import compat  # noqa: E402
 
 CELLS = matrix.load()
+FLOOR = compat.STABLE_FLOOR
 
 
 def fake_index(folder, *wheels):
@@ -21,9 +24,9 @@ def fake_index(folder, *wheels):
     return str(folder)
 
 
-def torch_wheel(version, python, plat="manylinux_2_28_x86_64"):
+def torch_wheel(version, python, plat="manylinux_2_28_x86_64", abi=None):
     tag = "cp" + python.replace(".", "")
-    return f"torch-{version}-{tag}-{tag}-{plat}.whl"
+    return f"torch-{version}-{tag}-{abi or tag}-{plat}.whl"
 
 
 # How the two indexes name torch's Linux x86_64 wheels, as their file lists show, e.g.
@@ -58,7 +61,43 @@ def published_indexes(root):
                 fake_index(root / "whl" / platform, *names)
             names = [torch_wheel(release, p, pypi_tag(release)) for p in pythons[minor]]
             fake_index(root / "pypi", *names, torch_wheel(release, "3.12", "manylinux_2_28_aarch64"))
+            add_other_targets(root, release, platforms, pythons[minor])
     return str(root / "pypi"), str(root / "whl" / "{platform}")
+
+
+# The other targets' files, from the floor on, as the indexes name them: PyPI serves each target's `pypi` build as
+# plain torch==X (torch-2.14.1-cp312-cp312-win_amd64.whl, torch-2.14.1-cp312-none-macosx_11_0_arm64.whl), PyTorch's
+# index the others (torch-2.14.1+cu130-cp312-cp312-manylinux_2_28_aarch64.whl). Next to them, builds for machines
+# no target is: Windows on arm64, macOS on x86-64.
+def add_other_targets(root, release, platforms, pythons, skip=()):
+    if matrix._vkey(release)[:2] < FLOOR:
+        return
+    default = matrix.default_target()
+    for target in matrix.targets().values():
+        if target == default or target.name in skip:
+            continue
+        for platform in set(platforms) & set(target.platforms):
+            if platform == target.pypi:
+                abi = "none" if target.os == "macos" else None
+                fake_index(root / "pypi", *[torch_wheel(release, p, target.plat, abi) for p in pythons])
+            else:
+                fake_index(root / "whl" / platform, *[torch_wheel(f"{release}+{platform}", p, target.plat)
+                                                       for p in pythons])
+    fake_index(root / "pypi", torch_wheel(release, "3.12", "win_arm64"), torch_wheel(release, "3.12", "macosx_10_15_x86_64"))
+
+
+def test_a_target_without_its_builds_is_reported(tmp_path):
+    """Each target asks for its own platform tags: with only the other machines' files (Windows on arm64, macOS on
+    x86-64, Linux x86-64 and aarch64), the Windows and macOS cells are the ones missing."""
+    pypi, torch_index = published_indexes(tmp_path)
+    for folder in (tmp_path / "pypi", *(tmp_path / "whl").iterdir()):
+        for f in folder.iterdir():
+            if f.name.endswith(("-win_amd64.whl", "-macosx_11_0_arm64.whl")):
+                f.unlink()
+    out = run_preflight("--published", "--pypi", pypi, "--torch-index", torch_index)
+    assert out.returncode == 1
+    missing = set(re.findall(r"^preflight: (\S+) \(Python", out.stdout, re.M))
+    assert missing == {c.id for c in matrix.select(CELLS, published=True) if c.target.os in ("windows", "macos")}
 
 
 def run_preflight(*args):
@@ -82,8 +121,8 @@ def test_without_the_linux_tag_the_older_builds_are_missing(tmp_path, monkeypatc
     """The check above can fail: with the manylinux tags alone (what preflight asked before), every cell of torch
     2.4-2.6 from PyTorch's index (but 2.6's cu126) is reported missing, and nothing else."""
     pypi, torch_index = published_indexes(tmp_path)
-    full = preflight.image_platforms
-    monkeypatch.setattr(preflight, "image_platforms", lambda policy: [t for t in full(policy) if t.startswith("many")])
+    full = preflight.target_platforms
+    monkeypatch.setattr(preflight, "target_platforms", lambda target: [t for t in full(target) if t.startswith("many")])
     assert preflight.main(["--published", "--pypi", pypi, "--torch-index", torch_index]) == 1
     captured = capsys.readouterr()
     missing = {line.split()[1] for line in captured.out.splitlines() if line.startswith("preflight: ")}
@@ -165,30 +204,42 @@ def test_command_names_missing_cells_and_fails(monkeypatch, capsys):
     assert all(c in captured.err for c in ("2.4.0+cu124", "2.14.1+cu126", "2.14.1+cu130", "2.13.0+cpu"))
 
 
-def test_image_platforms_are_what_pip_in_the_image_accepts():
-    """The tag list equals what packaging.tags (pip's own copy) yields on an x86_64 Linux whose glibc is the
-    image's 2.28: the same tags, in the same order. Asked in a child process: importing pip makes setuptools'
-    distutils shim give way to the stdlib's for the rest of the process, which breaks the C++ builds of
-    torch.compile in the tests that follow."""
-    if not sys.platform.startswith("linux") or os.uname().machine != "x86_64":
-        pytest.skip("packaging.tags answers for the machine it runs on: needs x86_64 Linux")
-    code = ("import json\n"
-            "from pip._vendor.packaging import _manylinux, _musllinux, tags\n"
-            "_manylinux._get_glibc_version = lambda: (2, 28)\n"
-            "_musllinux._get_musl_version = lambda executable: None\n"
-            "tags.sysconfig.get_platform = lambda: 'linux-x86_64'\n"
-            "print(json.dumps(list(tags._linux_platforms(is_32bit=False))))\n")
+# packaging.tags (pip's own copy) on each target's install machine, faked in a child process: importing pip makes
+# setuptools' distutils shim give way to the stdlib's for the rest of the process, which breaks the C++ builds of
+# torch.compile in the tests that follow.
+REFERENCE_TAGS = {
+    "linux": ("from pip._vendor.packaging import _manylinux, _musllinux, tags\n"
+              "_manylinux._get_glibc_version = lambda: (2, 28)\n"
+              "_musllinux._get_musl_version = lambda executable: None\n"
+              "tags.sysconfig.get_platform = lambda: 'linux-{machine}'\n"
+              "found = list(tags._linux_platforms(is_32bit=False))\n"),
+    "macos": ("from pip._vendor.packaging import tags\n"
+              "found = [t for t in tags.mac_platforms(version=({runner}, 0), arch='{machine}') if t.endswith('_{machine}')]\n"),
+    "windows": "found = ['win_' + '{machine}'.lower()]\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(matrix.targets()))
+def test_target_platforms_are_what_pip_there_accepts(name):
+    """Each target's tag list equals what packaging.tags yields where its wheel job installs torch (the
+    manylinux image's glibc 2.28, the macOS runner's release): the same tags, in the same order."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the Linux reference fakes glibc and the platform of a Linux interpreter")
+    target = matrix.targets()[name]
+    runner = (target.runner.split("-") + ["0"])[1]
+    code = REFERENCE_TAGS[target.os].format(machine=target.machine, runner=runner) + \
+        "import json\nprint(json.dumps(found))\n"
     expected = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                          check=True, timeout=120).stdout)
-    got = preflight.image_platforms({"manylinux": "manylinux_2_28", "machine": "x86_64"})
-    assert got == expected
-    assert got[0] == "manylinux_2_28_x86_64" and got[-1] == "linux_x86_64"
-    assert {"manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux1_x86_64"} <= set(got)
-    assert "manylinux_2_34_x86_64" not in got
-    # Elsewhere than x86 manylinux starts at glibc 2.17.
-    arm = preflight.image_platforms({"manylinux": "manylinux_2_28", "machine": "aarch64"})
-    assert arm[-3:] == ["manylinux_2_17_aarch64", "manylinux2014_aarch64", "linux_aarch64"]
-
+    got = preflight.target_platforms(target)
+    assert got == expected and got[0].endswith(target.machine.lower())
+    if target.os == "linux":
+        assert got[0] == target.plat and got[-1] == f"linux_{target.machine}"
+        assert f"manylinux_2_34_{target.machine}" not in got
+        # Elsewhere than x86, manylinux starts at glibc 2.17.
+        oldest = {"x86_64": ["manylinux_2_5_x86_64", "manylinux1_x86_64"]}.get(
+            target.machine, [f"manylinux_2_17_{target.machine}", f"manylinux2014_{target.machine}"])
+        assert got[-3:-1] == oldest
 
 def test_an_unreachable_index_is_an_error_not_a_missing_build():
     # pip's answer when the host does not resolve: retries, then the same words as for a missing build.
