@@ -35,18 +35,22 @@ def cmd_matrix(a):
     if a.json:
         print(json.dumps([{"id": c.id, "kind": c.kind, "torch": c.torch, "platform": c.platform,
                            "pythons": list(c.pythons), "archs": list(c.archs), "published": c.published, "pr": c.pr,
-                           "local_tag": c.local_tag, "serves": [f"{r}+{p}" for r, p in c.serves]} for c in cells],
+                           "local_tag": c.local_tag, "serves": [f"{r}+{p}" for r, p in c.serves],
+                           "target": c.target.name, "os": c.target.os, "machine": c.target.machine,
+                           "platform_tag": c.target.plat} for c in cells],
                          indent=2))
         return 0
+    width = max(len(c.id) for c in cells) if cells else 14
     for c in cells:
         flags = ("published" if c.published else "unpublished") + (", pr" if c.pr else "")
-        line = f"{c.id:14} {c.kind:8} py {' '.join(c.pythons):20} {c.arch_list() or 'cpu':40} {flags}"
+        line = (f"{c.id:{width}} {c.kind:8} {c.target.os + ' ' + c.target.machine:15} py {' '.join(c.pythons):20} "
+                f"{c.arch_list() or 'cpu':40} {flags}")
         if a.local:
             ok, why = local.verdict(c, a.python if a.python in c.pythons else None)
             line += "  -> " + ("buildable here" if ok else why)
         print(line)
         tag = f"+{c.local_tag}" if c.local_tag else "no local tag"
-        print(f"{'':14} {tag}: serves {c.serves_text()}")
+        print(f"{'':{width}} {c.wheel_name('<version>')}: {tag}, serves {c.serves_text()} on {c.target.describe()}")
     return 0
 
 
@@ -75,7 +79,7 @@ def _requested(a, cells):
 
 
 def cmd_build(a):
-    from ci import cells as builder, matrix, summary, tools
+    from ci import cells as builder, local, matrix, summary, tools
     from ci.progress import clock, log
 
     all_cells = matrix.load()
@@ -94,8 +98,11 @@ def cmd_build(a):
     results = []
     for i, (c, py) in enumerate(runs, 1):
         log(f"=== cell {i}/{len(runs)}: {c.id} with Python {py}")
-        r = builder.build_cell(c, py, a.out, a.work, a.downloads, a.archs, a.keep_build_env, not a.drop_runtime_env,
-                               a.device)
+        if local.native(c.target):
+            r = builder.build_cell(c, py, a.out, a.work, a.downloads, a.archs, a.keep_build_env,
+                                   not a.drop_runtime_env, a.device)
+        else:  # verdict() said this machine cross-builds it
+            r = builder.build_cross_cell(c, py, a.out, a.work, a.downloads, a.keep_build_env)
         log(f"=== {c.id} py{py}: {r['status']} (" + ", ".join(f"{k} {clock(v)}" for k, v in r["times"].items()) + ")")
         if any(o["cell"] == r["cell"] and o.get("runtime_venv") for o in results) and r.get("runtime_venv"):
             shutil.rmtree(r["runtime_venv"], ignore_errors=True)  # one runtime per torch build does for cross-checks

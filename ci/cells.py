@@ -41,15 +41,17 @@ def _pip(python, args, log_path, label, env=None):
     return run_logged(cmd, log_path, label, env=env, show=lambda line: line.startswith(("Collecting", "Installing")))
 
 
-def fetch_torch(cell, python_version, downloads, log_path):
-    """pip download the cell's torch (+ numpy) for `python_version` into a folder of its own; venvs install
-    from there with --no-index, so the multi-GB CUDA wheels are fetched once."""
-    folder = os.path.join(downloads, f"{cell.id}-cp{python_version.replace('.', '')}")
+def fetch_torch(cell, python_version, downloads, log_path, requirement=None):
+    """pip download the cell's torch (or `requirement`: (requirement, extra pip arguments)) and numpy for
+    `python_version` into a folder of its own; venvs install from there with --no-index, so the multi-GB CUDA
+    wheels are fetched once."""
+    name = cell.id if requirement is None else requirement[0].split("=")[-1]
+    folder = os.path.join(downloads, f"{name}-cp{python_version.replace('.', '')}")
     done = os.path.join(folder, ".complete")
     if os.path.exists(done):
         log(f"  torch wheels already in {folder}")
         return folder
-    requirement, extra = cell.torch_requirement()
+    requirement, extra = requirement or cell.torch_requirement()
     python = local.python_executable(python_version)
     _pip(python, ["download", "-d", folder, requirement, "numpy"] + extra, log_path, "download torch")
     open(done, "w").close()
@@ -248,6 +250,110 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
         if not keep_runtime_env and os.path.isdir(runtime_venv):
             shutil.rmtree(runtime_venv, ignore_errors=True)
             result["runtime_venv"] = None
+        save_result(result, out_root)
+    return result
+
+
+CROSS_STEPS = ["torch", "env", "cold", "smoke"]
+
+
+def can_cross_build(cell):
+    """(True, '') if this machine cross-builds `cell` (its target's `cross` is this machine and the cell has no
+    CUDA: nvcc's cross build stops here, python -m ci.cross cuda-probe says where), else (False, why)."""
+    import platform
+
+    from ci import cross
+
+    target = cell.target
+    if not target.cross:
+        return False, f"built on {target.runner} in the workflow only (no {target.describe()} machine here)"
+    if target.cross.lower() != platform.machine().lower() or not sys.platform.startswith("linux"):
+        return False, f"cross-built on Linux {target.cross} only"
+    if cell.cuda:
+        return False, (f"its CUDA library does not cross-compile here (python -m ci.cross cuda-probe says why): "
+                       f"built on {target.runner} in the workflow")
+    if target.machine != cross.TARGET:
+        return False, f"python -m ci.cross builds for {cross.TARGET}, not {target.machine}"
+    try:
+        cross.check_tools()
+    except cross.ToolsMissing as e:
+        return False, str(e).replace("\n", " ").replace("  - ", "")
+    return True, ""
+
+
+def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WORK, downloads=DEFAULT_DOWNLOADS,
+                     keep_build_env=False):
+    """Build, repair and smoke-test a cell of another machine by cross-compiling (ci/cross.py): the cell's torch for
+    this machine in a build virtualenv (its headers; the library links against the target's torch of the stable
+    floor, downloaded once with the target's numpy and Python sysroot), then under qemu the render of
+    tests/platform_render.py with the repaired wheel. Returns the result dict (also in result.json)."""
+    from ci import cross
+
+    name = run_name(cell, python_version)
+    work, out = os.path.join(work_root, name), os.path.join(out_root, name)
+    os.makedirs(work, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
+    logs = os.path.join(work, "logs")
+    shutil.rmtree(logs, ignore_errors=True)
+    os.makedirs(logs)
+    result = {"cell": cell.id, "python": python_version, "status": "failed", "step": None, "times": {},
+              "archs_requested": "", "log_dir": logs, "cross": f"{cell.target.cross} -> {cell.target.machine}"}
+    steps = Steps(CROSS_STEPS, name)
+    build_venv = os.path.join(work, "build-venv")
+    try:
+        with steps("torch"):
+            result["step"] = "torch"
+            torch_wheels = fetch_torch(cell, python_version, downloads, os.path.join(logs, "torch.log"),
+                                       cell.host_torch_requirement())
+        with steps("env"):
+            result["step"] = "env"
+            python = make_env(build_venv, python_version, torch_wheels, [tools.CELL_REQUIREMENTS],
+                              os.path.join(logs, "env.log"))
+            src = os.path.join(work, "src")
+            copy_source(src)
+        with steps("cold"):
+            result["step"] = "cold"
+            for old in glob.glob(os.path.join(out, "*.whl")):
+                os.remove(old)
+            # In the build virtualenv: its torch gives the headers, its packages torch's pure-Python dependencies.
+            cmd = [python, "-c", "import sys; from ci import cross; print(cross.build(sys.argv[1], source=sys.argv[2]))",
+                   out, src]
+            run_logged(cmd, os.path.join(logs, "build-cross.log"), "cross build", cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=ROOT), show=progress.echo_compiler)
+            (repaired,) = glob.glob(os.path.join(out, "prerast-*.whl"))
+            facts_in = wheel.inspect(repaired)
+            if facts_in["forbidden"]:
+                raise CellFailed(f"torch libraries were grafted into the wheel: {facts_in['forbidden']}")
+            plat_tag = ".".join(wheel.wheel_tags(repaired)[2])
+            if not plat_tag.endswith("_" + cell.target.machine):
+                raise CellFailed(f"the cross-built wheel is tagged {plat_tag}, not for {cell.target.machine}")
+            version = facts_in["build_info"]["prerast_version"].split("+")[0]
+            if os.path.basename(repaired) != cell.wheel_name(version, plat_tag):
+                raise CellFailed(f"wheel named {os.path.basename(repaired)}, expected {cell.wheel_name(version, plat_tag)}")
+            result.update(wheel=repaired, size=os.path.getsize(repaired), platform_tag=plat_tag, auditwheel_show=plat_tag,
+                          plat_requested=None, archs=[], grafted=facts_in["grafted"], build_info=facts_in["build_info"])
+        with steps("smoke"):
+            result["step"] = "smoke"
+            cmd, env = cross.python_command(installed=cross.install(repaired))
+            script = os.path.join(ROOT, "tests", "platform_render.py")
+            r = subprocess.run(cmd + [script], capture_output=True, text=True, env=env, cwd=work, timeout=1800)
+            with open(os.path.join(logs, "smoke-qemu.log"), "w") as f:
+                f.write(r.stdout + r.stderr)
+            if r.returncode:
+                raise CellFailed(f"the render under qemu failed:\n{r.stderr[-3000:]}")
+            render = json.loads(r.stdout)
+            if render["machine"] != cell.target.machine or not all(render["nonzero"].values()):
+                raise CellFailed(f"the render under qemu ran on {render['machine']} with empty outputs: {render['nonzero']}")
+            result.update(smoke={"device": "cpu (qemu-user)", "machine": render["machine"], "torch": render["torch"],
+                                 "hashes": render["hashes"]}, runtime_venv=None)
+        result.update(status="ok", step=None, times=dict(steps.times))
+    except (CommandFailed, CellFailed, RuntimeError, subprocess.CalledProcessError, cross.ToolsMissing) as e:
+        result["error"] = str(e)
+        result["times"] = steps.times
+        log(f"FAILED at step {result['step']}: {str(e)[:2000]}", name)
+    finally:
+        if not keep_build_env:
+            shutil.rmtree(build_venv, ignore_errors=True)
         save_result(result, out_root)
     return result
 

@@ -60,9 +60,11 @@ DEBS = ["python3.11", "python3.11-minimal", "libpython3.11-minimal", "libpython3
         "libsqlite3-0", "libncursesw6", "libtinfo6", "libuuid1", "libcrypt1", "libzstd1", "libreadline8",
         "libdb5.3", "libgdbm6", "libnsl2", "libtirpc3"]
 # Pure-Python packages torch imports and the tests run with, copied from this interpreter's environment (their
-# compiled speed-ups, x86-64 code, are left out: markupsafe falls back to Python without its own).
+# compiled speed-ups, x86-64 code, are left out: markupsafe falls back to Python without its own). The test
+# runner's are copied where this environment has them (a cell's build virtualenv has torch's only).
 PURE = ["filelock", "typing_extensions", "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "fsspec", "pytest",
         "_pytest", "pluggy", "iniconfig", "packaging", "py", "pygments"]
+PURE_FOR_TESTS = {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "pygments"}
 # program -> the Debian package that provides it
 TOOLS = {"aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu", "aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu",
          "qemu-aarch64-static": "qemu-user-static", "apt-get": "apt", "dpkg": "dpkg", "readelf": "binutils"}
@@ -101,7 +103,7 @@ def fetch_wheels(p, python=sys.executable):
     with the pure-Python dependencies copied from `python`'s environment."""
     if _done(p["site"]):
         stamp = json.load(open(os.path.join(p["site"], ".complete")))
-        if stamp.get("pure") != PURE:  # the list grew since: copy again (the downloads are kept)
+        if set(stamp.get("pure", ())) < set(PURE):  # the list grew since: copy again (the downloads are kept)
             stamp["pure"] = copy_pure(p["site"])
             _mark(p["site"], stamp)
         return
@@ -126,6 +128,8 @@ def copy_pure(site):
     copied = []
     for name in PURE:
         spec = importlib.util.find_spec(name)
+        if (spec is None or not spec.origin) and name in PURE_FOR_TESTS:
+            continue
         if spec is None or not spec.origin:
             raise ToolsMissing(f"{name} is not installed in {sys.executable}'s environment (the aarch64 site copies "
                                f"it): pip install {name}")

@@ -77,14 +77,35 @@ def allowed(version):
     return all(ops.get(op, lambda _: True)(_vkey(bound)) for op, bound in torch_constraints())
 
 
+def native(target):
+    """Is `target` (a matrix Target) this machine's OS and CPU architecture?"""
+    import platform
+
+    from prerast_meta import platforms
+
+    return platforms.key() == target.system and platform.machine().lower() == target.machine.lower()
+
+
 def verdict(cell, python_version=None):
-    """(True, '') if this machine can build `cell` with Python `python_version`, else (False, the reason)."""
+    """(True, '') if this machine can build `cell` with Python `python_version`, else (False, the reason). A cell
+    of another machine is buildable where this one cross-builds it (ci/cells.py, can_cross_build)."""
     python_version = python_version or cell.pythons[0]
     if python_version not in cell.pythons:
         return False, f"torch {cell.torch} has no wheels for Python {python_version}"
     if not python_executable(python_version):
         return False, f"no python{python_version} here"
-    if cell.cuda:
+    if not native(cell.target):
+        from ci import cells
+
+        ok, why = cells.can_cross_build(cell)
+        if not ok:
+            return False, why
+        requirement, extra = cell.host_torch_requirement()
+        wanted = requirement.split("=")[-1]
+        if wanted not in torch_versions() and wanted not in torch_versions(extra[1]):
+            return False, f"its cross build compiles with torch {wanted} (headers), from {extra[1]}: not reachable here"
+        return True, ""
+    elif cell.cuda:
         home, have = nvcc()
         if have != cell.cuda:
             return False, f"needs CUDA {cell.cuda} nvcc; this machine has " + (f"CUDA {have}" if have else "none")

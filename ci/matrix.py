@@ -82,8 +82,10 @@ class Target:
         return f"cp{python.replace('.', '')}-{plat}"
 
     def describe(self):
-        """'Linux aarch64', 'Windows AMD64', 'macOS arm64'."""
-        return {"linux": "Linux", "windows": "Windows", "macos": "macOS"}[self.os] + " " + self.machine
+        """'Linux x86-64', 'Linux AArch64', 'Windows x86-64', 'macOS arm64': as the loader names platforms."""
+        from prerast_meta import platforms
+
+        return platforms.describe_running(self.system, self.machine)
 
 
 def _load_targets(data):
@@ -186,6 +188,12 @@ class Cell:
         if self.on_pypi:
             return f"torch==={self.torch}", []
         return f"torch=={self.torch}+{self.platform}", ["--extra-index-url", self.torch_index()]
+
+    def host_torch_requirement(self):
+        """(requirement, extra pip arguments) of the torch a cross build of this CPU cell compiles with on the
+        build machine: the CPU build of its release there, for its headers (the library links against the
+        target's own torch, ci/cross.py)."""
+        return f"torch=={self.torch}+cpu", ["--extra-index-url", self.policy["torch_index"].format(platform="cpu")]
 
     def torch_index(self):
         return self.policy["torch_index"].format(platform=self.platform)
