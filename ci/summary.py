@@ -14,6 +14,9 @@ def _smoke(r):
     s = r.get("smoke")
     if not s:
         return "-"
+    if "qemu" in s.get("device", ""):  # a cross-built cell: rendered under qemu-user
+        took = f" in {s['qemu_run_s']:.0f} s" if "qemu_run_s" in s else ""
+        return f"ok: render under qemu ({s['machine']}, torch {s['torch']}){took}, cpu-only wheel"
     parts = [f"ok: cpu render {s['first_frame_s'] * 1000:.0f} ms"]
     parts.append("gpu " + ("ok" if s.get("gpu") else "n/a (no GPU here)") if r.get("archs") else "cpu-only wheel")
     parts.append("venv read-only" if s.get("venv_read_only") else "venv watched")

@@ -239,3 +239,81 @@ def test_forced_install_on_x86_64_is_a_binary_mismatch(aarch64_wheel, tmp_path):
     assert "_C.abi3.so" in error and "not a library for this machine" in error, error
     assert re.search(r"found:\s+an ELF 64-bit little-endian AArch64 file, but this Python is an ELF 64-bit "
                      r"little-endian x86-64 file", r.stderr), r.stderr
+
+
+# python -m ci build --cell <the aarch64 CPU cell>: the matrix's cell for this machine's cross build.
+def cross_cell():
+    from ci import matrix
+
+    (cell,) = [c for c in matrix.load() if c.target.cross and not c.cuda]
+    return cell
+
+
+def test_matrix_lists_the_aarch64_cpu_cell_as_buildable_here():
+    try:
+        cross.check_tools()
+    except ToolsMissing as e:
+        pytest.skip(str(e))
+    cell = cross_cell()
+    out = subprocess.run([sys.executable, "-m", "ci", "matrix", "--local"], capture_output=True, text=True, cwd=ROOT,
+                         check=True, timeout=300).stdout
+    (line,) = [line for line in out.splitlines() if line.startswith(cell.id + " ")]
+    assert "aarch64" in line and line.endswith("-> buildable here"), line
+    # Its CUDA cells and the other machines' are listed with the reason they are built in the workflow.
+    for other in ("2.14.1+cu130-linux-aarch64", "2.14.1+cu130-windows-amd64", "2.14.1+cpu-macos-arm64"):
+        (line,) = [line for line in out.splitlines() if line.startswith(other + " ")]
+        assert "in the workflow" in line, line
+
+
+def test_cross_cell_without_its_toolchain_names_the_packages(monkeypatch, capsys):
+    from ci import __main__ as cli, cells
+
+    real = cross.shutil.which
+    monkeypatch.setattr(cross.shutil, "which", lambda p: None if p.startswith(("aarch64", "qemu")) else real(p))
+    ok, why = cells.can_cross_build(cross_cell())
+    assert not ok and "g++-aarch64-linux-gnu" in why and "qemu-user-static" in why
+    assert cli.main(["build", "--cell", cross_cell().id]) == 2
+    assert "g++-aarch64-linux-gnu" in capsys.readouterr().err
+
+
+def test_build_cell_of_another_machine_goes_to_the_cross_build(monkeypatch, tmp_path):
+    """`ci build --cell` takes the cross build for the aarch64 CPU cell, the native one for this machine's."""
+    from ci import __main__ as cli, cells, local
+
+    monkeypatch.setattr(local, "verdict", lambda cell, py=None: (True, ""))
+    calls = []
+    for name in ("build_cell", "build_cross_cell"):
+        monkeypatch.setattr(cells, name, lambda cell, py, *a, _n=name, **k: calls.append((_n, cell.id)) or
+                            {"cell": cell.id, "python": py, "status": "ok", "times": {}})
+    for cell_id in (cross_cell().id, "2.13.0+cpu"):
+        cli.main(["build", "--cell", cell_id, "--out", str(tmp_path), "--work", str(tmp_path), "--no-cross-check"])
+    assert calls == [("build_cross_cell", cross_cell().id), ("build_cell", "2.13.0+cpu")]
+
+
+@platforms
+def test_ci_build_cell_cross_builds_and_renders_the_x86_bits_under_qemu(tmp_path):
+    """The README's command, end to end: the cell's wheel is aarch64 code, named as the matrix says (with the tag
+    this toolchain's glibc allows), and its render under qemu has the x86-64 wheel's bits."""
+    try:
+        cross.check_tools()
+    except ToolsMissing as e:
+        pytest.skip(str(e))
+    cell = cross_cell()
+    started = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "ci", "build", "--cell", cell.id, "--out", str(tmp_path / "out"),
+                        "--work", str(tmp_path / "work")], capture_output=True, text=True, cwd=ROOT, timeout=3000)
+    print(f"\npython -m ci build --cell {cell.id}: {time.perf_counter() - started:.0f} s")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    (result_file,) = (tmp_path / "out").glob("*/result.json")
+    result = json.loads(result_file.read_text())
+    assert result["status"] == "ok" and result["cell"] == cell.id
+    name = os.path.basename(result["wheel"])
+    assert name == cell.wheel_name(result["build_info"]["prerast_version"].split("+")[0], result["platform_tag"])
+    assert result["platform_tag"].endswith("_aarch64")
+    with zipfile.ZipFile(result["wheel"]) as z:
+        machines = {n: elf_machine(z.read(n)[:20]) for n in z.namelist() if n.endswith(".so")}
+    assert machines and set(machines.values()) == {EM_AARCH64}, machines
+    native = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "platform_render.py")], capture_output=True,
+                            text=True, check=True, timeout=600)
+    assert result["smoke"]["hashes"] == json.loads(native.stdout)["hashes"]
+    assert cell.id in r.stdout and "render under qemu" in r.stdout

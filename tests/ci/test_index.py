@@ -190,3 +190,62 @@ def test_every_page_the_loader_names_for_a_served_build_exists(site):
             assert f"torch-{release}+{platform}.html" in cell.pages
             pin = command.split('"')[1].split("==")[1]
             assert pin.partition("+")[2] == cell.local_tag, (cell.id, command)
+
+
+@pytest.fixture(scope="module")
+def platforms_site(tmp_path_factory):
+    """One release's wheels for every target: the untagged ones of Linux x86-64 and aarch64 and Windows (CUDA 13),
+    macOS's CPU one, and the CUDA 12 ones of aarch64 and Windows."""
+    folder = tmp_path_factory.mktemp("platform-wheels")
+    made = {
+        "linux-x86_64": make_wheel(str(folder), "0.2.0", "2.14.1+cu130", "13.0"),
+        "linux-aarch64": make_wheel(str(folder), "0.2.0", "2.14.1+cu130", "13.0", plat="manylinux_2_28_aarch64"),
+        "windows-amd64": make_wheel(str(folder), "0.2.0", "2.14.1+cu130", "13.0", plat="win_amd64"),
+        "macos-arm64": make_wheel(str(folder), "0.2.0", "2.14.1", None, plat="macosx_11_0_arm64"),
+        "aarch64-cu12": make_wheel(str(folder), "0.2.0+cu12", "2.14.1+cu126", "12.6", plat="manylinux_2_28_aarch64"),
+        "windows-cu12": make_wheel(str(folder), "0.2.0+cu12", "2.14.1+cu126", "12.6", plat="win_amd64"),
+    }
+    out = tmp_path_factory.mktemp("platform-site")
+    entries = index.collect([str(folder)])
+    index.write(entries, str(out))
+    return out, made, {e["file"]: e for e in entries}
+
+
+def test_each_platforms_wheel_is_on_the_pages_of_its_cell(platforms_site):
+    from ci import matrix
+
+    out, made, entries = platforms_site
+    for name, cell_id in (("linux-x86_64", "2.14.1+cu130"), ("linux-aarch64", "2.14.1+cu130-linux-aarch64"),
+                          ("windows-amd64", "2.14.1+cu130-windows-amd64"), ("macos-arm64", "2.14.1+cpu-macos-arm64"),
+                          ("aarch64-cu12", "2.14.1+cu126-linux-aarch64"), ("windows-cu12", "2.14.1+cu126-windows-amd64")):
+        entry = entries[os.path.basename(made[name])]
+        assert entry["pages"] == matrix.find(cell_id).pages, name
+    # The CPU page lists the CPU-serving wheel of every platform; a CUDA 13 page all but macOS's.
+    cpu = (out / "torch-2.12.0+cpu.html").read_text()
+    assert all(os.path.basename(made[n]) in cpu for n in ("linux-x86_64", "linux-aarch64", "windows-amd64", "macos-arm64"))
+    cu13 = (out / "torch-2.12.0+cu130.html").read_text()
+    assert cu13.count("<a href=") == 3 and "macosx" not in cu13
+    cu12 = (out / "torch-2.10.0+cu128.html").read_text()
+    assert cu12.count("<a href=") == 2 and "+cu12" in cu12
+
+
+@pytest.mark.parametrize("plat, name", [("manylinux_2_28_x86_64", "linux-x86_64"),
+                                        ("manylinux_2_28_aarch64", "linux-aarch64"), ("win_amd64", "windows-amd64"),
+                                        ("macosx_11_0_arm64", "macos-arm64")])
+def test_pip_on_each_platform_takes_its_own_wheel_from_one_page(platforms_site, tmp_path, plat, name):
+    """pip, asked as that platform's pip would ask (pip download --platform), picks that platform's file from the
+    shared page, and the right one for CUDA 12 torch (pip never widens a --platform: each asks the tag its files
+    carry)."""
+    out, made, _ = platforms_site
+    for page, key in (("torch-2.14.1+cpu.html", name), ("torch-2.14.1+cu126.html", {
+            "linux-aarch64": "aarch64-cu12", "windows-amd64": "windows-cu12"}.get(name))):
+        dest = tmp_path / page
+        got = subprocess.run([sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "download",
+                              "--no-deps", "--no-index", "--only-binary=:all:", "--platform", plat,
+                              "--python-version", "3.12", "--implementation", "cp", "-d", str(dest),
+                              "-f", (out / page).as_uri(), "prerast"], capture_output=True, text=True)
+        if key is None:  # no CUDA 12 wheel for this platform
+            assert got.returncode != 0 and "No matching distribution" in got.stderr, got.stderr
+            continue
+        assert got.returncode == 0, got.stderr
+        assert os.listdir(dest) == [os.path.basename(made[key])]
