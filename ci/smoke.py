@@ -25,13 +25,17 @@ exit 1
 """
 
 
+def _windows():
+    return os.name == "nt"
+
+
 def venv_bin(venv):
     """The venv's folder of programs: bin/ on Linux and macOS, Scripts\\ on Windows."""
-    return os.path.join(venv, "Scripts" if os.name == "nt" else "bin")
+    return os.path.join(venv, "Scripts" if _windows() else "bin")
 
 
 def venv_python(venv):
-    return os.path.join(venv_bin(venv), "python.exe" if os.name == "nt" else "python")
+    return os.path.join(venv_bin(venv), "python.exe" if _windows() else "python")
 
 
 def runtime_env(venv, home, compiler="/bin/false"):
@@ -51,7 +55,7 @@ def runtime_env(venv, home, compiler="/bin/false"):
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    if os.name == "nt":
+    if _windows():
         system_root = os.environ.get("SystemRoot", r"C:\Windows")
         env.update({"SystemRoot": system_root, "USERPROFILE": home, "TEMP": env["TMPDIR"], "TMP": env["TMPDIR"],
                     "LOCALAPPDATA": os.path.join(home, "AppData", "Local"),
