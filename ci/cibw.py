@@ -1,12 +1,18 @@
 """The matrix as cibuildwheel and GitHub Actions see it.
 
-pyproject.toml's [tool.cibuildwheel] holds what every cell shares (image, frontend, repair, smoke test); this
-module supplies what differs per cell, as environment variables that override it:
+pyproject.toml's [tool.cibuildwheel] holds what every cell shares (frontend, before-all per OS, repair, smoke
+test); this module supplies what differs per cell and target, as environment variables that override it:
 
-    python -m ci gh-matrix --pr          # the workflow's job list: {"include": [{"cell": "2.14.1+cu130", ...}]}
+    python -m ci gh-matrix --pr          # the workflow's job list: {"include": [{"cell": "2.14.1+cu130",
+                                         #   "target": "linux-x86_64", "os": "linux", "runner": "ubuntu-24.04", ...}]}
     python -m ci cibw-env --cell 2.14.1+cu130 >> "$GITHUB_ENV"
-    cibuildwheel --platform linux        # builds the cell's wheel once (abi3), smoke-tests it under the oldest
-                                         # and newest of its Pythons (cibuildwheel's abi3audit covers the others)
+    cibuildwheel --platform linux        # (the row's os: linux, windows, macos) builds the cell's wheel once
+                                         # (abi3), smoke-tests it under the oldest and newest of its Pythons
+                                         # (cibuildwheel's abi3audit covers the others)
+
+Per OS: Linux builds in the target's manylinux image with the toolkit from NVIDIA's RHEL 8 repository and
+gcc-toolset; Windows on the runner with MSVC (the job's developer prompt) and, for CUDA cells, the toolkit that
+`python -m ci toolkit-redist` unpacked into redist_toolkit_dir; macOS on the runner, CPU only.
 """
 import os
 import re
