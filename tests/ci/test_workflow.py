@@ -533,3 +533,13 @@ def test_a_shorter_exclude_list_would_graft_a_torch_library(monkeypatch):
     monkeypatch.setattr(repair, "DELVEWHEEL_EXCLUDES", [p for p in repair.DELVEWHEEL_EXCLUDES if p != "c10*.dll"])
     cmd = repair.repair_command("delvewheel", "in.whl", "out", "python")
     assert not excluded_by_command("delvewheel", cmd, "c10.dll")
+
+
+def test_wheel_jobs_install_the_pinned_cibuildwheel(tmp_path):
+    (install,) = [line.strip() for line in runs(wheel_job(open(WORKFLOW).read())).splitlines()
+                  if "pip install" in line]
+    out = subprocess.run(["bash", "-c", install.replace("python -m pip install", "printf '%s\\n'")], cwd=ROOT,
+                         capture_output=True, text=True)
+    pins = [line for line in open(os.path.join(ROOT, "ci", "requirements-ci.txt")).read().splitlines()
+            if line.startswith("cibuildwheel==")]
+    assert out.stdout.splitlines() == pins and len(pins) == 1
