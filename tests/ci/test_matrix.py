@@ -320,7 +320,8 @@ def test_github_matrix_lists_the_selected_cells():
 
     jobs = json.loads(out)["include"]
     assert [j["cell"] for j in jobs] == [c.id for c in CELLS if c.pr]
-    assert all(set(j) == {"cell", "torch", "platform", "pythons", "ccache", "timeout"} for j in jobs)
+    assert all(set(j) == {"cell", "torch", "platform", "pythons", "target", "os", "runner", "cuda", "ccache", "timeout"}
+               for j in jobs)
 
 
 def test_toolkit_installs_only_what_the_plugin_compiles_and_links():

