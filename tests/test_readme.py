@@ -110,6 +110,9 @@ HOW = {
         "test": CORE + "test_sources_and_flags_are_setup_pys"},
     "./core_driver": {"test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"},
     "apt-get install -y g++-aarch64-linux-gnu qemu-user-static": {"test": ARM + "test_missing_toolchain_names_its_package"},
+    "python3.11 -m ci build --cell 2.13.0+cpu-linux-aarch64": {
+        "help": "python3.11 -m ci build --help",
+        "test": ARM + "test_ci_build_cell_cross_builds_and_renders_the_x86_bits_under_qemu"},
     "python -m ci.cross fetch": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
     "python -m ci.cross build --out dist/aarch64": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
     "python -m ci.cross python dist/aarch64/prerast-*.whl -- tests/platform_render.py": {

@@ -347,3 +347,28 @@ def test_timeouts_leave_room_for_every_cell():
         assert 2 * cibw.expected_minutes(cell) <= minutes <= 360 and minutes % 5 == 0
     biggest = max(CELLS, key=cibw.expected_minutes)
     assert biggest.cuda and cibw.timeout_minutes(biggest) > 30  # the old fixed timeout did not fit a CUDA cell
+
+
+def _table_rows(path, heading):
+    text = open(os.path.join(ROOT, path)).read()
+    section = text.split(heading, 1)[1]
+    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| ---")][1:]
+
+
+def test_readme_platform_table_names_every_published_stable_wheel():
+    """The README's table has one row for each published stable cell: its OS and machine, and its wheel's name."""
+    rows = _table_rows("README.md", "### Platforms")
+    for cell in [c for c in STABLE if c.published]:
+        wheel = cell.wheel_name("<v>")
+        os_name, machine = cell.target.describe().split(" ", 1)
+        matching = [r for r in rows if r[0].lower().startswith(f"{os_name} {machine}".lower()) and f"`{wheel}`" in r[3]]
+        assert len(matching) == 1, (cell.id, plat, local)
+        assert ("(PyPI)" in matching[0][3]) == (cell.local_tag == ""), cell.id
+
+
+def test_installing_guide_names_every_published_stable_wheel():
+    rows = _table_rows("docs/installing.md", "The wheels of one release:")
+    names = " ".join(" ".join(r) for r in rows)
+    for cell in [c for c in STABLE if c.published]:
+        assert cell.wheel_name("0.1.0") in names, cell.id
