@@ -52,6 +52,12 @@ def fetch_torch(cell, python_version, downloads, log_path, requirement=None):
         log(f"  torch wheels already in {folder}")
         return folder
     requirement, extra = requirement or cell.torch_requirement()
+    if (extra and python_version == "%d.%d" % sys.version_info[:2]
+            and requirement.split("=")[-1] in local.torch_versions()):
+        # pip's own indexes (a mirror, a find-links folder) have that build: asking torch's index too would cost a
+        # round trip per package, or a timeout per package where it cannot be reached.
+        log(f"  {requirement} is on pip's configured indexes: {extra[-1]} is not asked")
+        extra = []
     python = local.python_executable(python_version)
     _pip(python, ["download", "-d", folder, requirement, "numpy"] + extra, log_path, "download torch")
     open(done, "w").close()
