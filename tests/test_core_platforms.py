@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,7 +30,8 @@ CORE = os.path.join(ROOT, "csrc", "core")
 # The CPU core's sources, as setup.py lists them (test_sources_are_setup_pys checks), and the driver.
 CORE_SOURCES = ["rasterize_cpu.cpp", "interpolate_cpu.cpp", "antialias_cpu.cpp", "texture_cpu.cpp"]
 DRIVER = os.path.join(ROOT, "tests", "host", "core_driver.cpp")
-# setup.py's CPU flags that change code generation (test_flags_are_setup_pys checks), C++17 as the oldest torch
+# setup.py's CPU flags that change code generation (prerast_meta/compiler_flags.py's for Linux;
+# test_sources_and_flags_are_setup_pys checks), C++17 as the oldest torch
 # headers need, and every warning clang and gcc give with -Wall -Wextra, which the core has none of.
 CXXFLAGS = ["-std=c++17", "-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-I", CORE]
 
@@ -154,5 +156,9 @@ def test_sources_and_flags_are_setup_pys():
     text = open(os.path.join(ROOT, "setup.py")).read()
     sources = re.search(r"^SOURCES = \[(.*?)\]", text, re.M | re.S).group(1)
     assert re.findall(r'"csrc/core/([^"]+)"', sources) == CORE_SOURCES
-    cxx = re.search(r"^\s*cxx = \[(.*?)\]", text, re.M).group(1)
-    assert '"-O3"' in cxx and '"-ffp-contract=off"' in cxx, cxx
+    assert "compiler_flags.build_flags(" in text  # tests/test_compiler_flags.py: setup.py builds with these
+    sys.path.insert(0, ROOT)
+    from prerast_meta import compiler_flags
+    for compiler in compiler_flags.COMPILERS["linux"]:
+        cxx = compiler_flags.flags("linux", compiler).cxx
+        assert "-O3" in cxx and "-ffp-contract=off" in cxx, cxx
