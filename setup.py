@@ -96,7 +96,7 @@ else:
 
 
 def extensions():
-    define = [f'-DPRERAST_VERSION="{FULL_VERSION}"']
+    define = [compiler_flags.version_define(FULL_VERSION)]  # binary_info()'s version (library.cpp)
     # No -std flag: torch's BuildExtension adds the standard its headers need (C++17, or C++20 from 2.14).
     # The optimisation, visibility and no-contraction flags of this OS's compiler (prerast_meta/compiler_flags.py
     # says why each): the CPU's float arithmetic stays the CUDA kernels' (--fmad=false), with no fused
@@ -114,7 +114,7 @@ def extensions():
         if platform_key != "win32":
             for inc in build_env.nvidia_pip_include_dirs():
                 cuda_cxx += ["-idirafter", inc]
-        nvcc = flags.nvcc + define + build_env.gencode_flags(ARCHS)
+        nvcc = flags.nvcc + build_env.gencode_flags(ARCHS)  # the version is the CPU library's alone
         exts.append(CUDAExtension("prerast._C_cuda", CUDA_SOURCES,
                                   extra_compile_args={"cxx": cuda_cxx, "nvcc": nvcc}, py_limited_api=True))
     # The plugin registers ops through the dispatcher and never touches Python's C API, so it needs neither

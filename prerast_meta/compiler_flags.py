@@ -75,6 +75,18 @@ def flags(platform_key, compiler, deployment_target=None):
     return Flags(cxx=cxx, nvcc=nvcc, link=["-Wl,--exclude-libs,ALL"])
 
 
+def version_define(version):
+    """The define that gives the plugin its version: the characters' codes (-DPRERAST_VERSION_BYTES=48,46,49,...),
+    which library.cpp makes a string of. A define holding quotes (-DPRERAST_VERSION="0.1.0") needs each command
+    line's own escaping (a ninja file run through cmd.exe's rules on Windows loses them, and cl then sees 0.1.0 as
+    tokens); digits and commas pass every shell, ninja file and compiler driver unchanged. Host compilers only:
+    nvcc reads commas in -D as a list of macros."""
+    codes = [ord(c) for c in version]
+    if not codes or any(c < 32 or c > 126 for c in codes):
+        raise ValueError(f"version {version!r}: expected printable ASCII characters")
+    return "-DPRERAST_VERSION_BYTES=" + ",".join(map(str, codes))
+
+
 def build_flags(platform_key, environ=None):
     """flags() for the machine setup.py runs on: its OS, the compiler $CXX names, $MACOSX_DEPLOYMENT_TARGET."""
     environ = os.environ if environ is None else environ

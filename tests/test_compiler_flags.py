@@ -5,6 +5,7 @@ extensions it would build are read back."""
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -132,9 +133,11 @@ def test_setup_py_builds_with_these_flags(platform_key, compiler, tmp_path):
         if compiler == "msvc":
             assert not any(x == "-idirafter" for x in cxx), cxx
         assert ext["link"] == want.link
+        assert sum(x.startswith("-DPRERAST_VERSION_BYTES=") for x in cxx) == 1, cxx
         if name == "prerast._C_cuda":
             nvcc = ext["compile"]["nvcc"]
             assert nvcc[:len(want.nvcc)] == want.nvcc, nvcc
+            assert not any("PRERAST_VERSION" in x for x in nvcc), nvcc  # nvcc splits -D at commas
             assert "-gencode" in nvcc or any(x.startswith("-gencode") for x in nvcc), nvcc
 
 
@@ -149,3 +152,27 @@ def test_setup_py_spells_no_flags_itself():
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
              and n.func.attr == "build_flags"]
     assert len(calls) == 1
+
+
+VERSION_PROGRAM = """
+#include <cstdio>
+constexpr char kVersion[] = {PRERAST_VERSION_BYTES, 0};  // as csrc/bindings/library.cpp spells it
+int main() { std::fputs(kVersion, stdout); }
+"""
+
+
+@pytest.mark.skipif(not shutil.which("g++"), reason="needs g++ (Debian package g++)")
+def test_version_define_compiles_back_to_the_version(tmp_path):
+    text = open(os.path.join(ROOT, "csrc", "bindings", "library.cpp")).read()
+    assert "constexpr char kVersion[] = {PRERAST_VERSION_BYTES, 0};" in text
+    src = tmp_path / "version.cpp"
+    src.write_text(VERSION_PROGRAM)
+    for version in ("0.4.0.dev1+pt214cu130", "1.0.0+cpu", "2.0.0rc1"):
+        exe = tmp_path / "version"
+        subprocess.run(["g++", "-std=c++17", compiler_flags.version_define(version), str(src), "-o", str(exe)],
+                       check=True, timeout=120)
+        assert subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout == version
+    assert compiler_flags.version_define("0.1") == "-DPRERAST_VERSION_BYTES=48,46,49"
+    for bad in ("", "0.1\n", "0.1\u00e9"):
+        with pytest.raises(ValueError, match="printable ASCII"):
+            compiler_flags.version_define(bad)
