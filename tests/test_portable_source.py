@@ -13,6 +13,7 @@ through cl).
 """
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -264,6 +265,18 @@ def test_comments_strings_and_negated_branches():
     assert scan_text("#if defined(_MSC_VER) || \\\n    defined(__GNUC__)\n#elif defined(__linux__)\n"
                      "#include <unistd.h>\n#endif\n") == []
     assert [r for _, r, _ in scan_text("#endif\n")] == ["unbalanced-conditional"]
+
+
+def test_command_line_reports_findings(tmp_path):
+    """python tests/test_portable_source.py [FILE...]: one line per finding, exit status 1 if any."""
+    script = os.path.abspath(__file__)
+    clean = subprocess.run([sys.executable, script, "csrc/core/host_pages.h"], cwd=ROOT, capture_output=True,
+                           text=True, timeout=120)
+    assert (clean.returncode, clean.stdout) == (0, ""), clean.stderr
+    bad = tmp_path / "bad.h"
+    bad.write_text("#pragma once\nlong n = 0;\n")
+    r = subprocess.run([sys.executable, script, str(bad)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stdout == f"{bad}:2: long: long n = 0;\n", r.stdout + r.stderr
 
 
 if __name__ == "__main__":

@@ -109,6 +109,10 @@ HOW = {
     "g++ -std=c++17 -O3 -ffp-contract=off -I csrc/core tests/host/core_driver.cpp csrc/core/*_cpu.cpp -o core_driver": {
         "test": CORE + "test_sources_and_flags_are_setup_pys"},
     "./core_driver": {"test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"},
+    "python -m pytest -q tests/test_compiler_flags.py tests/test_portable_source.py": {
+        "test": "tests/test_portable_source.py::test_csrc_is_portable"},
+    "python tests/test_portable_source.py csrc/core/host_pages.h": {
+        "test": "tests/test_portable_source.py::test_command_line_reports_findings"},
     "apt-get install -y g++-aarch64-linux-gnu qemu-user-static": {"test": ARM + "test_missing_toolchain_names_its_package"},
     "python -m ci.cross fetch": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
     "python -m ci.cross build --out dist/aarch64": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
