@@ -80,10 +80,14 @@ RULES = {
     "gnu-extension": (r"\b(typeof|__typeof__|__thread)\b|\?\s*:", lambda c, p: under(c, GNU),
                       "GNU only: decltype, thread_local, a ? a : b"),
     "gnu-function-name": (r"\b__PRETTY_FUNCTION__\b", lambda c, p: under(c, GNU), "GNU only: __func__"),
+    "non-ascii": (r"[^\x00-\x7f]", lambda c, p: False,
+                  "MSVC reads a source in the machine's code page (no /utf-8 is passed), where a multibyte "
+                  "character can even swallow a comment's newline (CP932): ASCII only, \\u escapes in strings"),
     "declspec": (r"\b__declspec\b", lambda c, p: under(c, ("_MSC_VER", "_WIN32")), "MSVC only: guard with _MSC_VER"),
 }
 
 STRING_RULES = {"printf-long"}  # matched with string literals left in (comments still blanked)
+RAW_RULES = {"non-ascii"}  # matched on the line as written, comments included
 
 # A variable-length array: a local array whose size is a lower-case name (constants here are kName or UPPER).
 VLA = re.compile(r"^\s*(?:const\s+)?(?:float|double|int|unsigned|int32_t|int64_t|uint32_t|uint8_t|char|bool)\s+"
@@ -162,7 +166,8 @@ def scan_text(text, path="<text>"):
             conds.append(current)
             conds += [(c, True) for c in earlier]
         for name, (pattern, allowed, _) in RULES.items():
-            if re.search(pattern, with_strings[first] if name in STRING_RULES else line) and not allowed(conds, path):
+            text_of = raw[first] if name in RAW_RULES else with_strings[first] if name in STRING_RULES else line
+            if re.search(pattern, text_of) and not allowed(conds, path):
                 findings.append((first + 1, name, raw[first].strip()))
         if VLA.search(line) and not path.endswith((".cu", ".cuh")):
             findings.append((first + 1, "vla", raw[first].strip()))
@@ -170,7 +175,7 @@ def scan_text(text, path="<text>"):
 
 
 def scan(path):
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # a byte that is not UTF-8 is non-ASCII too
         return scan_text(f.read(), path)
 
 
@@ -230,6 +235,7 @@ PLANTED = {
     "alternative-token": ("if (a and not b) return;\n", None),
     "gnu-extension": ("int z = x ?: y;\nstatic __thread int t;\n", None),
     "gnu-function-name": ('puts(__PRETTY_FUNCTION__);\n', '#ifdef __GNUC__\nputs(__PRETTY_FUNCTION__);\n#endif\n'),
+    "non-ascii": ("// the pixel\u2019s centre\n", None),
     "declspec": ("__declspec(dllexport) void e();\n", "#ifdef _MSC_VER\n__declspec(dllexport) void e();\n#endif\n"),
     "vla": ("void f(int n) {\n  float scratch[n];\n}\n", "void f() {\n  float scratch[kTile];\n}\n"),
 }
@@ -243,10 +249,10 @@ def test_every_rule_has_a_planted_example():
 def test_rule_catches_its_planted_example(rule, tmp_path):
     bad, good = PLANTED[rule]
     path = tmp_path / "planted.cpp"
-    path.write_text(bad)
+    path.write_text(bad, encoding="utf-8")
     assert rule in {r for _, r, _ in scan(str(path))}, (rule, bad)
     if good is not None:
-        path.write_text(good)
+        path.write_text(good, encoding="utf-8")
         assert scan(str(path)) == [], (rule, good)
 
 
