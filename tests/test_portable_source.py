@@ -228,7 +228,8 @@ PLANTED = {
                        "#if defined(__x86_64__) || defined(_M_X64)\n#include <immintrin.h>\n"
                        "__m256 v = _mm256_setzero_ps();\n#endif\n"),
     "cuda-keyword-in-host-code": ("__host__ __device__ inline float sq(float x) { return x * x; }\n",
-                                  "#if defined(__CUDACC__)\n#define HD __host__ __device__\n#else\n#define HD\n#endif\n"),
+                                  "#if defined(__CUDACC__)\n#define HD __host__ __device__\n#else\n"
+                                  "#define HD\n#endif\n"),
     "glibc-assert": ('__assert_fail("bad", __FILE__, __LINE__, __func__);\n',
                      "#if defined(_WIN32)\n#define FAIL _wassert(L\"bad\", L\"f\", 1)\n#else\n"
                      '#define FAIL __assert_fail("bad", __FILE__, __LINE__, __func__)\n#endif\n'),
