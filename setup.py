@@ -26,7 +26,7 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 # The import-safe half of the package (stdlib only; importing `prerast` itself would load its plugin). A PEP 517
 # backend does not put this folder on sys.path, so it is put first: the build reads its own sources' copy.
 sys.path.insert(0, ROOT)
-from prerast_meta import build_env, build_info, compat, sources  # noqa: E402
+from prerast_meta import build_env, build_info, compat, compiler_flags, platforms, sources  # noqa: E402
 from prerast_meta.version import __version__ as VERSION  # noqa: E402
 
 # torch guesses CUDA_HOME from the first nvcc on PATH, which may be a wrapper script outside the toolkit:
@@ -96,32 +96,32 @@ else:
 
 
 def extensions():
-    define = [f'-DPRERAST_VERSION="{FULL_VERSION}"']
+    define = [compiler_flags.version_define(FULL_VERSION)]  # binary_info()'s version (library.cpp)
     # No -std flag: torch's BuildExtension adds the standard its headers need (C++17, or C++20 from 2.14).
-    # -g0 after Python's own -g: debug info would triple the libraries' size in every wheel.
-    # -ffp-contract=off: the CPU's float arithmetic stays the CUDA kernels' (--fmad=false), with no fused
+    # The optimisation, visibility and no-contraction flags of this OS's compiler (prerast_meta/compiler_flags.py
+    # says why each): the CPU's float arithmetic stays the CUDA kernels' (--fmad=false), with no fused
     # multiply-adds even where CFLAGS let the compiler use FMA instructions.
-    cxx = ["-O3", "-g0", "-fvisibility=hidden", "-ffp-contract=off"] + define + ABI_FLAGS
+    platform_key = platforms.key()
+    flags = compiler_flags.build_flags(platform_key)
+    cxx = flags.cxx + define + ABI_FLAGS
     cpu = CppExtension("prerast._C", SOURCES, extra_compile_args={"cxx": cxx}, py_limited_api=True)
     exts = [cpu]
     if WITH_CUDA:
         cuda_cxx = cxx + ["-DPRERAST_CUDA_LIBRARY", "-DUSE_CUDA"]
         # Headers that torch's CUDA headers include but a partial toolkit may lack (cusparse.h, cublas_v2.h)
-        # come from the nvidia-* wheels next to torch; searched after the toolkit's own.
-        for inc in build_env.nvidia_pip_include_dirs():
-            cuda_cxx += ["-idirafter", inc]
-        nvcc = ["-O3", "--fmad=false", "-Xcompiler", "-fvisibility=hidden"]
-        nvcc += define + build_env.gencode_flags(ARCHS)
+        # come from the nvidia-* wheels next to torch; searched after the toolkit's own (gcc and clang only: the
+        # Windows toolkit installer has them all).
+        if platform_key != "win32":
+            for inc in build_env.nvidia_pip_include_dirs():
+                cuda_cxx += ["-idirafter", inc]
+        nvcc = flags.nvcc + build_env.gencode_flags(ARCHS)  # the version is the CPU library's alone
         exts.append(CUDAExtension("prerast._C_cuda", CUDA_SOURCES,
                                   extra_compile_args={"cxx": cuda_cxx, "nvcc": nvcc}, py_limited_api=True))
     # The plugin registers ops through the dispatcher and never touches Python's C API, so it needs neither
     # libtorch_python nor a per-Python build: one abi3 binary serves every CPython.
     for ext, libs in zip(exts, (CPU_LIBS, CUDA_LIBS)):
         ext.libraries = libs if libs is not None else [lib for lib in ext.libraries if lib != "torch_python"]
-        # Whatever a toolchain links in statically (libstdc++_nonshared.a of gcc-toolset, or all of libstdc++
-        # where a compiler links it statically) stays private to the plugin: exported, those copies would be
-        # mixed with the process's libstdc++ one symbol at a time, and crash (e.g. formatting an error message).
-        ext.extra_link_args = ["-Wl,--exclude-libs,ALL"]
+        ext.extra_link_args = list(flags.link)
     return exts
 
 

@@ -10,6 +10,8 @@ builds are marked `platforms` and run only when asked for, with `-m platforms`:
     apt-get install -y clang g++-mingw-w64-x86-64-posix wine64 g++-aarch64-linux-gnu qemu-user-static
     python -m pytest -q -m platforms tests/test_core_platforms.py
 
+(clang's aarch64 build, run under qemu, stands in for Apple clang on macOS arm64: the same code generator.)
+
 Each toolchain that is missing is skipped, naming the Debian package that provides it. Times measured on two cores
 shared with other builds: compiling takes 20-40 s per toolchain (17-19 s of CPU time: five sources at -O3, compiled in
 parallel), so the default suite spends some 45 s here; running takes 0.1 s natively, 1 s under qemu and 0.3 s under
@@ -19,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -29,7 +32,8 @@ CORE = os.path.join(ROOT, "csrc", "core")
 # The CPU core's sources, as setup.py lists them (test_sources_are_setup_pys checks), and the driver.
 CORE_SOURCES = ["rasterize_cpu.cpp", "interpolate_cpu.cpp", "antialias_cpu.cpp", "texture_cpu.cpp"]
 DRIVER = os.path.join(ROOT, "tests", "host", "core_driver.cpp")
-# setup.py's CPU flags that change code generation (test_flags_are_setup_pys checks), C++17 as the oldest torch
+# setup.py's CPU flags that change code generation (prerast_meta/compiler_flags.py's for Linux;
+# test_sources_and_flags_are_setup_pys checks), C++17 as the oldest torch
 # headers need, and every warning clang and gcc give with -Wall -Wextra, which the core has none of.
 CXXFLAGS = ["-std=c++17", "-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-I", CORE]
 
@@ -44,6 +48,8 @@ def wine_runner():
     return None
 
 
+CLANG_AARCH64 = "--target=aarch64-linux-gnu"
+
 # name: (compiler, its Debian package, extra flags, link flags, runner, the runner's package, opt-in)
 TOOLCHAINS = {
     "gcc-avx2-scalar": ("g++", "g++", ["-DPRERAST_NO_AVX2"], [], None, None, True),
@@ -53,7 +59,13 @@ TOOLCHAINS = {
                    "wine64", True),
     "aarch64-qemu": ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu", [], ["-static"], "qemu-aarch64-static",
                      "qemu-user-static", True),
+    # clang's arm64 code generation, the nearest this machine gets to Apple clang on macOS arm64 (libc and
+    # libstdc++ from the aarch64 cross toolchain).
+    "clang-aarch64-qemu": ("clang++", "clang", [CLANG_AARCH64], ["-static"], "qemu-aarch64-static",
+                           "qemu-user-static", True),
 }
+# Toolchains that also need another one's files: clang's cross build takes the sysroot of g++-aarch64-linux-gnu.
+ALSO_NEEDS = {"clang-aarch64-qemu": ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")}
 
 
 def build(cxx, flags, link, out_dir):
@@ -122,8 +134,9 @@ def test_same_bits_as_the_host_gcc_build(name, reference, tmp_path, request):
     cxx, package, flags, link, runner, runner_package, opt_in = TOOLCHAINS[name]
     if opt_in and "platforms" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("a cross or emulated build (20-40 s each): run with -m platforms")
-    if not shutil.which(cxx):
-        pytest.skip(f"needs {cxx} (Debian package {package})")
+    for tool, tool_package in [(cxx, package)] + ([ALSO_NEEDS[name]] if name in ALSO_NEEDS else []):
+        if not shutil.which(tool):
+            pytest.skip(f"needs {tool} (Debian package {tool_package})")
     cmd, env = [], None
     if runner == "wine":
         wine = wine_runner()
@@ -146,6 +159,25 @@ def test_same_bits_as_the_host_gcc_build(name, reference, tmp_path, request):
     assert out == want  # the counts and sample values too
 
 
+@needs_source
+@pytest.mark.platforms
+def test_contraction_changes_the_bits_on_arm64(reference, tmp_path, request):
+    """What -ffp-contract=off (compiler_flags' switch for gcc, clang and Apple clang) is for: clang's own default
+    for C++, -ffp-contract=on (a * b + c fused within an expression), on arm64 where every core has FMA, gives other
+    bits (measured: all 21 checksums change), so the same-bits tests above catch a build that loses the switch."""
+    if "platforms" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("a cross build run under qemu (20-40 s): run with -m platforms")
+    for tool, package in (("clang++", "clang"), ALSO_NEEDS["clang-aarch64-qemu"],
+                          ("qemu-aarch64-static", "qemu-user-static")):
+        if not shutil.which(tool):
+            pytest.skip(f"needs {tool} (Debian package {package})")
+    exe, _, seconds = build("clang++", [CLANG_AARCH64, "-ffp-contract=on"], ["-static"], str(tmp_path / "build"))
+    out, _ = run(["qemu-aarch64-static", exe])
+    want = checksums(reference[0])
+    changed = [k for k, v in checksums(out).items() if want.get(k) != v]
+    print(f"\nclang aarch64 -ffp-contract=on: compile {seconds:.1f} s, {len(changed)} of {len(want)} checksums differ")
+    assert len(checksums(out)) == len(want) and changed, out
+
 
 @needs_source
 def test_sources_and_flags_are_setup_pys():
@@ -154,5 +186,9 @@ def test_sources_and_flags_are_setup_pys():
     text = open(os.path.join(ROOT, "setup.py")).read()
     sources = re.search(r"^SOURCES = \[(.*?)\]", text, re.M | re.S).group(1)
     assert re.findall(r'"csrc/core/([^"]+)"', sources) == CORE_SOURCES
-    cxx = re.search(r"^\s*cxx = \[(.*?)\]", text, re.M).group(1)
-    assert '"-O3"' in cxx and '"-ffp-contract=off"' in cxx, cxx
+    assert "compiler_flags.build_flags(" in text  # tests/test_compiler_flags.py: setup.py builds with these
+    sys.path.insert(0, ROOT)
+    from prerast_meta import compiler_flags
+    for compiler in compiler_flags.COMPILERS["linux"]:
+        cxx = compiler_flags.flags("linux", compiler).cxx
+        assert "-O3" in cxx and "-ffp-contract=off" in cxx, cxx

@@ -109,6 +109,10 @@ HOW = {
     "g++ -std=c++17 -O3 -ffp-contract=off -I csrc/core tests/host/core_driver.cpp csrc/core/*_cpu.cpp -o core_driver": {
         "test": CORE + "test_sources_and_flags_are_setup_pys"},
     "./core_driver": {"test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"},
+    "python -m pytest -q tests/test_compiler_flags.py tests/test_portable_source.py": {
+        "test": "tests/test_portable_source.py::test_csrc_is_portable"},
+    "python tests/test_portable_source.py csrc/core/host_pages.h": {
+        "test": "tests/test_portable_source.py::test_command_line_reports_findings"},
     "apt-get install -y g++-aarch64-linux-gnu qemu-user-static": {"test": ARM + "test_missing_toolchain_names_its_package"},
     "python3.11 -m ci build --cell 2.13.0+cpu-linux-aarch64": {
         "help": "python3.11 -m ci build --help",

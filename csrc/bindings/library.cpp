@@ -2,15 +2,18 @@
 // PRERAST_LIBRARY_FRAGMENT; this file declares the library itself and an op describing the binary.
 #include "common.h"
 
-#ifndef PRERAST_VERSION
-#define PRERAST_VERSION "unknown"
-#endif
-
 namespace {
+
+// The version setup.py builds, as its characters' codes (prerast_meta/compiler_flags.py's version_define says why).
+#ifdef PRERAST_VERSION_BYTES
+constexpr char kVersion[] = {PRERAST_VERSION_BYTES, 0};
+#else
+constexpr char kVersion[] = "unknown";
+#endif
 
 // "version=0.1.0;abi=stable": what this library was built as, readable without _build_info.json (the tests compare
 // builds with it). Whether CUDA kernels are loaded is the loader's knowledge: they live in a library of their own.
-std::string binary_info() { return std::string("version=") + PRERAST_VERSION + ";abi=" + prerast::kAbi; }
+std::string binary_info() { return std::string("version=") + kVersion + ";abi=" + prerast::kAbi; }
 
 }  // namespace
 

@@ -17,10 +17,14 @@ namespace prerast {
 
 // bytes (a multiple of alignment, a power of two) aligned to alignment, or null; released by aligned_free. The C
 // runtimes of Windows (MSVC's and mingw-w64's) have no std::aligned_alloc: theirs is _aligned_malloc, whose memory
-// std::free must not release.
+// std::free must not release. Apple's libc++ declares std::aligned_alloc only for macOS 10.15 and later
+// (-mmacosx-version-min): posix_memalign, freed by std::free, serves every macOS.
 inline void* aligned_malloc(size_t alignment, size_t bytes) {
 #if defined(_WIN32)
   return _aligned_malloc(bytes, alignment);
+#elif defined(__APPLE__)
+  void* p = nullptr;
+  return posix_memalign(&p, alignment, bytes) == 0 ? p : nullptr;
 #else
   return std::aligned_alloc(alignment, bytes);
 #endif

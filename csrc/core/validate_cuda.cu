@@ -4,10 +4,17 @@
 #include "cuda_helpers.cuh"
 #include "validate.h"
 
-// The device half of assert(), declared here because the build defines NDEBUG (which compiles assert() out);
-// torch's CUDA_KERNEL_ASSERT calls it the same way.
-extern "C" __host__ __device__ void __assert_fail(const char* assertion, const char* file, unsigned int line,
-                                                  const char* function) noexcept __attribute__((__noreturn__));
+// A device-side assert that the build's NDEBUG does not compile out (torch's CUDA_KERNEL_ASSERT does the same):
+// the kernel stops and the launch's stream reports cudaErrorAssert. CUDA's crt/common_functions.h declares the
+// device half of assert() whatever NDEBUG says: __assert_fail beside a GNU host compiler, _wassert (wide strings)
+// beside MSVC.
+#if defined(_WIN32)
+#define PR_WIDEN_(s) L##s
+#define PR_WIDEN(s) PR_WIDEN_(s)
+#define PR_DEVICE_ASSERT_FAIL(message) _wassert(PR_WIDEN(message), PR_WIDEN(__FILE__), (unsigned)__LINE__)
+#else
+#define PR_DEVICE_ASSERT_FAIL(message) __assert_fail(message, __FILE__, __LINE__, __func__)
+#endif
 
 namespace prerast {
 namespace {
@@ -19,7 +26,7 @@ __global__ void indices_kernel(const int32_t* tri, int64_t n, int64_t num_vertic
   if (v < 0 || v >= num_vertices) {
     printf("prerast: tri[%lld][%lld] = %d is not a vertex index: there are %lld vertices\n", (long long)(i / 3),
            (long long)(i % 3), v, (long long)num_vertices);
-    __assert_fail("prerast: tri holds a vertex index outside [0, number of vertices)", __FILE__, __LINE__, __func__);
+    PR_DEVICE_ASSERT_FAIL("prerast: tri holds a vertex index outside [0, number of vertices)");
   }
 }
 
@@ -30,7 +37,7 @@ __global__ void topology_table_kernel(const int32_t* table, int64_t n, int64_t b
   if (v < 0 || v >= bound) {
     printf("prerast: topology_hash entry %lld = %d is outside [0, %lld); build it with "
            "antialias_construct_topology_hash(tri)\n", (long long)i, v, (long long)bound);
-    __assert_fail("prerast: topology_hash is corrupt", __FILE__, __LINE__, __func__);
+    PR_DEVICE_ASSERT_FAIL("prerast: topology_hash is corrupt");
   }
 }
 
@@ -45,8 +52,7 @@ __global__ void triangle_ids_kernel(const float* rast, int64_t num_pixels, int64
     printf("prerast: rast pixel %lld holds triangle ID %f but tri has %lld triangles (IDs 1..%lld, 0 for "
            "background); pass the rast that rasterize returned for this tri\n",
            (long long)i, id, (long long)num_triangles, (long long)num_triangles);
-    __assert_fail("prerast: rast holds a triangle ID outside [0, number of triangles]", __FILE__, __LINE__,
-                  __func__);
+    PR_DEVICE_ASSERT_FAIL("prerast: rast holds a triangle ID outside [0, number of triangles]");
   }
 }
 
