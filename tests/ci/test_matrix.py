@@ -363,7 +363,7 @@ def test_readme_platform_table_names_every_published_stable_wheel():
         wheel = cell.wheel_name("<v>")
         os_name, machine = cell.target.describe().split(" ", 1)
         matching = [r for r in rows if r[0].lower().startswith(f"{os_name} {machine}".lower()) and f"`{wheel}`" in r[3]]
-        assert len(matching) == 1, (cell.id, plat, local)
+        assert len(matching) == 1, (cell.id, wheel)
         assert ("(PyPI)" in matching[0][3]) == (cell.local_tag == ""), cell.id
 
 

@@ -7,11 +7,11 @@ import sys
 import zlib
 
 import pytest
-import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import wheel as wheel_tools  # noqa: E402
+from shared_torch import make_venv, shared_torch  # noqa: E402
 from wheel_under_test import find_test_wheel  # noqa: E402
 
 pytestmark = pytest.mark.wheel
@@ -19,11 +19,12 @@ pytestmark = pytest.mark.wheel
 
 @pytest.fixture(scope="module")
 def runtime_venv(tmp_path_factory):
-    """A fresh venv with this torch and the wheel under test installed (skips before the costly venv when there
-    is no wheel)."""
+    """A fresh venv with the wheel under test installed and a CPU-only torch (shared_torch.py: torch 2.13.0+cpu,
+    not the CUDA torch the wheel is built with; the stable CUDA 13 wheel serves both, and the suite itself runs
+    next to the CUDA one). Skips before making the venv when there is no wheel."""
     wheel = find_test_wheel()
     venv = str(tmp_path_factory.mktemp("runtime") / "venv")
-    wheel_tools.make_venv(venv, [f"torch=={torch.__version__.split('+')[0]}", "numpy"])
+    make_venv(venv, shared_torch())
     from ci import smoke
 
     smoke.install(venv, wheel)
@@ -84,5 +85,7 @@ def test_wheel_refuses_wrong_torch_version(runtime_venv, tmp_path):
         open(info, "w").write(original)
     assert out.returncode == 1
     assert "BinaryMismatchError" in out.stderr
-    assert "2.4.1+cu124" in out.stderr and torch.__version__ in out.stderr
+    running = subprocess.run([os.path.join(runtime_venv, "bin", "python"), "-c", "import torch; print(torch.__version__)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert "2.4.1+cu124" in out.stderr and running in out.stderr and running != "2.4.1+cu124"
     assert "pip install" in out.stderr

@@ -20,13 +20,12 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import wheel as wheel_tools  # noqa: E402
+from shared_torch import make_venv, pip, shared_torch  # noqa: E402
 from prerast import _cache  # noqa: E402
 from prerast_meta import sources as _sources  # noqa: E402
 
 pytestmark = pytest.mark.wheel
 
-TORCH_SPEC = os.environ.get("PRERAST_TEST_CPU_TORCH", "torch==2.13.0+cpu")
-TORCH_SITE = os.path.join(ROOT, ".venv", "test-torch-cpu")
 ELSEWHERE_TORCH = "2.4.1+cu124"  # what the "published" binary claims, to make an install mismatched
 
 RENDER = r"""
@@ -45,35 +44,6 @@ print(json.dumps({"pid": os.getpid(), "source": _loader.status()["source"], "pat
                   "cpp_extension": "torch.utils.cpp_extension" in sys.modules,
                   "tools_on_path": [t for t in %r if shutil.which(t)], "lit": int((img > 0).any(-1).sum())}))
 """ % (wheel_tools.BUILD_TOOLS,)
-
-
-def shared_torch():
-    """The CPU torch both images use, installed once (kept between runs like .venv/build)."""
-    marker = os.path.join(TORCH_SITE, ".installed")
-    if not (os.path.exists(marker) and open(marker).read() == TORCH_SPEC):
-        shutil.rmtree(TORCH_SITE, ignore_errors=True)
-        out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                              "--target", TORCH_SITE, TORCH_SPEC, "numpy"], capture_output=True, text=True)
-        if out.returncode != 0:
-            pytest.skip(f"cannot install {TORCH_SPEC} (set PRERAST_TEST_CPU_TORCH): {out.stderr[-2000:]}")
-        with open(marker, "w") as f:
-            f.write(TORCH_SPEC)
-    return TORCH_SITE
-
-
-def make_venv(path, torch_site, packages=()):
-    subprocess.run([sys.executable, "-m", "venv", path], check=True)
-    (site,) = glob.glob(os.path.join(path, "lib", "python*", "site-packages"))
-    with open(os.path.join(site, "shared_torch.pth"), "w") as f:
-        f.write(torch_site + "\n")
-    if packages:
-        pip(path, "install", *packages)
-    return path
-
-
-def pip(venv, *args):
-    subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "-q", "--disable-pip-version-check", *args],
-                   check=True)
 
 
 def site_package(venv):
