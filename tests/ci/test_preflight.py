@@ -49,7 +49,6 @@ def published_indexes(root):
     real index also has and a cell must not take: free-threaded, aarch64 and Windows builds."""
     releases = matrix.releases()
     pythons = {matrix.minor(r["version"]): r["pythons"] for r in matrix._load_toml(matrix.MATRIX_FILE)["torch"]}
-    pypi_platform = {matrix.minor(r["version"]): r["pypi"] for r in matrix._load_toml(matrix.MATRIX_FILE)["torch"]}
     for minor, platforms in matrix.published_builds().items():
         for release in releases[minor]["patches"]:
             for platform in platforms:
