@@ -161,15 +161,34 @@ def expected_plat(cell):
     return wanted if os.environ.get("AUDITWHEEL_PLAT") == wanted else None
 
 
-def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WORK, downloads=DEFAULT_DOWNLOADS,
-               archs=None, keep_build_env=False, keep_runtime_env=True, device="auto"):
-    """Build, repair and smoke-test one cell with one Python. Returns the result dict (also in result.json)."""
+def cell_folders(cell, python_version, work_root, out_root):
+    """(run name, work folder, output folder, an emptied log folder) of one (cell, Python)."""
     name = run_name(cell, python_version)
     work, out = os.path.join(work_root, name), os.path.join(out_root, name)
     os.makedirs(work, exist_ok=True)
     os.makedirs(out, exist_ok=True)
     logs = os.path.join(work, "logs")
     shutil.rmtree(logs, ignore_errors=True)
+    os.makedirs(logs)
+    return name, work, out, logs
+
+
+def checked_wheel(cell, repaired, plat_tag):
+    """What the repaired wheel holds (wheel.inspect), once it passes the checks of every cell's wheel: nothing of
+    torch or CUDA grafted in, and the file named as the matrix names the cell's wheel with that platform tag."""
+    facts_in = wheel.inspect(repaired)
+    if facts_in["forbidden"]:
+        raise CellFailed(f"torch/CUDA libraries were grafted into the wheel: {facts_in['forbidden']}")
+    version = facts_in["build_info"]["prerast_version"].split("+")[0]
+    if os.path.basename(repaired) != cell.wheel_name(version, plat_tag):
+        raise CellFailed(f"wheel named {os.path.basename(repaired)}, expected {cell.wheel_name(version, plat_tag)}")
+    return facts_in
+
+
+def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WORK, downloads=DEFAULT_DOWNLOADS,
+               archs=None, keep_build_env=False, keep_runtime_env=True, device="auto"):
+    """Build, repair and smoke-test one cell with one Python. Returns the result dict (also in result.json)."""
+    name, work, out, logs = cell_folders(cell, python_version, work_root, out_root)
     result = {"cell": cell.id, "python": python_version, "status": "failed", "step": None, "times": {},
               "archs_requested": (archs or cell.arch_list()) if cell.cuda else "", "log_dir": logs}
     steps = Steps(STEPS, name)
@@ -220,16 +239,11 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             plat = expected_plat(cell)
             repaired = wheel.repair(raw, out, python, plat)
             tag, show_text = wheel.auditwheel_show(repaired, python)
-            facts_in = wheel.inspect(repaired)
-            if facts_in["forbidden"]:
-                raise CellFailed(f"torch/CUDA libraries were grafted into the wheel: {facts_in['forbidden']}")
             plat_tags = wheel.wheel_tags(repaired)[2]
             plat_tag = ".".join(plat_tags)
             if tag not in plat_tags:
                 raise CellFailed(f"auditwheel show says {tag}, the wheel is tagged {plat_tag}")
-            version = facts_in["build_info"]["prerast_version"].split("+")[0]
-            if os.path.basename(repaired) != cell.wheel_name(version, plat_tag):
-                raise CellFailed(f"wheel named {os.path.basename(repaired)}, expected {cell.wheel_name(version, plat_tag)}")
+            facts_in = checked_wheel(cell, repaired, plat_tag)
             result.update(wheel=repaired, size=os.path.getsize(repaired), platform_tag=plat_tag, auditwheel_show=tag,
                           plat_requested=plat, archs=facts_in["build_info"].get("cuda_archs") or [],
                           grafted=facts_in["grafted"], build_info=facts_in["build_info"])
@@ -295,13 +309,7 @@ def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAU
     tests/platform_render.py with the repaired wheel. Returns the result dict (also in result.json)."""
     from ci import cross
 
-    name = run_name(cell, python_version)
-    work, out = os.path.join(work_root, name), os.path.join(out_root, name)
-    os.makedirs(work, exist_ok=True)
-    os.makedirs(out, exist_ok=True)
-    logs = os.path.join(work, "logs")
-    shutil.rmtree(logs, ignore_errors=True)
-    os.makedirs(logs)
+    name, work, out, logs = cell_folders(cell, python_version, work_root, out_root)
     result = {"cell": cell.id, "python": python_version, "status": "failed", "step": None, "times": {},
               "archs_requested": "", "log_dir": logs, "cross": f"{cell.target.cross} -> {cell.target.machine}"}
     steps = Steps(CROSS_STEPS, name)
@@ -327,15 +335,10 @@ def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAU
             run_logged(cmd, os.path.join(logs, "build-cross.log"), "cross build", cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=ROOT), show=progress.echo_compiler)
             (repaired,) = glob.glob(os.path.join(out, "prerast-*.whl"))
-            facts_in = wheel.inspect(repaired)
-            if facts_in["forbidden"]:
-                raise CellFailed(f"torch libraries were grafted into the wheel: {facts_in['forbidden']}")
             plat_tag = ".".join(wheel.wheel_tags(repaired)[2])
             if not plat_tag.endswith("_" + cell.target.machine):
                 raise CellFailed(f"the cross-built wheel is tagged {plat_tag}, not for {cell.target.machine}")
-            version = facts_in["build_info"]["prerast_version"].split("+")[0]
-            if os.path.basename(repaired) != cell.wheel_name(version, plat_tag):
-                raise CellFailed(f"wheel named {os.path.basename(repaired)}, expected {cell.wheel_name(version, plat_tag)}")
+            facts_in = checked_wheel(cell, repaired, plat_tag)
             result.update(wheel=repaired, size=os.path.getsize(repaired), platform_tag=plat_tag, auditwheel_show=plat_tag,
                           plat_requested=None, archs=[], grafted=facts_in["grafted"], build_info=facts_in["build_info"])
         with steps("smoke"):
@@ -399,11 +402,13 @@ def cross_check_all(results, out_root=DEFAULT_OUT):
             runtimes.setdefault(r["cell"], r)
     from ci import matrix
 
+    cells = matrix.load()
+    target = {r["cell"]: matrix.find(r["cell"], cells).target for r in built}
     rows = []
     for rt in runtimes.values():
         for r in built:
             # pip installs no wheel of another machine (a forced one is refused by the loader: tests/test_platforms.py)
-            if r["cell"] == rt["cell"] or matrix.find(r["cell"]).target != matrix.find(rt["cell"]).target:
+            if r["cell"] == rt["cell"] or target[r["cell"]] != target[rt["cell"]]:
                 continue
             expect_load = serves(r["cell"], rt["cell"])
             ok, message = smoke.cross_check(rt["runtime_venv"], r["wheel"], expect_load)
