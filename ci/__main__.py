@@ -81,7 +81,7 @@ def _requested(a, cells):
 
 
 def cmd_build(a):
-    from ci import cells as builder, local, matrix, summary, tools
+    from ci import cells as builder, matrix, summary, tools
     from ci.progress import clock, log
 
     all_cells = matrix.load()
@@ -100,7 +100,7 @@ def cmd_build(a):
     results = []
     for i, (c, py) in enumerate(runs, 1):
         log(f"=== cell {i}/{len(runs)}: {c.id} with Python {py}")
-        if local.native(c.target):
+        if c.target.runs_here():
             r = builder.build_cell(c, py, a.out, a.work, a.downloads, a.archs, a.keep_build_env,
                                    not a.drop_runtime_env, a.device)
         else:  # verdict() said this machine cross-builds it

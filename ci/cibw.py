@@ -250,14 +250,7 @@ def policy_platform(path=matrix.MATRIX_FILE, machine=None):
 
 def running_target(path=matrix.MATRIX_FILE, system=None, machine=None):
     """The target of this OS and machine (sys.platform, platform.machine()); None if no target has them."""
-    import platform
-
-    system = system or sys.platform
-    machine = (machine or platform.machine()).lower()
-    for t in matrix.targets(path).values():
-        if system.startswith(t.system) and t.machine.lower() == machine:
-            return t
-    return None
+    return next((t for t in matrix.targets(path).values() if t.runs_here(system, machine)), None)
 
 
 def repair_and_check(raw_wheel, dest_dir, plat=None):
@@ -272,12 +265,11 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
     target = matrix.target_of_tag(raw_tag) or running_target()
     if target is None:
         raise SystemExit(f"repair: {os.path.basename(raw_wheel)} is for no target of ci/matrix.toml")
+    plat = plat or target.plat
     if target.os == "linux":
-        plat = plat or policy_platform(machine=target.machine)
         image = os.environ.get("AUDITWHEEL_PLAT")  # what the manylinux image itself is built for
         if image and image != plat:
             raise SystemExit(f"repair: the image is {image}, but the wheels must be tagged {plat}: change the image")
-    plat = plat or target.plat
     archs = target.machine if target.os == "macos" else None
     repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat, only_plat=True, tool=target.repair,
                             archs=archs)

@@ -9,9 +9,10 @@
 A wheel is listed on the page of every torch build it serves: a stable-ABI wheel on the pages of every release
 from its floor on with its CUDA major (and CPU), a classic wheel on the pages of every patch release of its torch
 minor. One page lists the wheels of every platform (Linux x86-64 and aarch64, Windows, macOS) for that torch
-build: pip takes the one whose platform tag fits the machine it runs on. Which builds those are comes from the wheel itself (prerast/_build_info.json: its kind, the torch and CUDA
-it was built with) and the matrix's cell for it (ci/matrix.py); a wheel the matrix has no cell for is listed on
-the page of the torch it was built with. Standard library only.
+build: pip takes the one whose platform tag fits the machine it runs on. Which builds those are comes from the
+wheel itself (prerast/_build_info.json: its kind, the torch and CUDA it was built with; its file name: the
+platform) and the matrix's cell for it (ci/matrix.py); a wheel the matrix has no cell for is listed on the page
+of the torch it was built with. Standard library only.
 """
 import hashlib
 import html
@@ -21,7 +22,7 @@ import re
 import sys
 import zipfile
 
-from ci import matrix
+from ci import matrix, wheel
 from prerast_meta import compat
 
 PROJECT = "prerast"
@@ -42,16 +43,12 @@ def page_name(torch_version, cuda_version):
     return compat.find_links_page(torch_version, compat.compute_platform(cuda_version))
 
 
-def platform_tag(file_name):
-    """The platform tag of a wheel file name: 'prerast-0.1.0-cp310-abi3-win_amd64.whl' -> 'win_amd64'."""
-    return file_name[:-len(".whl")].split("-")[-1]
-
-
 def pages_for(info, cells=None, plat=None):
     """The find-links pages a wheel with build metadata `info` and platform tag `plat` belongs on: those of the
     torch builds its matrix cell serves on its target (the wheel's OS and machine; pip picks by tag among the
     wheels of every platform on one page)."""
-    target = matrix.target_of_tag(plat) if plat else None
+    cells = matrix.load() if cells is None else cells
+    target = matrix.target_of_tag(plat, among={c.target for c in cells}) if plat else None
     cell = matrix.cell_for_build(info, cells, target) if (target or not plat) else None
     if cell is None:
         return [page_name(info["torch_version"], info.get("cuda_version"))]
@@ -69,9 +66,9 @@ def describe(path, cells=None):
         meta = z.read(meta_name).decode()
     m = re.search(r"^Requires-Python: *(.+)$", meta, re.M)
     digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    plat = ".".join(wheel.wheel_tags(path)[2])
     return {"file": os.path.basename(path), "path": path, "sha256": digest, "size": os.path.getsize(path),
-            "pages": pages_for(info, cells, platform_tag(os.path.basename(path))), "kind": info.get("abi", "classic"),
-            "platform": platform_tag(os.path.basename(path)),
+            "pages": pages_for(info, cells, plat), "kind": info.get("abi", "classic"), "platform": plat,
             "torch": info["torch_version"], "requires_python": m.group(1).strip() if m else None}
 
 

@@ -77,15 +77,6 @@ def allowed(version):
     return all(ops.get(op, lambda _: True)(_vkey(bound)) for op, bound in torch_constraints())
 
 
-def native(target):
-    """Is `target` (a matrix Target) this machine's OS and CPU architecture?"""
-    import platform
-
-    from prerast_meta import platforms
-
-    return platforms.key() == target.system and platform.machine().lower() == target.machine.lower()
-
-
 def verdict(cell, python_version=None):
     """(True, '') if this machine can build `cell` with Python `python_version`, else (False, the reason). A cell
     of another machine is buildable where this one cross-builds it (ci/cells.py, can_cross_build)."""
@@ -94,7 +85,7 @@ def verdict(cell, python_version=None):
         return False, f"torch {cell.torch} has no wheels for Python {python_version}"
     if not python_executable(python_version):
         return False, f"no python{python_version} here"
-    if not native(cell.target):
+    if not cell.target.runs_here():
         from ci import cells
 
         ok, why = cells.can_cross_build(cell)

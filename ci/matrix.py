@@ -66,6 +66,15 @@ class Target:
         """prerast_meta.platforms' key of its OS: 'linux', 'win32', 'darwin'."""
         return SYSTEM[self.os]
 
+    def runs_here(self, system=None, machine=None):
+        """Is this target the running OS and CPU architecture (sys.platform, platform.machine(), unless given)?"""
+        import platform
+
+        from prerast_meta import platforms
+
+        return (platforms.key(system) == self.system
+                and (machine or platform.machine()).lower() == self.machine.lower())
+
     @property
     def has_cuda(self):
         return any(p != "cpu" for p in self.platforms)
@@ -324,16 +333,17 @@ def default_target(path=MATRIX_FILE):
     return _load_targets(_load_toml(path))[1]
 
 
-def target_of_tag(plat_tag, path=MATRIX_FILE):
+def target_of_tag(plat_tag, path=MATRIX_FILE, among=None):
     """The target a wheel's platform tag ('manylinux_2_34_aarch64', 'linux_x86_64', 'win_amd64',
-    'macosx_14_0_arm64', or several joined by '.') belongs to; None if no target has its OS and machine."""
+    'macosx_14_0_arm64', or several joined by '.') belongs to, among `among` (default: the matrix file's); None
+    if no target has its OS and machine."""
     for tag in plat_tag.split("."):
         m = re.fullmatch(r"(?:many)?linux(?:_\d+_\d+|\d+)?_(\w+)|win_(\w+)|macosx_\d+_\d+_(\w+)", tag)
         if not m:
             continue
         os_name = "linux" if m.group(1) else "windows" if m.group(2) else "macos"
         machine = (m.group(1) or m.group(2) or m.group(3)).lower()
-        for t in targets(path).values():
+        for t in (targets(path).values() if among is None else among):
             if t.os == os_name and t.machine.lower() == machine:
                 return t
     return None
