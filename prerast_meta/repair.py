@@ -66,8 +66,10 @@ def repair_command(tool, wheel, out_dir, python=sys.executable, plat=None, only_
             cmd += ["--exclude", pattern]
         return cmd
     if tool == "delvewheel":
-        # One --exclude, the names joined by ";" (delvewheel splits it at os.pathsep, which is ";" on Windows).
-        return [python, "-m", "delvewheel", "repair", "-w", out_dir, "--exclude", ";".join(DELVEWHEEL_EXCLUDES), wheel]
+        # One --exclude, the names joined by os.pathsep: delvewheel splits it there (";" on Windows, ":" where the
+        # tests run delvewheel on Linux), so a fixed ";" would be one unknown name there.
+        return [python, "-m", "delvewheel", "repair", "-w", out_dir, "--exclude", os.pathsep.join(DELVEWHEEL_EXCLUDES),
+                wheel]
     if tool == "delocate":
         script = os.path.join(os.path.dirname(os.path.abspath(python)), "delocate-wheel")
         cmd = [script if os.path.exists(script) else "delocate-wheel", "-v", "-w", out_dir]

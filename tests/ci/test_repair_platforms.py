@@ -60,7 +60,7 @@ def test_windows_wheels_go_through_delvewheel(tmp_path, fake_tool):
     assert os.path.basename(repaired) == "prerast-0.2.0-cp310-abi3-win_amd64.whl"
     (cmd,) = fake_tool["calls"]
     assert cmd[1:4] == ["-m", "delvewheel", "repair"]
-    assert cmd[cmd.index("--exclude") + 1].split(";") == repair.DELVEWHEEL_EXCLUDES
+    assert cmd[cmd.index("--exclude") + 1].split(os.pathsep) == repair.DELVEWHEEL_EXCLUDES
     # delvewheel's name mangling (c10-<hash>.dll) does not hide a grafted torch library.
     fake_tool["graft"] = "prerast.libs/c10-0123456789abcdef0123456789abcdef.dll"
     with pytest.raises(SystemExit, match="torch/CUDA libraries were grafted.*c10-"):
