@@ -1,7 +1,8 @@
 """`python -m ci repair` on each OS's wheels: the tool is the wheel's target's (auditwheel, delvewheel, delocate),
 run with that tool's exclude list, and the checks after it (nothing of torch or CUDA grafted, exactly the
 target's tag) hold on every OS. The repair tools themselves are stood in for by a fake that does what each does
-to the file (copies it, grafts what it is told to, retags where told to); the real runs happen in the workflow.
+to the file (copies it, grafts what it is told to, retags where told to); tests/ci/test_repair_real.py runs the
+real delocate and delvewheel.
 Also the host-side pieces of the Windows and macOS jobs: the torch pin (python -m ci pin-torch) and the smoke
 test's runtime environment on Windows."""
 import json
