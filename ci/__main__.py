@@ -14,7 +14,11 @@
     release-check   before tagging: the tag matches the version, the matrix the published builds, and the
                 repository settings to tick
     tag-check   the tag is v + the package version (the workflow's first step on a tag)
-    release-manifests   every release's manifest.json merged (the Pages job builds the index from it)
+    release-manifests   every release's manifests merged (the Pages job builds the index from them)
+    publish-plan    which targets of a tag run publish (every cell of the target passed), the summary and notes
+    pypi-dir    the plan's wheels that PyPI takes (no local version), into a folder for the upload
+    release-upload  the plan's wheels and per-target manifests as release assets, never replacing one
+    rehearse    the tag run's publishing path here, with stand-ins for GitHub only (README: Cutting a release)
     repair      repair one wheel with the package's policy and check it (cibuildwheel's repair command)
     smoke       smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)
     symbols     audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)
@@ -215,7 +219,11 @@ def main(argv=None):
     delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "dev": "ci.dev", "preflight": "ci.preflight", "symbols": "ci.symbols",
                  "abi-proof": "ci.abi_proof", "release-check": "ci.release", "tag-check": "ci.release:tag_main",
                  "release-manifests": "ci.release:manifests_main", "toolkit-redist": "ci.toolkit_redist",
-                 "pin-torch": "ci.cibw:pin_torch_main"}
+                 "pin-torch": "ci.cibw:pin_torch_main",
+                 "publish-plan": "ci.publish:plan_main",
+                 "pypi-dir": "ci.publish:pypi_main",
+                 "release-upload": "ci.release:upload_main",
+                 "rehearse": "ci.rehearse"}
     for name in delegated:
         sub.add_parser(name, help=f"see python -m ci {name} --help")
     argv = sys.argv[1:] if argv is None else argv

@@ -1,6 +1,7 @@
 """Releases (ci/release.py and the workflow's tag steps): the tag must be v + the package version, checked before
 anything builds; `python -m ci release-check` before tagging; and the Pages index built from every release's own
-manifest, run here as the workflow's own step texts with a stand-in `gh` (tests/ci/fake_gh.py)."""
+manifests, run here as the workflow's own step texts with the stand-in `gh` (ci/gh_standin.py); release assets
+never replaced."""
 import json
 import os
 import subprocess
@@ -23,11 +24,11 @@ def step(job, name_start):
 
 
 def run_step(script, cwd, bin_dir=None, **env):
-    """A run: script as GitHub runs it (bash -eo pipefail), with this Python as `python` and tests/ci/fake_gh.py as
+    """A run: script as GitHub runs it (bash -eo pipefail), with this Python as `python` and ci/gh_standin.py as
     `gh` first on PATH (in bin_dir, default cwd/bin)."""
     bin_dir = str(bin_dir or os.path.join(str(cwd), "bin"))
     os.makedirs(bin_dir, exist_ok=True)
-    for name, target in (("python", sys.executable), ("gh", os.path.join(ROOT, "tests", "ci", "fake_gh.py"))):
+    for name, target in (("python", sys.executable), ("gh", os.path.join(ROOT, "ci", "gh_standin.py"))):
         if not os.path.lexists(os.path.join(bin_dir, name)):
             with open(os.path.join(bin_dir, name), "w") as f:
                 f.write(f'#!/bin/sh\nexec "{sys.executable}" {target if name == "gh" else ""} "$@"\n')
@@ -131,12 +132,16 @@ def test_release_guide_names_the_check_and_the_settings():
 
 
 def tag_run(fake_gh, work, tag, *wheels, deploy=True):
-    """The release job, then (`deploy`) the Pages job's index step, of one tag run; returns the last step's result."""
+    """The release job's upload step, then (`deploy`) the Pages job's index step, of one tag run publishing the
+    Linux x86-64 target's `wheels`; returns the last step's result."""
     wheelhouse = work / tag / "wheelhouse"
     wheelhouse.mkdir(parents=True)
-    for w in wheels:
-        make_wheel(str(wheelhouse), *w)
-    env = {"FAKE_GH": str(fake_gh), "GITHUB_REF_NAME": tag, "ASSETS_URL": f"https://example.invalid/download/{tag}"}
+    names = [os.path.basename(make_wheel(str(wheelhouse), *w)) for w in wheels]
+    plan = {"published": ["linux-x86_64"], "missing": [], "wheels": names, "version": tag[1:], "required_missing": []}
+    (work / tag / "plan.json").write_text(json.dumps(plan))
+    (work / tag / "notes.md").write_text("notes")
+    env = {"GH_STANDIN_DIR": str(fake_gh), "GITHUB_REF_NAME": tag,
+           "ASSETS_URL": f"https://example.invalid/download/{tag}"}
     upload = run_step(step("release", "Upload the wheels")["run"], work / tag, **env)
     assert upload.returncode == 0, upload.stderr
     if not deploy:
@@ -158,7 +163,7 @@ def test_every_release_stays_on_the_pages_whatever_the_live_site_shows(tmp_path)
     assert first.returncode == 0, first.stderr  # the first release: no earlier manifest to merge
     assert "1 releases merged" in first.stdout
     assets = sorted(os.listdir(fake_gh / "v0.1.0"))
-    assert assets == ["manifest.json", "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
+    assert assets == ["manifest-linux-x86_64.json", "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
     tag_run(fake_gh, work, "v0.2.0", ("0.2.0", "2.14.1+cu130", "13.0"), ("0.2.0+cu12", "2.14.1+cu126", "12.6"),
             deploy=False)
     third = tag_run(fake_gh, work, "v0.3.0", ("0.3.0", "2.14.1+cu130", "13.0"))
@@ -176,7 +181,7 @@ def test_a_release_without_its_manifest_stops_the_deploy(tmp_path):
     fake_gh, work = tmp_path / "gh", tmp_path / "runs"
     fake_gh.mkdir()
     assert tag_run(fake_gh, work, "v0.1.0", ("0.1.0", "2.14.1+cu130", "13.0")).returncode == 0
-    os.remove(fake_gh / "v0.1.0" / "manifest.json")  # a release made by hand, or its manifest deleted
+    os.remove(fake_gh / "v0.1.0" / "manifest-linux-x86_64.json")  # a release made by hand, or its manifest deleted
     # A draft (its assets are not public) and a release without wheels are passed over.
     releases = json.load(open(fake_gh / "releases.json"))
     (fake_gh / "v0.1.1").mkdir()
@@ -187,10 +192,10 @@ def test_a_release_without_its_manifest_stops_the_deploy(tmp_path):
     json.dump(releases, open(fake_gh / "releases.json", "w"))
     out = tag_run(fake_gh, work, "v0.2.0", ("0.2.0", "2.14.1+cu130", "13.0"))
     assert out.returncode == 1
-    assert "releases v0.1.0 have wheels but no manifest.json" in out.stderr
+    assert "releases v0.1.0 have wheels but no manifest (manifest*.json)" in out.stderr
     assert not (work / "v0.2.0" / "site").exists()  # nothing to deploy
     os.remove(fake_gh / "v0.1.0" / "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl")
-    out = run_step(step("pages", "Find-links pages")["run"], work / "v0.2.0", FAKE_GH=str(fake_gh))
+    out = run_step(step("pages", "Find-links pages")["run"], work / "v0.2.0", GH_STANDIN_DIR=str(fake_gh))
     assert out.returncode == 0, out.stderr
     assert "1 releases merged into previous.json: v0.2.0" in out.stdout
 
@@ -198,5 +203,110 @@ def test_a_release_without_its_manifest_stops_the_deploy(tmp_path):
 def test_pages_job_reads_no_live_manifest_and_release_job_uploads_one():
     pages = "\n".join(s.get("run", "") for s in jobs()["pages"]["steps"])
     assert "curl" not in pages and "release-manifests" in pages
-    assert "manifest.json" in step("release", "Upload the wheels")["run"]
+    assert "python -m ci release-upload" in step("release", "Upload the wheels")["run"]
     assert jobs()["pages"]["concurrency"]["cancel-in-progress"] is False
+
+
+def gh_bin(tmp_path, monkeypatch, calls=None):
+    """The stand-in as `gh` over tmp_path/gh; each call's arguments appended to `calls` (a file) when given."""
+    state = tmp_path / "gh"
+    state.mkdir(exist_ok=True)
+    monkeypatch.setenv("GH_STANDIN_DIR", str(state))
+    gh = tmp_path / "gh-cli"
+    log = f'echo "$*" >> "{calls}"\n' if calls else ""
+    gh.write_text(f'#!/bin/sh\n{log}exec "{sys.executable}" "{ROOT}/ci/gh_standin.py" "$@"\n')
+    gh.chmod(0o755)
+    return str(gh), state
+
+
+def x86_plan(*names):
+    return {"published": ["linux-x86_64"], "missing": [], "wheels": list(names), "version": "0.2.0",
+            "required_missing": []}
+
+
+@pytest.mark.parametrize("digest", [True, False], ids=["digest", "download"])
+def test_release_upload_skips_same_bytes_and_stops_on_other_bytes(tmp_path, monkeypatch, digest):
+    """A re-run uploads nothing it already uploaded; a wheel rebuilt with other bytes under the same name stops the
+    upload, naming the file and both sha256, and nothing on the release changes. With or without GitHub's digest
+    (then the asset is downloaded to compare)."""
+    if not digest:
+        monkeypatch.setenv("GH_STANDIN_NO_DIGEST", "1")
+    calls = tmp_path / "calls"
+    gh, state = gh_bin(tmp_path, monkeypatch, calls)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    name = os.path.basename(make_wheel(str(wheels), "0.2.0", "2.14.1+cu130", "13.0"))
+    plan = x86_plan(name)
+    first = release.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
+    assert first == {"uploaded": [name, "manifest-linux-x86_64.json"], "skipped": []}
+    before = {n: release.sha256_file(state / "v0.2.0" / n) for n in os.listdir(state / "v0.2.0")}
+    again = release.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
+    assert again == {"uploaded": [], "skipped": [name, "manifest-linux-x86_64.json"]}
+    make_wheel(str(wheels), "0.2.0", "2.14.0+cu130", "13.0")  # rebuilt: the same name, other bytes
+    rebuilt = release.sha256_file(wheels / name)
+    assert rebuilt != before[name]
+    with pytest.raises(release.ReleaseError) as e:
+        release.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
+    assert f"{name}: the release's asset has sha256 {before[name]}, this run's file {rebuilt}" in str(e.value)
+    assert {n: release.sha256_file(state / "v0.2.0" / n) for n in os.listdir(state / "v0.2.0")} == before
+    assert not any(c.startswith("release upload") and "--clobber" in c for c in calls.read_text().splitlines())
+
+
+def test_manifests_are_the_same_bytes_anywhere():
+    """No local path, keys sorted: a re-run on another runner finds the manifest it would write, and skips it."""
+    import tempfile
+
+    made = []
+    for _ in range(2):
+        with tempfile.TemporaryDirectory() as d:
+            made.append(release.target_manifest("linux-x86_64", [make_wheel(d, "0.2.0", "2.14.1+cu130", "13.0")],
+                                                "https://example.invalid/v0.2.0/"))
+    assert made[0] == made[1] and b'"path"' not in made[0] and b"/tmp" not in made[0]
+    entry = json.loads(made[0])["wheels"][0]
+    assert entry["url"] == "https://example.invalid/v0.2.0/prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"
+
+
+def test_the_standin_refuses_what_github_refuses(tmp_path, monkeypatch):
+    """Why release-upload compares before it uploads: GitHub refuses an asset name twice (the stand-in too), and
+    --clobber, which would accept it, replaces the bytes the manifests describe."""
+    gh, state = gh_bin(tmp_path, monkeypatch)
+    asset = tmp_path / "a.whl"
+    asset.write_bytes(b"one")
+
+    def run(*args):
+        return subprocess.run([gh, *args], capture_output=True, text=True)
+
+    assert run("release", "upload", "v1", str(asset)).stderr.strip() == "release not found"
+    assert run("release", "create", "v1", "--title", "t", "--notes", "n").returncode == 0
+    assert "already_exists" in run("release", "create", "v1", "--notes", "n").stderr
+    assert run("release", "upload", "v1", str(asset)).returncode == 0
+    asset.write_bytes(b"two")
+    refused = run("release", "upload", "v1", str(asset))
+    assert refused.returncode == 1 and "already exists" in refused.stderr
+    assert (state / "v1" / "a.whl").read_bytes() == b"one"
+    assert run("release", "upload", "v1", str(asset), "--clobber").returncode == 0  # what the workflow must not do
+    assert (state / "v1" / "a.whl").read_bytes() == b"two"
+    view = json.loads(run("release", "view", "v1", "--json", "assets").stdout)
+    assert view["assets"] == [{"name": "a.whl", "size": 3, "digest": "sha256:" + release.sha256_file(asset)}]
+    assert "--clobber" not in open(os.path.join(ROOT, ".github", "workflows", "wheels.yml")).read()
+
+
+def test_release_manifests_merge_per_target_and_older_single_manifests(tmp_path, monkeypatch):
+    gh, state = gh_bin(tmp_path, monkeypatch)
+    subprocess.run([gh, "release", "create", "v0.1.0", "--notes", ""], check=True)
+    old = {"wheels": [{"file": "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl", "url": "u1", "sha256": "a",
+                       "path": "/home/runner/w.whl", "pages": ["torch-2.14.1+cu130.html"]}]}
+    (state / "v0.1.0" / "manifest.json").write_text(json.dumps(old))
+    (state / "v0.1.0" / "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    subprocess.run([gh, "release", "create", "v0.2.0", "--notes", ""], check=True)
+    for target, plat in (("linux-x86_64", "manylinux_2_28_x86_64"), ("macos-arm64", "macosx_11_0_arm64")):
+        entry = {"file": f"prerast-0.2.0-cp310-abi3-{plat}.whl", "url": f"u-{target}", "sha256": "b",
+                 "pages": ["torch-2.14.1+cpu.html"]}
+        (state / "v0.2.0" / f"manifest-{target}.json").write_text(json.dumps({"target": target, "wheels": [entry]}))
+    out = tmp_path / "previous.json"
+    assert release.release_manifests(str(out), gh, str(tmp_path)) == ["v0.1.0", "v0.2.0"]
+    merged = json.load(open(out))["wheels"]
+    assert [e["file"] for e in merged] == ["prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl",
+                                           "prerast-0.2.0-cp310-abi3-macosx_11_0_arm64.whl",
+                                           "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
+    assert all("path" not in e for e in merged)

@@ -70,15 +70,15 @@ def wheel_jobs():
 
 def test_release_upload_has_no_environment_and_pages_runs_after_every_wheel_job():
     all_jobs = jobs()
-    (release,) = [n for n, j in all_jobs.items() if "gh release upload" in runs(j)]
+    (release,) = [n for n, j in all_jobs.items() if "python -m ci release-upload" in runs(j)]
     (pages,) = [n for n, j in all_jobs.items() if uses(j, "actions/deploy-pages")]
     assert release != pages
     assert "environment" not in all_jobs[release]  # github-pages refuses tag refs by default
     assert all_jobs[pages]["environment"]["name"] == "github-pages"
     assert wheel_jobs() and wheel_jobs() | {release} <= needs(all_jobs[pages])
     assert wheel_jobs() <= needs(all_jobs[release])
-    for name in (release, pages):
-        assert all_jobs[name]["if"] == "startsWith(github.ref, 'refs/tags/v')"
+    for name in (release, pages):  # the conditions themselves: tests/ci/test_publish.py
+        assert "startsWith(github.ref, 'refs/tags/v')" in all_jobs[name]["if"]
     assert all_jobs[pages]["concurrency"]["cancel-in-progress"] is False  # deploys queue, each merging the last
     assert "--manifest previous.json" in runs(all_jobs[pages])
 
@@ -293,22 +293,6 @@ def test_guide_names_the_repository_settings_a_tag_release_needs():
     assert f"python -m ci repair --plat {cibw.policy_platform()}" in wheels
 
 
-def test_only_wheels_without_a_local_tag_go_to_pypi(tmp_path):
-    """The PyPI job publishes the stable CUDA 13 wheel and nothing with a local version, which PyPI refuses."""
-    pypi = jobs()["pypi"]
-    assert set(pypi["needs"]) >= {"wheel"} and pypi["environment"] == "pypi"
-    (select,) = [s["run"] for s in pypi["steps"] if "pypi/" in s.get("run", "")]
-    wheelhouse = tmp_path / "wheelhouse"
-    wheelhouse.mkdir()
-    for name in ("prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl",
-                 "prerast-0.2.0+cu12-cp310-abi3-manylinux_2_28_x86_64.whl",
-                 "prerast-0.2.0+pt24cu121-cp310-abi3-manylinux_2_28_x86_64.whl"):
-        (wheelhouse / name).write_bytes(b"")
-    out = subprocess.run(["bash", "-eo", "pipefail", "-c", select], cwd=tmp_path, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert os.listdir(tmp_path / "pypi") == ["prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
-
-
 # Per-target checks of the wheel job. Each is a function of the workflow's text returning what is wrong, so that a
 # test can show it failing on a broken copy of the workflow.
 ROWS = cibw.github_matrix(CELLS)["include"]
@@ -432,32 +416,7 @@ def test_artifact_names_are_unique_per_cell():
     assert len(set(artifact_names(broken))) < len(ROWS)
 
 
-def pypi_selection(text, tmp_path, names):
-    """The files the PyPI job's selection step copies out of a wheelhouse holding `names`."""
-    yaml = pytest.importorskip("yaml")
-    pypi = yaml.safe_load(text)["jobs"]["pypi"]
-    (select,) = [s["run"] for s in pypi["steps"] if "pypi/" in s.get("run", "")]
-    work = tmp_path / f"w{len(list(tmp_path.iterdir()))}"
-    (work / "wheelhouse").mkdir(parents=True)
-    for name in names:
-        (work / "wheelhouse" / name).write_bytes(b"")
-    out = subprocess.run(["bash", "-eo", "pipefail", "-c", select], cwd=work, capture_output=True, text=True)
-    return sorted(os.listdir(work / "pypi")) if out.returncode == 0 else None
-
-
-def test_pypi_gets_the_untagged_wheel_of_every_target(tmp_path):
-    published = matrix.select(CELLS, published=True)
-    names = [c.wheel_name("0.2.0") for c in published]
-    untagged = sorted(c.wheel_name("0.2.0") for c in published if not c.local_tag)
-    # One per target: x86-64 and aarch64 CUDA 13, Windows CUDA 13, macOS CPU.
-    assert sorted((c.target.name, c.platform) for c in published if not c.local_tag) == [
-        ("linux-aarch64", "cu130"), ("linux-x86_64", "cu130"), ("macos-arm64", "cpu"), ("windows-amd64", "cu130")]
-    text = open(WORKFLOW).read()
-    assert pypi_selection(text, tmp_path, names) == untagged
-    # Can fail: a selection of the manylinux wheels only would leave Windows and macOS off PyPI.
-    broken = text.replace("-name 'prerast-*.whl' ! -name 'prerast-*+*' -exec", "-name 'prerast-*manylinux*.whl' "
-                          "! -name 'prerast-*+*' -exec")
-    assert broken != text and pypi_selection(broken, tmp_path, names) != untagged
+# The wheels PyPI gets: tests/ci/test_publish.py (python -m ci pypi-dir).
 
 
 def test_pages_install_the_linux_x86_64_wheel(tmp_path):
