@@ -35,8 +35,9 @@ SETTINGS = [
     "Settings > Pages: Source = GitHub Actions",
     "Settings > Environments > github-pages > Deployment branches and tags: a tag rule v*",
     "Settings > Environments: an environment named pypi",
-    "pypi.org > the prerast project > Publishing: a trusted publisher for this repository, workflow wheels.yml, "
-    "environment pypi",
+    # The project exists on PyPI only after its first upload: until then a trusted publisher can only be pending.
+    "pypi.org > Your account > Publishing (first release: a pending publisher; later: the prerast project's "
+    "Publishing): project prerast, this repository, workflow wheels.yml, environment pypi",
 ]
 
 
@@ -128,8 +129,8 @@ def release_check(tag=None, root=ROOT, out=None):
     print("Repository settings the jobs need (check them by hand; they cannot be read from here):", file=out)
     for setting in SETTINGS:
         print(f"  [ ] {setting}", file=out)
-    print(f"Then: python -m ci preflight --published (asks the indexes), bash ci/test.sh, merge, and "
-          f"git tag {tag} && git push origin {tag}", file=out)
+    print(f"Then: python -m ci preflight --published (asks the indexes), python -m ci rehearse, bash ci/test.sh, "
+          f"merge, and git tag {tag} && git push origin {tag}", file=out)
     return failed
 
 
