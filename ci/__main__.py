@@ -144,6 +144,11 @@ def cmd_gh_matrix(a):
     from ci import cibw, matrix
 
     cells = matrix.select(matrix.load(), published=a.published, pr=a.pr)
+    # A job on a retired runner label is never picked up: say so here rather than leave the run queued for days.
+    problems = matrix.retired_runners(matrix.runners_in_use())
+    if problems:
+        print("gh-matrix: " + "\n".join(problems), file=sys.stderr)
+        return 1
     print(json.dumps(cibw.github_matrix(cells), separators=(",", ":")))
     return 0
 

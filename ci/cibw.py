@@ -196,7 +196,7 @@ MINUTES = {
 }
 # Windows and macOS jobs, estimates (no such job has run yet): no image to pull, but MSVC's prompt and a
 # slower file system on windows-2022; the toolkit is a few zip archives from NVIDIA's redist (nvcc's is the
-# largest, ~100 MB) rather than dnf; nvcc with cl.exe compiles about half as fast again as with gcc. macos-14
+# largest, ~100 MB) rather than dnf; nvcc with cl.exe compiles about half as fast again as with gcc. macos-15
 # (3 Apple M1 cores) builds the CPU library about as fast as a Linux runner does.
 OS_MINUTES = {
     "windows": {"setup": 4, "toolkit": 3, "build_factor": 1.5},
