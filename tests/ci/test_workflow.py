@@ -247,15 +247,81 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     assert env["CIBW_ARCHS"] == target.machine
     assert env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] == target.image
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
-    assert "python -m ci repair {wheel}" in cfg["repair-wheel-command"]  # tagged cibw.policy_platform()
+    assert "python {project}/ci/cli.py repair {wheel}" in cfg["repair-wheel-command"]  # cibw.policy_platform()
     assert cibw.policy_platform() == "manylinux_2_28_x86_64"  # the tag the README and the wheel names promise
-    assert "python -m ci smoke" in cfg["test-command"]
+    assert "python {project}/ci/cli.py smoke" in cfg["test-command"]
     script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
     assert os.path.exists(script)
     shellcheck = shutil.which("shellcheck") or os.path.join(os.path.dirname(sys.executable), "shellcheck")
     if os.path.exists(shellcheck):
         out = subprocess.run([shellcheck, script], capture_output=True, text=True)
         assert out.returncode == 0, out.stdout
+
+
+def cibuildwheel_commands(cfg):
+    """{option: command} of every command cibuildwheel runs through the OS's shell, cmd.exe on Windows."""
+    found = {k: cfg[k] for k in ("before-all", "before-build", "repair-wheel-command", "test-command")}
+    for os_name in ("windows", "macos"):
+        found.update({f"{os_name}.{k}": v for k, v in cfg.get(os_name, {}).items() if isinstance(v, str)})
+    return found
+
+
+def cmd_exe_problems(command):
+    """What stops `command` from working when cmd.exe runs it from a folder on another drive than the checkout:
+    a `cd` (it does not change drive), a chain of commands, a variable ($VAR, %VAR%), a first word other than
+    python, or a path that is not under {project} or does not exist there."""
+    problems = []
+    words = command.split()
+    if re.search(r"(^|&|\|)\s*cd\b", command):
+        problems.append("cd")
+    if re.search(r"&&|\|\||[&|;]", command):
+        problems.append("a chain of commands")
+    if re.search(r"\$\w|\$\{|%\w+%", command):
+        problems.append("a variable")
+    if words[0] != "python":
+        problems.append(f"first word {words[0]}")
+    paths = [w for w in words[1:] if "/" in w]
+    if words[1:3] != ["-m", "pip"] and not (paths and paths[0] == words[1]):
+        problems.append("no script path")
+    for path in paths:
+        if not path.startswith("{project}/") or not os.path.exists(path.replace("{project}", ROOT)):
+            problems.append(f"path {path}")
+    return problems
+
+
+def test_cibuildwheel_commands_work_from_any_drive_and_shell(tmp_path):
+    """Every Windows-reachable command of [tool.cibuildwheel] is one `python` with a path under {project}, no `cd`,
+    no chain, no variable; expanded as cibuildwheel expands it and run from another folder, it finds `ci`."""
+    helpers = pytest.importorskip("cibuildwheel.util.helpers")
+    cfg = PYPROJECT["tool"]["cibuildwheel"]
+    commands = cibuildwheel_commands(cfg)
+    linux_only = {"before-all"}  # bash {project}/ci/manylinux_setup.sh, in the manylinux image
+    assert {k: cmd_exe_problems(v) for k, v in commands.items() if k not in linux_only} == {
+        k: [] for k in commands if k not in linux_only}
+    assert {"windows.before-all", "macos.before-all", "repair-wheel-command", "test-command"} <= set(commands)
+    for name in ("repair-wheel-command", "test-command", "windows.before-all"):
+        line = helpers.prepare_command(commands[name], project=ROOT, wheel="--help", dest_dir=str(tmp_path))
+        argv = [sys.executable] + line.split()[1:] + ["--help"]
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PRERAST_CELL")}
+        out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+        if name == "windows.before-all":  # pin-torch reads its cell from the environment only
+            assert out.returncode == 2 and "pin-torch: PRERAST_CELL" in out.stderr, out.stderr
+        else:
+            assert out.returncode == 0 and "usage: python -m ci" in out.stdout, out.stderr
+    matrix_list = subprocess.run([sys.executable, os.path.join(ROOT, "ci", "cli.py"), "matrix", "--pr"], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=120)
+    assert matrix_list.returncode == 0 and "2.14.1+cu130" in matrix_list.stdout
+
+
+def test_the_cd_form_fails_from_another_folder(tmp_path):
+    # The checks above can fail: the old command, refused by the parse and, run from elsewhere, without `ci`.
+    old = "cd {project} && python -m ci smoke --device auto"
+    assert cmd_exe_problems(old) == ["cd", "a chain of commands", "first word cd", "no script path"]
+    assert cmd_exe_problems("python {project}/ci/nothing_here.py repair") == ["path {project}/ci/nothing_here.py"]
+    assert cmd_exe_problems("python %PROJECT%/ci/cli.py smoke") == ["a variable", "path %PROJECT%/ci/cli.py"]
+    out = subprocess.run([sys.executable, "-m", "ci", "matrix"], cwd=tmp_path, capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode != 0 and "No module named ci" in out.stderr
 
 
 def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
