@@ -10,6 +10,7 @@
     gh-matrix   the CI workflow's job matrix, as JSON
     toolkit-redist  a Windows CUDA cell's toolkit from NVIDIA's redistributable archives (into its CUDA_HOME)
     pin-torch   write the cell's torch pin to $PIP_CONSTRAINT (cibuildwheel's before-all on Windows and macOS)
+    msvc-env    Visual Studio's developer environment (vswhere, vcvarsall.bat) as NAME=VALUE lines for $GITHUB_ENV
     preflight   ask each cell's index whether its exact torch build exists, for each of its Pythons
     release-check   before tagging: the tag matches the version, the matrix the published builds, and the
                 repository settings to tick
@@ -220,7 +221,7 @@ def main(argv=None):
     delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "dev": "ci.dev", "preflight": "ci.preflight", "symbols": "ci.symbols",
                  "abi-proof": "ci.abi_proof", "release-check": "ci.release", "tag-check": "ci.release:tag_main",
                  "release-manifests": "ci.release:manifests_main", "toolkit-redist": "ci.toolkit_redist",
-                 "pin-torch": "ci.cibw:pin_torch_main"}
+                 "pin-torch": "ci.cibw:pin_torch_main", "msvc-env": "ci.msvc_env"}
     for name in delegated:
         sub.add_parser(name, help=f"see python -m ci {name} --help")
     argv = sys.argv[1:] if argv is None else argv

@@ -422,7 +422,7 @@ def per_os_step_problems(text, rows=ROWS):
             problems.append(f"{row['cell']}: disk clean-up with docker {'missing' if linux else 'on ' + row['os']}")
         if ("actions/cache@v5" in names) is not (linux and row["ccache"]):
             problems.append(f"{row['cell']}: compiler cache step wrong")
-        if ("ilammy/msvc-dev-cmd@v1" in names) is not windows:
+        if ('python -m ci msvc-env >> "$GITHUB_ENV"' in script) is not windows or any("msvc" in n for n in names):
             problems.append(f"{row['cell']}: MSVC step wrong")
         if ("python -m ci toolkit-redist" in script) is not (windows and bool(row["cuda"])):
             problems.append(f"{row['cell']}: redist toolkit step wrong")
@@ -466,6 +466,12 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
     assert "2.14.1+cu130-windows-amd64: disk clean-up with docker on windows" in found
     assert "2.14.1+cpu-macos-arm64: disk clean-up with docker on macos" in found
     assert "2.14.1+cpu-windows-amd64: redist toolkit step wrong" in found
+    # Can fail: the MSVC environment from the unmaintained action again, or on every OS.
+    action = text.replace('        run: python -m ci msvc-env >> "$GITHUB_ENV"\n',
+                          "        uses: ilammy/msvc-dev-cmd@v1\n")
+    assert action != text and "2.14.1+cu130-windows-amd64: MSVC step wrong" in per_os_step_problems(action, rows)
+    everywhere = text.replace("        if: matrix.os == 'windows'\n        run: python -m ci msvc-env", "        run: python -m ci msvc-env")
+    assert everywhere != text and "2.14.1+cu130: MSVC step wrong" in per_os_step_problems(everywhere, rows)
     assert not [p for p in found if "cu130-windows-amd64: redist" in p]  # the CUDA row was right all along
 
 
