@@ -16,6 +16,7 @@
                 repository settings to tick
     tag-check   the tag is v + the package version (the workflow's first step on a tag)
     release-manifests   every release's manifest.json merged (the Pages job builds the index from it)
+    pages-url-check     this repository's Pages URL is the one the loader's index URL is under (the Pages job)
     repair      repair one wheel with the package's policy and check it (cibuildwheel's repair command)
     smoke       smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)
     symbols     audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)
@@ -221,7 +222,8 @@ def main(argv=None):
     delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "dev": "ci.dev", "preflight": "ci.preflight", "symbols": "ci.symbols",
                  "abi-proof": "ci.abi_proof", "release-check": "ci.release", "tag-check": "ci.release:tag_main",
                  "release-manifests": "ci.release:manifests_main", "toolkit-redist": "ci.toolkit_redist",
-                 "pin-torch": "ci.cibw:pin_torch_main", "msvc-env": "ci.msvc_env"}
+                 "pin-torch": "ci.cibw:pin_torch_main", "msvc-env": "ci.msvc_env",
+                 "pages-url-check": "ci.pages_url"}
     for name in delegated:
         sub.add_parser(name, help=f"see python -m ci {name} --help")
     argv = sys.argv[1:] if argv is None else argv

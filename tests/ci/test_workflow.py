@@ -95,6 +95,16 @@ def test_pages_publish_the_docs_at_the_root_and_the_index_under_whl():
     assert upload["with"]["path"] == "site"
 
 
+def test_pages_job_checks_its_pages_url_right_after_configure_pages():
+    """The pages job stops before building anything when the repository's Pages site is not the one the loader's
+    index URL is under (python -m ci pages-url-check, given configure-pages' base_url)."""
+    steps = jobs()["pages"]["steps"]
+    (i,) = [n for n, s in enumerate(steps) if s.get("uses", "").startswith("actions/configure-pages@")]
+    assert steps[i]["id"] == "pages"
+    assert steps[i + 1]["run"] == 'python -m ci pages-url-check "${{ steps.pages.outputs.base_url }}"'
+    assert "if" not in steps[i + 1]
+
+
 def test_preflight_runs_before_any_wheel_job():
     all_jobs = jobs()
     (preflight,) = [n for n, j in all_jobs.items() if "python -m ci preflight" in runs(j)]
