@@ -129,11 +129,15 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
         assert upload["with"]["overwrite"] is True
         for part in ("torch", "platform", "target"):
             assert "${{ matrix.%s }}" % part in upload["with"]["name"]
-        (cache,) = uses(job, "actions/cache")
+        (cache,) = uses(job, "actions/cache/restore")
         assert cache["if"] == "matrix.os == 'linux' && matrix.ccache"  # the cells whose build goes through ccache
         key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
         assert "github.sha" not in key and "run_id" not in key and key.startswith(restore)
         assert "${{ matrix.cell }}" in restore
+        (save,) = uses(job, "actions/cache/save")
+        assert save["with"] == {"path": cache["with"]["path"], "key": key}
+        assert save["if"] == cache["if"] + " && github.event_name == 'schedule'"
+        assert job["steps"].index(save) > next(i for i, s in enumerate(job["steps"]) if "cibuildwheel" in s.get("run", ""))
         clean_up_step = next(step for step in job["steps"] if "rm -rf" in step.get("run", ""))
         assert clean_up_step["if"] == "matrix.os == 'linux'"
         clean_up = clean_up_step["run"]
@@ -197,6 +201,39 @@ def test_a_merge_to_main_does_not_rebuild_the_pull_request_cells():
     yaml = pytest.importorskip("yaml")
     on = yaml.safe_load(open(WORKFLOW))[True]  # YAML 1.1 reads the key `on` as true
     assert "pull_request" in on and on["push"] == {"tags": ["v*"]}
+    # Once a week on the default branch (the run whose compiler cache every pull request can restore).
+    (cron,) = [entry["cron"] for entry in on["schedule"]]
+    minute, hour, day, month, weekday = cron.split()
+    assert (day, month) == ("*", "*") and re.fullmatch(r"[0-6]", weekday) and minute.isdigit() and hour.isdigit()
+
+
+def selection_of(event, ref, choice=""):
+    """The --pr / --published / "" the matrix job's expand step picks for a run, with `python` a stand-in."""
+    import tempfile
+
+    (step,) = [s for s in jobs()["matrix"]["steps"] if s.get("id") == "expand"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "python"), "w") as f:
+            f.write("#!/bin/sh\necho '{}'\n")
+        os.chmod(os.path.join(tmp, "python"), 0o755)
+        output = os.path.join(tmp, "output")
+        env = dict(os.environ, PATH=tmp + os.pathsep + os.environ["PATH"], EVENT=event, GITHUB_REF=ref, CHOICE=choice,
+                   GITHUB_OUTPUT=output)
+        subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], env=env, check=True, capture_output=True)
+        return dict(line.split("=", 1) for line in open(output).read().splitlines())["selection"]
+
+
+def test_the_weekly_run_builds_the_pull_request_cells_and_publishes_nothing():
+    assert selection_of("schedule", "refs/heads/main") == "--pr"
+    assert selection_of("pull_request", "refs/pull/7/merge") == "--pr"
+    assert selection_of("push", "refs/tags/v0.2.0") == "--published"
+    assert selection_of("workflow_dispatch", "refs/heads/main", "all") == ""
+    # Every job that can publish (writes contents, Pages, or an OIDC token for PyPI) runs on a v* tag only; a
+    # scheduled run's ref is the default branch.
+    for name, job in jobs().items():
+        permissions = job.get("permissions", {})
+        if any(permissions.get(k) == "write" for k in ("contents", "pages", "id-token")):
+            assert "refs/tags/v" in job.get("if", ""), name
 
 
 def test_workflow_matrix_comes_from_the_matrix_file():
@@ -397,18 +434,19 @@ def wheel_job(text):
     return workflow["jobs"][name]
 
 
-def step_runs(condition, row):
-    """Does a step with `if: condition` run for a job matrix row? The few forms the workflow uses: matrix.X,
-    == / != against a quoted string, &&, ||."""
+def step_runs(condition, row, event="pull_request"):
+    """Does a step with `if: condition` run for a job matrix row in a run triggered by `event`? The few forms the
+    workflow uses: matrix.X, github.event_name, == / != against a quoted string, &&, ||."""
     if condition is None:
         return True
     expr = re.sub(r"\bmatrix\.(\w+)", lambda m: f"row[{m.group(1)!r}]", str(condition))
+    expr = expr.replace("github.event_name", repr(event))
     expr = expr.replace("&&", " and ").replace("||", " or ")
     return bool(eval(expr, {"__builtins__": {}}, {"row": row}))
 
 
-def steps_of(job, row):
-    return [step for step in job["steps"] if step_runs(step.get("if"), row)]
+def steps_of(job, row, event="pull_request"):
+    return [step for step in job["steps"] if step_runs(step.get("if"), row, event)]
 
 
 def runner_and_os_problems(text):
@@ -430,8 +468,15 @@ def per_os_step_problems(text, rows=ROWS):
         linux, windows = row["os"] == "linux", row["os"] == "windows"
         if ("docker image prune" in script) is not linux:
             problems.append(f"{row['cell']}: disk clean-up with docker {'missing' if linux else 'on ' + row['os']}")
-        if ("actions/cache@v5" in names) is not (linux and row["ccache"]):
+        if ("actions/cache/restore@v5" in names) is not (linux and row["ccache"]):
             problems.append(f"{row['cell']}: compiler cache step wrong")
+        # The cache is saved by the weekly run only (on the default branch, visible to every pull request).
+        for event in ("pull_request", "push", "workflow_dispatch", "schedule"):
+            saves = "actions/cache/save@v5" in {s.get("uses", "") for s in steps_of(job, row, event)}
+            if saves is not (linux and row["ccache"] and event == "schedule"):
+                problems.append(f"{row['cell']}: compiler cache {'saved' if saves else 'not saved'} on {event}")
+        if any(n.startswith("actions/cache@") for n in names):
+            problems.append(f"{row['cell']}: actions/cache saves from every run")
         if ('python -m ci msvc-env >> "$GITHUB_ENV"' in script) is not windows or any("msvc" in n for n in names):
             problems.append(f"{row['cell']}: MSVC step wrong")
         if ("python -m ci toolkit-redist" in script) is not (windows and bool(row["cuda"])):
@@ -476,6 +521,9 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
     assert "2.14.1+cu130-windows-amd64: disk clean-up with docker on windows" in found
     assert "2.14.1+cpu-macos-arm64: disk clean-up with docker on macos" in found
     assert "2.14.1+cpu-windows-amd64: redist toolkit step wrong" in found
+    # Can fail: the compiler cache saved by every run (a pull request's entry, visible to no other one).
+    every = text.replace(" && github.event_name == 'schedule'", "")
+    assert every != text and "2.14.1+cu130: compiler cache saved on pull_request" in per_os_step_problems(every, rows)
     # Can fail: the MSVC environment from the unmaintained action again, or on every OS.
     action = text.replace('        run: python -m ci msvc-env >> "$GITHUB_ENV"\n',
                           "        uses: ilammy/msvc-dev-cmd@v1\n")
