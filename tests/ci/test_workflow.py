@@ -236,6 +236,35 @@ def test_the_weekly_run_builds_the_pull_request_cells_and_publishes_nothing():
             assert "refs/tags/v" in job.get("if", ""), name
 
 
+RUNNER_LABEL = re.compile(r"\b(?:ubuntu|windows|macos)-(?:\d[\w.-]*|latest)\b")
+
+
+def runner_label_problems(text):
+    """Where the workflow names a runner other than through ci/matrix.toml: a wheel job not on its row's runner, a
+    job on a label other than the matrix's [policy] tool_runner (in [runners], not retired today), or a runner
+    label anywhere else in the text."""
+    yaml = pytest.importorskip("yaml")
+    tool_runner = matrix.policy()["tool_runner"]
+    problems = matrix.retired_runners({tool_runner: ["[policy] tool_runner"]})
+    for name, job in yaml.safe_load(text)["jobs"].items():
+        on = job["runs-on"]
+        if on != ("${{ matrix.runner }}" if "cibuildwheel" in runs(job) else tool_runner):
+            problems.append(f"job {name} runs on {on}")
+    rest = "\n".join(line for line in text.splitlines() if line.strip() != f"runs-on: {tool_runner}")
+    problems += [f"runner label {label} in the text" for label in RUNNER_LABEL.findall(rest)]
+    return problems
+
+
+def test_runner_labels_come_from_the_matrix_file():
+    text = open(WORKFLOW).read()
+    assert runner_label_problems(text) == []
+    # Can fail: a job on another label, and a label in a comment (which goes stale when the matrix moves on).
+    broken = text.replace("runs-on: ubuntu-24.04\n", "runs-on: ubuntu-22.04\n", 1).replace(
+        "# Builds prerast's wheels", "# Builds prerast's wheels (macos-14)")
+    assert runner_label_problems(broken) == ["job matrix runs on ubuntu-22.04", "runner label macos-14 in the text",
+                                             "runner label ubuntu-22.04 in the text"]
+
+
 def test_workflow_matrix_comes_from_the_matrix_file():
     text = open(WORKFLOW).read()
     assert "python -m ci gh-matrix" in text and "fromJSON(needs.matrix.outputs.cells)" in text
