@@ -214,6 +214,18 @@ def test_every_runner_is_a_known_label_not_retired_today():
     assert all(v is None or isinstance(v, datetime.date) for v in known.values())
 
 
+def test_each_targets_pypi_build_is_what_pypi_serves_there():
+    """PyPI's torch is a CUDA 13 build on Linux x86-64 and (from 2.11 on) aarch64, a CPU build on Windows and
+    macOS: the stable cell of that build installs plain torch===X from PyPI, the others come from torch's index."""
+    assert {n: t.pypi for n, t in matrix.targets().items()} == {
+        "linux-x86_64": "cu130", "linux-aarch64": "cu130", "windows-amd64": "cpu", "macos-arm64": "cpu"}
+    arm = matrix.find("2.14.1+cu130-linux-aarch64")
+    assert arm.on_pypi and arm.torch_requirement() == ("torch===2.14.1", [])
+    windows = matrix.find("2.14.1+cu130-windows-amd64")
+    assert not windows.on_pypi and windows.torch_requirement()[0] == "torch==2.14.1+cu130"
+    assert not matrix.find("2.13.0+cpu-linux-aarch64").on_pypi  # a +cpu build from torch's cpu index
+
+
 def test_a_retired_or_unknown_runner_is_named(tmp_path, monkeypatch, capsys):
     # The check above can fail: macOS back on macos-14, asked on the day it was retired and the day before.
     path = tmp_path / "matrix.toml"
