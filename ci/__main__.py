@@ -10,6 +10,7 @@
     gh-matrix   the CI workflow's job matrix, as JSON
     toolkit-redist  a Windows CUDA cell's toolkit from NVIDIA's redistributable archives (into its CUDA_HOME)
     pin-torch   write the cell's torch pin to $PIP_CONSTRAINT (cibuildwheel's before-all on Windows and macOS)
+    msvc-env    Visual Studio's developer environment (vswhere, vcvarsall.bat) as NAME=VALUE lines for $GITHUB_ENV
     preflight   ask each cell's index whether its exact torch build exists, for each of its Pythons
     release-check   before tagging: the tag matches the version, the matrix the published builds, and the
                 repository settings to tick
@@ -19,6 +20,7 @@
     pypi-dir    the plan's wheels that PyPI takes (no local version), into a folder for the upload
     release-upload  the plan's wheels and per-target manifests as release assets, never replacing one
     rehearse    the tag run's publishing path here, with stand-ins for GitHub only (README: Cutting a release)
+    pages-url-check     this repository's Pages URL is the one the loader's index URL is under (the Pages job)
     repair      repair one wheel with the package's policy and check it (cibuildwheel's repair command)
     smoke       smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)
     symbols     audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)
@@ -148,6 +150,11 @@ def cmd_gh_matrix(a):
     from ci import cibw, matrix
 
     cells = matrix.select(matrix.load(), published=a.published, pr=a.pr)
+    # A job on a retired runner label is never picked up: say so here rather than leave the run queued for days.
+    problems = matrix.retired_runners(matrix.runners_in_use())
+    if problems:
+        print("gh-matrix: " + "\n".join(problems), file=sys.stderr)
+        return 1
     print(json.dumps(cibw.github_matrix(cells), separators=(",", ":")))
     return 0
 
@@ -219,7 +226,8 @@ def main(argv=None):
     delegated = {"smoke": "ci.smoke", "wheel": "ci.wheel", "dev": "ci.dev", "preflight": "ci.preflight", "symbols": "ci.symbols",
                  "abi-proof": "ci.abi_proof", "release-check": "ci.release", "tag-check": "ci.release:tag_main",
                  "release-manifests": "ci.release:manifests_main", "toolkit-redist": "ci.toolkit_redist",
-                 "pin-torch": "ci.cibw:pin_torch_main",
+                 "pin-torch": "ci.cibw:pin_torch_main", "msvc-env": "ci.msvc_env",
+                 "pages-url-check": "ci.pages_url",
                  "publish-plan": "ci.publish:plan_main",
                  "pypi-dir": "ci.publish:pypi_main",
                  "release-upload": "ci.release:upload_main",

@@ -11,7 +11,7 @@ test); this module supplies what differs per cell and target, as environment var
                                          # (cibuildwheel's abi3audit covers the others)
 
 Per OS: Linux builds in the target's manylinux image with the toolkit from NVIDIA's RHEL 8 repository and
-gcc-toolset; Windows on the runner with MSVC (the job's developer prompt) and, for CUDA cells, the toolkit that
+gcc-toolset; Windows on the runner with MSVC (the job's developer environment: python -m ci msvc-env) and, for CUDA cells, the toolkit that
 `python -m ci toolkit-redist` unpacked into redist_toolkit_dir; macOS on the runner, CPU only.
 """
 import os
@@ -103,8 +103,8 @@ def _linux_environment(cell, workspace, inner):
 
 
 def _windows_environment(cell, workspace, inner):
-    # MSVC comes from the job's developer prompt (ilammy/msvc-dev-cmd): cl.exe on PATH, which nvcc needs as its
-    # host compiler. DISTUTILS_USE_SDK tells setuptools (and torch's build_ext) to use that environment rather
+    # MSVC comes from the job's developer environment (python -m ci msvc-env): cl.exe on PATH, which nvcc needs as
+    # its host compiler. DISTUTILS_USE_SDK tells setuptools (and torch's build_ext) to use that environment rather
     # than look for a Visual Studio of its own.
     inner["DISTUTILS_USE_SDK"] = "1"
     if cell.cuda:
@@ -196,7 +196,7 @@ MINUTES = {
 }
 # Windows and macOS jobs, estimates (no such job has run yet): no image to pull, but MSVC's prompt and a
 # slower file system on windows-2022; the toolkit is a few zip archives from NVIDIA's redist (nvcc's is the
-# largest, ~100 MB) rather than dnf; nvcc with cl.exe compiles about half as fast again as with gcc. macos-14
+# largest, ~100 MB) rather than dnf; nvcc with cl.exe compiles about half as fast again as with gcc. macos-15
 # (3 Apple M1 cores) builds the CPU library about as fast as a Linux runner does.
 OS_MINUTES = {
     "windows": {"setup": 4, "toolkit": 3, "build_factor": 1.5},

@@ -52,7 +52,7 @@ class Target:
     os: str               # "linux", "windows", "macos": cibuildwheel's --platform
     machine: str          # "x86_64", "aarch64", "AMD64", "arm64": cibuildwheel's --archs
     plat: str             # the wheel's platform tag: "manylinux_2_28_x86_64", "win_amd64", "macosx_11_0_arm64"
-    runner: str           # the GitHub runner of its jobs
+    runner: str           # the GitHub runner of its jobs: a label of [runners]
     repair: str           # "auditwheel", "delvewheel", "delocate"
     platforms: tuple      # compute platforms torch publishes there, from the stable floor on
     pypi: str             # the build plain `pip install torch` gets there
@@ -97,7 +97,32 @@ class Target:
         return platforms.describe_running(self.system, self.machine)
 
 
+# The value of a [runners] label whose retirement GitHub has not announced.
+NONE_ANNOUNCED = "none announced"
+
+
+def _load_runners(data):
+    """{label: the date GitHub retires its image, or None}: the [runners] table."""
+    import datetime
+
+    runners = {}
+    for label, when in data.get("runners", {}).items():
+        if when != NONE_ANNOUNCED and not isinstance(when, datetime.date):
+            raise MatrixError(f"[runners] {label} = {when!r}: expected its retirement date (e.g. 2026-11-02, no "
+                              f"quotes) or \"{NONE_ANNOUNCED}\"")
+        runners[label] = None if when == NONE_ANNOUNCED else when
+    return runners
+
+
+def _check_runner(label, user, runners):
+    if label not in runners:
+        raise MatrixError(f"{user}: runner {label!r} is not a label of [runners] ({', '.join(runners)}): add it "
+                          "there with its retirement date, or \"none announced\"")
+
+
 def _load_targets(data):
+    runners = _load_runners(data)
+    _check_runner(data["policy"].get("tool_runner"), "[policy] tool_runner", runners)
     targets = {}
     for name, t in data.get("target", {}).items():
         missing = {"os", "machine", "plat", "runner", "repair", "platforms", "pypi"} - set(t)
@@ -111,6 +136,7 @@ def _load_targets(data):
             raise MatrixError(f"[target.{name}]: platform tag {t['plat']} is not one of machine {t['machine']}")
         if any(p != "cpu" for p in t["platforms"]) and not t.get("toolkit"):
             raise MatrixError(f"[target.{name}]: CUDA builds need a toolkit source")
+        _check_runner(t["runner"], f"[target.{name}]", runners)
         targets[name] = Target(
             name=name, os=t["os"], machine=t["machine"], plat=t["plat"], runner=t["runner"], repair=t["repair"],
             platforms=tuple(t["platforms"]), pypi=t["pypi"], image=t.get("image", ""), toolkit=t.get("toolkit", ""),
@@ -320,13 +346,43 @@ def releases(path=MATRIX_FILE):
 
 
 def policy(path=MATRIX_FILE):
-    """The [policy] table: torch's index, the default target."""
+    """The [policy] table: torch's index, the default target, the runner of the jobs that build nothing."""
     return _load_toml(path)["policy"]
 
 
 def targets(path=MATRIX_FILE):
     """{name: Target}: every [target.*] table, in the file's order."""
     return _load_targets(_load_toml(path))[0]
+
+
+def runners(path=MATRIX_FILE):
+    """{label: retirement date or None}: the GitHub-hosted runner labels the matrix knows (its [runners] table)."""
+    return _load_runners(_load_toml(path))
+
+
+def runners_in_use(path=MATRIX_FILE):
+    """{label: [who runs on it]}: each target's runner and the [policy] tool_runner of the jobs that build nothing."""
+    used = {policy(path)["tool_runner"]: ["[policy] tool_runner"]}
+    for t in targets(path).values():
+        used.setdefault(t.runner, []).append(f"[target.{t.name}]")
+    return used
+
+
+def retired_runners(labels, today=None, path=MATRIX_FILE):
+    """What is wrong with running jobs on `labels` ({label: [who]}) on `today` (default: today's date): a label
+    the [runners] table lacks, or one GitHub has retired by then (its jobs would never be picked up)."""
+    import datetime
+
+    today = today or datetime.date.today()
+    known = runners(path)
+    problems = []
+    for label, users in labels.items():
+        if label not in known:
+            problems.append(f"{', '.join(users)}: runner {label!r} is not in ci/matrix.toml's [runners] table")
+        elif known[label] and known[label] <= today:
+            problems.append(f"{', '.join(users)}: runner {label!r} was retired on {known[label]}: move to a label of "
+                            "[runners] that is not retired (ci/matrix.toml)")
+    return problems
 
 
 def default_target(path=MATRIX_FILE):

@@ -48,7 +48,7 @@ def target_platforms(target):
     machine (2_5 on x86, 2_17 elsewhere), each with its legacy alias, then the plain linux_<machine> tag, which pip
     accepts on every Linux. PyTorch's own index tags its 2.4-2.6 builds linux_x86_64 (cu126 of 2.6 and everything
     from 2.7 on manylinux_2_28), PyPI's torch up to 2.6 is manylinux1; pip never widens a --platform list itself.
-    Windows: win_amd64. macOS: the runner's release (macos-14: macosx_14_0) down to 11.0, the first on arm64."""
+    Windows: win_amd64. macOS: the runner's release (macos-15: macosx_15_0) down to 11.0, the first on arm64."""
     machine = target.machine.lower()
     if target.os == "windows":
         return [target.plat]

@@ -19,6 +19,13 @@ except ImportError as e:  # BinaryMismatchError is an ImportError too
                        "runs the examples): install the wheel first, e.g. `bash ci/quickstart.sh` or "
                        f"`pip install prerast` ({e})") from e
 
+from prerast_meta import compat  # noqa: E402  (installed with prerast)
+
+# The site's own address (canonical links): the Pages site of the repository prerast is released from, which the
+# loader's index URL is derived from too; the guides' and the README's copies of it are checked against it
+# (tests/test_readme.py, test_site_links_are_the_repositorys_pages_url).
+html_baseurl = compat.PAGES_URL
+
 project = "prerast"
 author = "prerast developers"
 copyright = "prerast developers, Apache-2.0"

@@ -24,7 +24,23 @@ ABIS = ("stable", "classic")
 # tests/test_facts.py checks).
 PYTHON_FLOOR = (3, 10)
 PYTHON_TAG = "cp%d%d" % PYTHON_FLOOR
-DEFAULT_INDEX_URL = "https://prerast.github.io/whl"
+# The GitHub repository prerast is released from (owner/name). Its GitHub Pages site serves the documentation at
+# its root and the wheel index under whl/: the index the loader's fix-it commands name. The pages job checks that
+# the repository it deploys from has this Pages URL (python -m ci pages-url-check), so that no fork or renamed
+# repository publishes an index the loader does not point to.
+REPOSITORY = "prerast/prerast"
+
+
+def pages_url(repository=REPOSITORY):
+    """The GitHub Pages URL of a repository, with a trailing slash: a project site lives under /<name>/ of its
+    owner's github.io host (lower-cased), except the repository named <owner>.github.io, served at the root."""
+    owner, name = repository.split("/")
+    host = f"{owner.lower()}.github.io"
+    return f"https://{host}/" if name.lower() == host else f"https://{host}/{name}/"
+
+
+PAGES_URL = pages_url()
+DEFAULT_INDEX_URL = PAGES_URL + "whl"
 
 
 def running(torch):

@@ -1,5 +1,6 @@
 """ci/matrix.toml expanded into cells, checked against the parts of the project that name wheels independently:
 setup.py's local tag (prerast_meta.compat), the loader's fix-it command, nvcc's arch list, and the built wheel."""
+import datetime
 import os
 import re
 import subprocess
@@ -182,7 +183,10 @@ def test_broken_targets_are_refused(tmp_path):
     broken = {
         "no \\[target.windows-arm64\\] table": text.replace('target = "windows-amd64"\npr = true', 'target = "windows-arm64"\npr = true'),
         "not one of machine": text.replace('plat = "win_amd64"', 'plat = "win_arm64"'),
-        "pypi": text.replace('pypi = "cpu"\ncross', 'pypi = "cu999"\ncross'),
+        "pypi": re.sub(r'pypi = "cu130"( +# PyPI\'s aarch64)', r'pypi = "cu999"\1', text),
+        "runner 'macos-16' is not a label of \\[runners\\]": text.replace('runner = "macos-15"', 'runner = "macos-16"'),
+        "tool_runner: runner 'ubuntu-26.04'": text.replace('tool_runner = "ubuntu-24.04"', 'tool_runner = "ubuntu-26.04"'),
+        "expected its retirement date": text.replace('"macos-14" = 2026-11-02', '"macos-14" = "2026-11-02"'),
         "has no cu126 build for macos-arm64": text.replace('platform = "cpu"           # the only torch build for macOS',
                                                            'platform = "cu126"  #'),
     }
@@ -192,6 +196,54 @@ def test_broken_targets_are_refused(tmp_path):
         path.write_text(edited)
         with pytest.raises(matrix.MatrixError, match=why):
             matrix.load(str(path))
+
+
+def test_every_runner_is_a_known_label_not_retired_today():
+    """Each target's runner and the [policy] tool_runner are labels of [runners] that GitHub has not retired as of
+    today (a job on a retired label is never picked up); the facts of the issue: macOS on macos-15 (PyPI's torch
+    2.12+ is macosx_14_0_arm64), macos-14 retired 2026-11-02, Windows on windows-2022 (CUDA 12's nvcc)."""
+    today = datetime.date.today()
+    known, used = matrix.runners(), matrix.runners_in_use()
+    assert set(used) == {t.runner for t in matrix.targets().values()} | {matrix.policy()["tool_runner"]}
+    for label in used:
+        assert label in known and (known[label] is None or known[label] > today), (label, known.get(label))
+    assert matrix.retired_runners(used) == []
+    assert known["macos-14"] == datetime.date(2026, 11, 2)
+    assert matrix.targets()["macos-arm64"].runner == "macos-15"
+    assert matrix.targets()["windows-amd64"].runner == "windows-2022"
+    assert all(v is None or isinstance(v, datetime.date) for v in known.values())
+
+
+def test_each_targets_pypi_build_is_what_pypi_serves_there():
+    """PyPI's torch is a CUDA 13 build on Linux x86-64 and (from 2.11 on) aarch64, a CPU build on Windows and
+    macOS: the stable cell of that build installs plain torch===X from PyPI, the others come from torch's index."""
+    assert {n: t.pypi for n, t in matrix.targets().items()} == {
+        "linux-x86_64": "cu130", "linux-aarch64": "cu130", "windows-amd64": "cpu", "macos-arm64": "cpu"}
+    arm = matrix.find("2.14.1+cu130-linux-aarch64")
+    assert arm.on_pypi and arm.torch_requirement() == ("torch===2.14.1", [])
+    windows = matrix.find("2.14.1+cu130-windows-amd64")
+    assert not windows.on_pypi and windows.torch_requirement()[0] == "torch==2.14.1+cu130"
+    assert not matrix.find("2.13.0+cpu-linux-aarch64").on_pypi  # a +cpu build from torch's cpu index
+
+
+def test_a_retired_or_unknown_runner_is_named(tmp_path, monkeypatch, capsys):
+    # The check above can fail: macOS back on macos-14, asked on the day it was retired and the day before.
+    path = tmp_path / "matrix.toml"
+    path.write_text(open(matrix.MATRIX_FILE).read().replace('runner = "macos-15"', 'runner = "macos-14"'))
+    used = matrix.runners_in_use(str(path))
+    assert used["macos-14"] == ["[target.macos-arm64]"]
+    assert matrix.retired_runners(used, datetime.date(2026, 11, 1), str(path)) == []
+    (problem,) = matrix.retired_runners(used, datetime.date(2026, 11, 2), str(path))
+    assert problem.startswith("[target.macos-arm64]: runner 'macos-14' was retired on 2026-11-02")
+    assert matrix.retired_runners({"macos-26": ["a job"]}) == [
+        "a job: runner 'macos-26' is not in ci/matrix.toml's [runners] table"]
+    # gh-matrix, the workflow's first use of the matrix, refuses to plan jobs on it (today is past 2026-11-02).
+    from ci import __main__ as cli
+
+    monkeypatch.setattr(matrix, "runners_in_use", lambda: used)
+    assert cli.main(["gh-matrix", "--pr"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "runner 'macos-14' was retired on 2026-11-02" in err
 
 
 def test_wheel_name_matches_the_wheel_the_tests_run_on():
@@ -269,6 +321,9 @@ def to_toml(data):
             return "[" + ", ".join(value(x) for x in v) + "]"
         return str(v)
 
+    def quoted(key):  # runner labels have dots: a bare key with a dot is a dotted key
+        return f'"{key}"' if "." in key else key
+
     lines = []
     for key, table in data.items():
         if key == "torch":
@@ -289,7 +344,7 @@ def to_toml(data):
                         lines += [f'"{k}" = {value(v)}' for k, v in rows.items()]
         else:
             lines.append(f"[{key}]")
-            lines += [f"{k} = {value(v)}" for k, v in table.items() if not isinstance(v, list) or not v
+            lines += [f"{quoted(k)} = {value(v)}" for k, v in table.items() if not isinstance(v, list) or not v
                       or not isinstance(v[0], dict)]
             for sub, rows in table.items():
                 if isinstance(rows, list) and rows and isinstance(rows[0], dict):

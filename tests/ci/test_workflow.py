@@ -95,6 +95,16 @@ def test_pages_publish_the_docs_at_the_root_and_the_index_under_whl():
     assert upload["with"]["path"] == "site"
 
 
+def test_pages_job_checks_its_pages_url_right_after_configure_pages():
+    """The pages job stops before building anything when the repository's Pages site is not the one the loader's
+    index URL is under (python -m ci pages-url-check, given configure-pages' base_url)."""
+    steps = jobs()["pages"]["steps"]
+    (i,) = [n for n, s in enumerate(steps) if s.get("uses", "").startswith("actions/configure-pages@")]
+    assert steps[i]["id"] == "pages"
+    assert steps[i + 1]["run"] == 'python -m ci pages-url-check "${{ steps.pages.outputs.base_url }}"'
+    assert "if" not in steps[i + 1]
+
+
 def test_preflight_runs_before_any_wheel_job():
     all_jobs = jobs()
     (preflight,) = [n for n, j in all_jobs.items() if "python -m ci preflight" in runs(j)]
@@ -119,11 +129,15 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
         assert upload["with"]["overwrite"] is True
         for part in ("torch", "platform", "target"):
             assert "${{ matrix.%s }}" % part in upload["with"]["name"]
-        (cache,) = uses(job, "actions/cache")
+        (cache,) = uses(job, "actions/cache/restore")
         assert cache["if"] == "matrix.os == 'linux' && matrix.ccache"  # the cells whose build goes through ccache
         key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
         assert "github.sha" not in key and "run_id" not in key and key.startswith(restore)
         assert "${{ matrix.cell }}" in restore
+        (save,) = uses(job, "actions/cache/save")
+        assert save["with"] == {"path": cache["with"]["path"], "key": key}
+        assert save["if"] == cache["if"] + " && github.event_name == 'schedule'"
+        assert job["steps"].index(save) > next(i for i, s in enumerate(job["steps"]) if "cibuildwheel" in s.get("run", ""))
         clean_up_step = next(step for step in job["steps"] if "rm -rf" in step.get("run", ""))
         assert clean_up_step["if"] == "matrix.os == 'linux'"
         clean_up = clean_up_step["run"]
@@ -187,6 +201,68 @@ def test_a_merge_to_main_does_not_rebuild_the_pull_request_cells():
     yaml = pytest.importorskip("yaml")
     on = yaml.safe_load(open(WORKFLOW))[True]  # YAML 1.1 reads the key `on` as true
     assert "pull_request" in on and on["push"] == {"tags": ["v*"]}
+    # Once a week on the default branch (the run whose compiler cache every pull request can restore).
+    (cron,) = [entry["cron"] for entry in on["schedule"]]
+    minute, hour, day, month, weekday = cron.split()
+    assert (day, month) == ("*", "*") and re.fullmatch(r"[0-6]", weekday) and minute.isdigit() and hour.isdigit()
+
+
+def selection_of(event, ref, choice=""):
+    """The --pr / --published / "" the matrix job's expand step picks for a run, with `python` a stand-in."""
+    import tempfile
+
+    (step,) = [s for s in jobs()["matrix"]["steps"] if s.get("id") == "expand"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "python"), "w") as f:
+            f.write("#!/bin/sh\necho '{}'\n")
+        os.chmod(os.path.join(tmp, "python"), 0o755)
+        output = os.path.join(tmp, "output")
+        env = dict(os.environ, PATH=tmp + os.pathsep + os.environ["PATH"], EVENT=event, GITHUB_REF=ref, CHOICE=choice,
+                   GITHUB_OUTPUT=output)
+        subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], env=env, check=True, capture_output=True)
+        return dict(line.split("=", 1) for line in open(output).read().splitlines())["selection"]
+
+
+def test_the_weekly_run_builds_the_pull_request_cells_and_publishes_nothing():
+    assert selection_of("schedule", "refs/heads/main") == "--pr"
+    assert selection_of("pull_request", "refs/pull/7/merge") == "--pr"
+    assert selection_of("push", "refs/tags/v0.2.0") == "--published"
+    assert selection_of("workflow_dispatch", "refs/heads/main", "all") == ""
+    # Every job that can publish (writes contents, Pages, or an OIDC token for PyPI) runs on a v* tag only; a
+    # scheduled run's ref is the default branch.
+    for name, job in jobs().items():
+        permissions = job.get("permissions", {})
+        if any(permissions.get(k) == "write" for k in ("contents", "pages", "id-token")):
+            assert "refs/tags/v" in job.get("if", ""), name
+
+
+RUNNER_LABEL = re.compile(r"\b(?:ubuntu|windows|macos)-(?:\d[\w.-]*|latest)\b")
+
+
+def runner_label_problems(text):
+    """Where the workflow names a runner other than through ci/matrix.toml: a wheel job not on its row's runner, a
+    job on a label other than the matrix's [policy] tool_runner (in [runners], not retired today), or a runner
+    label anywhere else in the text."""
+    yaml = pytest.importorskip("yaml")
+    tool_runner = matrix.policy()["tool_runner"]
+    problems = matrix.retired_runners({tool_runner: ["[policy] tool_runner"]})
+    for name, job in yaml.safe_load(text)["jobs"].items():
+        on = job["runs-on"]
+        if on != ("${{ matrix.runner }}" if "cibuildwheel" in runs(job) else tool_runner):
+            problems.append(f"job {name} runs on {on}")
+    rest = "\n".join(line for line in text.splitlines() if line.strip() != f"runs-on: {tool_runner}")
+    problems += [f"runner label {label} in the text" for label in RUNNER_LABEL.findall(rest)]
+    return problems
+
+
+def test_runner_labels_come_from_the_matrix_file():
+    text = open(WORKFLOW).read()
+    assert runner_label_problems(text) == []
+    # Can fail: a job on another label, and a label in a comment (which goes stale when the matrix moves on).
+    broken = text.replace("runs-on: ubuntu-24.04\n", "runs-on: ubuntu-22.04\n", 1).replace(
+        "# Builds prerast's wheels", "# Builds prerast's wheels (macos-14)")
+    assert runner_label_problems(broken) == ["job matrix runs on ubuntu-22.04", "runner label macos-14 in the text",
+                                             "runner label ubuntu-22.04 in the text"]
 
 
 def test_workflow_matrix_comes_from_the_matrix_file():
@@ -247,15 +323,81 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     assert env["CIBW_ARCHS"] == target.machine
     assert env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] == target.image
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
-    assert "python -m ci repair {wheel}" in cfg["repair-wheel-command"]  # tagged cibw.policy_platform()
+    assert "python {project}/ci/cli.py repair {wheel}" in cfg["repair-wheel-command"]  # cibw.policy_platform()
     assert cibw.policy_platform() == "manylinux_2_28_x86_64"  # the tag the README and the wheel names promise
-    assert "python -m ci smoke" in cfg["test-command"]
+    assert "python {project}/ci/cli.py smoke" in cfg["test-command"]
     script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
     assert os.path.exists(script)
     shellcheck = shutil.which("shellcheck") or os.path.join(os.path.dirname(sys.executable), "shellcheck")
     if os.path.exists(shellcheck):
         out = subprocess.run([shellcheck, script], capture_output=True, text=True)
         assert out.returncode == 0, out.stdout
+
+
+def cibuildwheel_commands(cfg):
+    """{option: command} of every command cibuildwheel runs through the OS's shell, cmd.exe on Windows."""
+    found = {k: cfg[k] for k in ("before-all", "before-build", "repair-wheel-command", "test-command")}
+    for os_name in ("windows", "macos"):
+        found.update({f"{os_name}.{k}": v for k, v in cfg.get(os_name, {}).items() if isinstance(v, str)})
+    return found
+
+
+def cmd_exe_problems(command):
+    """What stops `command` from working when cmd.exe runs it from a folder on another drive than the checkout:
+    a `cd` (it does not change drive), a chain of commands, a variable ($VAR, %VAR%), a first word other than
+    python, or a path that is not under {project} or does not exist there."""
+    problems = []
+    words = command.split()
+    if re.search(r"(^|&|\|)\s*cd\b", command):
+        problems.append("cd")
+    if re.search(r"&&|\|\||[&|;]", command):
+        problems.append("a chain of commands")
+    if re.search(r"\$\w|\$\{|%\w+%", command):
+        problems.append("a variable")
+    if words[0] != "python":
+        problems.append(f"first word {words[0]}")
+    paths = [w for w in words[1:] if "/" in w]
+    if words[1:3] != ["-m", "pip"] and not (paths and paths[0] == words[1]):
+        problems.append("no script path")
+    for path in paths:
+        if not path.startswith("{project}/") or not os.path.exists(path.replace("{project}", ROOT)):
+            problems.append(f"path {path}")
+    return problems
+
+
+def test_cibuildwheel_commands_work_from_any_drive_and_shell(tmp_path):
+    """Every Windows-reachable command of [tool.cibuildwheel] is one `python` with a path under {project}, no `cd`,
+    no chain, no variable; expanded as cibuildwheel expands it and run from another folder, it finds `ci`."""
+    helpers = pytest.importorskip("cibuildwheel.util.helpers")
+    cfg = PYPROJECT["tool"]["cibuildwheel"]
+    commands = cibuildwheel_commands(cfg)
+    linux_only = {"before-all"}  # bash {project}/ci/manylinux_setup.sh, in the manylinux image
+    assert {k: cmd_exe_problems(v) for k, v in commands.items() if k not in linux_only} == {
+        k: [] for k in commands if k not in linux_only}
+    assert {"windows.before-all", "macos.before-all", "repair-wheel-command", "test-command"} <= set(commands)
+    for name in ("repair-wheel-command", "test-command", "windows.before-all"):
+        line = helpers.prepare_command(commands[name], project=ROOT, wheel="--help", dest_dir=str(tmp_path))
+        argv = [sys.executable] + line.split()[1:] + ["--help"]
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PRERAST_CELL")}
+        out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+        if name == "windows.before-all":  # pin-torch reads its cell from the environment only
+            assert out.returncode == 2 and "pin-torch: PRERAST_CELL" in out.stderr, out.stderr
+        else:
+            assert out.returncode == 0 and "usage: python -m ci" in out.stdout, out.stderr
+    matrix_list = subprocess.run([sys.executable, os.path.join(ROOT, "ci", "cli.py"), "matrix", "--pr"], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=120)
+    assert matrix_list.returncode == 0 and "2.14.1+cu130" in matrix_list.stdout
+
+
+def test_the_cd_form_fails_from_another_folder(tmp_path):
+    # The checks above can fail: the old command, refused by the parse and, run from elsewhere, without `ci`.
+    old = "cd {project} && python -m ci smoke --device auto"
+    assert cmd_exe_problems(old) == ["cd", "a chain of commands", "first word cd", "no script path"]
+    assert cmd_exe_problems("python {project}/ci/nothing_here.py repair") == ["path {project}/ci/nothing_here.py"]
+    assert cmd_exe_problems("python %PROJECT%/ci/cli.py smoke") == ["a variable", "path %PROJECT%/ci/cli.py"]
+    out = subprocess.run([sys.executable, "-m", "ci", "matrix"], cwd=tmp_path, capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode != 0 and "No module named ci" in out.stderr
 
 
 def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
@@ -305,18 +447,19 @@ def wheel_job(text):
     return workflow["jobs"][name]
 
 
-def step_runs(condition, row):
-    """Does a step with `if: condition` run for a job matrix row? The few forms the workflow uses: matrix.X,
-    == / != against a quoted string, &&, ||."""
+def step_runs(condition, row, event="pull_request"):
+    """Does a step with `if: condition` run for a job matrix row in a run triggered by `event`? The few forms the
+    workflow uses: matrix.X, github.event_name, == / != against a quoted string, &&, ||."""
     if condition is None:
         return True
     expr = re.sub(r"\bmatrix\.(\w+)", lambda m: f"row[{m.group(1)!r}]", str(condition))
+    expr = expr.replace("github.event_name", repr(event))
     expr = expr.replace("&&", " and ").replace("||", " or ")
     return bool(eval(expr, {"__builtins__": {}}, {"row": row}))
 
 
-def steps_of(job, row):
-    return [step for step in job["steps"] if step_runs(step.get("if"), row)]
+def steps_of(job, row, event="pull_request"):
+    return [step for step in job["steps"] if step_runs(step.get("if"), row, event)]
 
 
 def runner_and_os_problems(text):
@@ -338,9 +481,16 @@ def per_os_step_problems(text, rows=ROWS):
         linux, windows = row["os"] == "linux", row["os"] == "windows"
         if ("docker image prune" in script) is not linux:
             problems.append(f"{row['cell']}: disk clean-up with docker {'missing' if linux else 'on ' + row['os']}")
-        if ("actions/cache@v5" in names) is not (linux and row["ccache"]):
+        if ("actions/cache/restore@v5" in names) is not (linux and row["ccache"]):
             problems.append(f"{row['cell']}: compiler cache step wrong")
-        if ("ilammy/msvc-dev-cmd@v1" in names) is not windows:
+        # The cache is saved by the weekly run only (on the default branch, visible to every pull request).
+        for event in ("pull_request", "push", "workflow_dispatch", "schedule"):
+            saves = "actions/cache/save@v5" in {s.get("uses", "") for s in steps_of(job, row, event)}
+            if saves is not (linux and row["ccache"] and event == "schedule"):
+                problems.append(f"{row['cell']}: compiler cache {'saved' if saves else 'not saved'} on {event}")
+        if any(n.startswith("actions/cache@") for n in names):
+            problems.append(f"{row['cell']}: actions/cache saves from every run")
+        if ('python -m ci msvc-env >> "$GITHUB_ENV"' in script) is not windows or any("msvc" in n for n in names):
             problems.append(f"{row['cell']}: MSVC step wrong")
         if ("python -m ci toolkit-redist" in script) is not (windows and bool(row["cuda"])):
             problems.append(f"{row['cell']}: redist toolkit step wrong")
@@ -384,6 +534,15 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
     assert "2.14.1+cu130-windows-amd64: disk clean-up with docker on windows" in found
     assert "2.14.1+cpu-macos-arm64: disk clean-up with docker on macos" in found
     assert "2.14.1+cpu-windows-amd64: redist toolkit step wrong" in found
+    # Can fail: the compiler cache saved by every run (a pull request's entry, visible to no other one).
+    every = text.replace(" && github.event_name == 'schedule'", "")
+    assert every != text and "2.14.1+cu130: compiler cache saved on pull_request" in per_os_step_problems(every, rows)
+    # Can fail: the MSVC environment from the unmaintained action again, or on every OS.
+    action = text.replace('        run: python -m ci msvc-env >> "$GITHUB_ENV"\n',
+                          "        uses: ilammy/msvc-dev-cmd@v1\n")
+    assert action != text and "2.14.1+cu130-windows-amd64: MSVC step wrong" in per_os_step_problems(action, rows)
+    everywhere = text.replace("        if: matrix.os == 'windows'\n        run: python -m ci msvc-env", "        run: python -m ci msvc-env")
+    assert everywhere != text and "2.14.1+cu130: MSVC step wrong" in per_os_step_problems(everywhere, rows)
     assert not [p for p in found if "cu130-windows-amd64: redist" in p]  # the CUDA row was right all along
 
 
