@@ -8,7 +8,8 @@ with `gh` the stand-in ci/gh_standin.py over a folder. Their `uses:` steps are p
 copies the run's wheels, gh-action-pypi-publish is `twine check` and `twine upload --skip-existing` to a real
 pypiserver on 127.0.0.1, upload-pages-artifact/deploy-pages serve the site folder over HTTP on 127.0.0.1 (next to
 the release assets, at the URLs the manifests give). Not rehearsed: the documentation build (torch from
-download.pytorch.org and sphinx: `bash ci/test.sh` builds the docs) and what needs GitHub's Pages API.
+download.pytorch.org and sphinx: `bash ci/test.sh` builds the docs). configure-pages gives the
+base_url GitHub gives this repository, so the Pages URL check runs too.
 
 Wheels: those of DIR (the Linux x86-64 stable CUDA 13 one, untagged, is needed: the installs use it), else
 `python -m ci wheel build` builds it; every other published cell gets a synthetic wheel made from it (its
@@ -69,8 +70,6 @@ def workflow_jobs():
 
 def rehearsed(step):
     """None when the rehearsal runs this `run:` step, else why not."""
-    if step.get("id") == "pages":
-        return "it asks GitHub's Pages API"
     if "python -m ci " not in step["run"]:
         return "it calls no `python -m ci` command (the documentation build: bash ci/test.sh builds the docs)"
     if "${{" in step["run"]:
@@ -224,13 +223,21 @@ class Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 def expand(value, context):
+    """A step's env value with its ${{ github.X }} and ${{ steps.ID.outputs.X }} filled in from `context`."""
     def one(m):
         if m.group(1) not in context:
-            raise SystemExit(f"rehearse: the workflow uses ${{{{ github.{m.group(1)} }}}}, which the rehearsal does "
+            raise SystemExit(f"rehearse: the workflow uses ${{{{ {m.group(1)} }}}}, which the rehearsal does "
                              "not provide: add it to the context in ci/rehearse.py")
         return context[m.group(1)]
 
-    return re.sub(r"\$\{\{\s*github\.(\w+)\s*\}\}", one, str(value))
+    return re.sub(r"\$\{\{\s*((?:github\.|steps\.[\w-]+\.outputs\.)\w+)\s*\}\}", one, str(value))
+
+
+def github_pages_url(repository):
+    """What actions/configure-pages reports as base_url for a project repository's site without a custom domain:
+    https://<owner>.github.io/<name> (GitHub's rule, written here independently of prerast_meta.compat)."""
+    owner, name = repository.split("/")
+    return f"https://{owner.lower()}.github.io/{name}"
 
 
 def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api):
@@ -246,8 +253,9 @@ def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api):
     os.makedirs(api, exist_ok=True)
     with open(os.path.join(api, "jobs.json"), "w") as f:
         json.dump(jobs_api, f)
-    context = {"token": "rehearsal", "repository": REPO, "server_url": world.server_url, "ref_name": tag,
-               "run_id": str(run_id), "run_attempt": str(attempt), "event_name": "push", "ref": f"refs/tags/{tag}"}
+    github = {"token": "rehearsal", "repository": REPO, "server_url": world.server_url, "ref_name": tag,
+              "run_id": str(run_id), "run_attempt": str(attempt), "event_name": "push", "ref": f"refs/tags/{tag}"}
+    context = {f"github.{k}": v for k, v in github.items()}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GH_", "PIP_"))}
     env.update(PATH=bin_dir + os.pathsep + os.environ["PATH"], PYTHONPATH=ROOT, GH_STANDIN_DIR=world.gh,
                GITHUB_REF_NAME=tag, GITHUB_REF=f"refs/tags/{tag}", GITHUB_REPOSITORY=REPO, GITHUB_EVENT_NAME="push",
@@ -298,6 +306,9 @@ def play(step, folder, env, context, world, wheels, out):
             out.append(f"$ twine {cmd[0]}\n{r.stdout}{r.stderr}")
             if r.returncode:
                 return False
+    elif action == "actions/configure-pages":
+        if "id" in step:  # its output, as GitHub gives it for the repository (pages-url-check compares)
+            context[f"steps.{step['id']}.outputs.base_url"] = github_pages_url(REPO)
     elif action == "actions/upload-pages-artifact":
         site = os.path.join(world.www, "site")
         shutil.rmtree(site, ignore_errors=True)
@@ -375,6 +386,8 @@ def check(name, results, plan, before, after, cells, wheels, jobs):
     pypi_expected = {n for n in expected_assets if not publish.WHEEL_NAME.fullmatch(n).group("local")}
     want(set(after["pypi"]) == pypi_expected, f"PyPI has {sorted(after['pypi'])}, expected {sorted(pypi_expected)}")
     want(bool(after["pages"]) and "whl/simple/prerast/index.html" in after["pages"], "no pages deployed")
+    want(f"is {compat.REPOSITORY}'s Pages site" in results["pages"]["output"],
+         "the pages job did not check that its Pages site is the one the loader names")
     if name == "same run again":
         want(after == before, "the same run again changed the release, PyPI or the pages")
     for c in cells:
