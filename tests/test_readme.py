@@ -124,6 +124,9 @@ HOW = {
         "test": ARM + "test_render_under_qemu_equals_the_x86_render_bit_for_bit"},
     "python -m ci.cross cuda-probe": {"test": ARM + "test_cuda_library_cross_compile_probe"},
     "python -m pytest -q -m platforms tests/test_aarch64_wheel.py": {"test": ARM + "test_cpu_op_tests_pass_under_qemu"},
+    ".venv/build/bin/python -m ci rehearse --report rehearsal.json": {
+        "help": "python -m ci rehearse --help",
+        "test": "tests/ci/test_rehearse.py::test_every_scenario_is_ok_and_the_command_says_so"},
     "python -m prerast precompile mypackage.scene:Renderer --inputs example_inputs.pt --out render.pt2": {
         "help": "python -m prerast precompile --help",
         "test": "tests/test_precompile.py::test_runtime_loads_inference_artifact_without_compiler"},
