@@ -1,6 +1,6 @@
 """Is this repository's GitHub Pages site the one prerast's loader names? The pages job asks before it deploys:
 
-    python -m ci pages-url-check "${{ steps.pages.outputs.base_url }}"     # actions/configure-pages' output
+    python -m ci pages-url-check "$BASE_URL"     # BASE_URL: actions/configure-pages' base_url output
 
 The loader's fix-it commands name the wheel index under the Pages site of prerast_meta.compat.REPOSITORY
 (compat.DEFAULT_INDEX_URL), a value fixed in every released wheel. A fork, a renamed repository or a custom domain

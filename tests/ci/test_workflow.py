@@ -101,7 +101,8 @@ def test_pages_job_checks_its_pages_url_right_after_configure_pages():
     steps = jobs()["pages"]["steps"]
     (i,) = [n for n, s in enumerate(steps) if s.get("uses", "").startswith("actions/configure-pages@")]
     assert steps[i]["id"] == "pages"
-    assert steps[i + 1]["run"] == 'python -m ci pages-url-check "${{ steps.pages.outputs.base_url }}"'
+    assert steps[i + 1]["run"] == 'python -m ci pages-url-check "$BASE_URL"'
+    assert steps[i + 1]["env"] == {"BASE_URL": "${{ steps.pages.outputs.base_url }}"}
     assert "if" not in steps[i + 1]
 
 
