@@ -28,7 +28,8 @@ from prerast_meta import compat
 PROJECT = "prerast"
 
 
-def _wheels(paths):
+def find_wheels(paths):
+    """The prerast wheel files among `paths` (folders searched recursively, or wheel files), absolute."""
     for p in paths:
         if os.path.isfile(p) and p.endswith(".whl"):
             yield os.path.abspath(p)
@@ -84,7 +85,7 @@ def collect(paths, base_url=None, manifest=None):
                 entries[e["file"]] = e
     seen = set()
     cells = matrix.load()
-    for path in _wheels(paths):
+    for path in find_wheels(paths):
         e = describe(path, cells)
         if e["file"] in seen:
             print(f"index: {e['file']} found twice; keeping the first ({entries[e['file']]['path']})", file=sys.stderr)

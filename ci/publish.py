@@ -137,14 +137,19 @@ def select_cells(selection):
 
 
 def wheel_files(folder):
-    return [f for _, _, files in os.walk(folder) for f in files if f.startswith("prerast-") and f.endswith(".whl")]
+    """The names of the prerast wheels under `folder` (ci/index.py finds them)."""
+    from ci import index
+
+    return [os.path.basename(p) for p in index.find_wheels([folder])]
 
 
 def find_wheel(folder, name):
-    for d, _, files in os.walk(folder):
-        if name in files:
-            return os.path.join(d, name)
-    raise PlanError(f"{name} is in the plan but not under {folder}: make the plan from the same wheels")
+    from ci import index
+
+    found = [p for p in index.find_wheels([folder]) if os.path.basename(p) == name]
+    if not found:
+        raise PlanError(f"{name} is in the plan but not under {folder}: make the plan from the same wheels")
+    return found[0]
 
 
 def plan_main(argv=None):

@@ -178,6 +178,7 @@ class World:
 
     def __init__(self, folder):
         self.folder = folder
+        self.artifacts = {}  # {(run id, artifact name): the attempts that uploaded it}: GitHub keeps them per run
         self.gh, self.pypi, self.www = (os.path.join(folder, n) for n in ("gh", "pypi", "www"))
         for d in (self.gh, self.pypi, self.www):
             os.makedirs(d, exist_ok=True)
@@ -240,7 +241,7 @@ def github_pages_url(repository):
     return f"https://{owner.lower()}.github.io/{name}"
 
 
-def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api):
+def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api, rebuilt=None):
     """The publishing jobs of one run attempt; returns {job: {'ok', 'output', 'dir'}} (a job after a failed
     release is skipped, as its `needs.release.result == 'success'` says)."""
     bin_dir = os.path.join(work, "bin")
@@ -271,7 +272,7 @@ def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api):
         job_env = dict(env, GITHUB_STEP_SUMMARY=os.path.join(folder, "summary.md"),
                        GITHUB_OUTPUT=os.path.join(folder, "output"))
         for step in workflow_jobs()[job_name]["steps"]:
-            ok = play(step, folder, job_env, context, world, wheels, out)
+            ok = play(step, folder, job_env, context, world, wheels, out, rebuilt)
             if not ok:
                 break
         results[job_name] = {"ok": ok, "output": "\n".join(out), "dir": folder}
@@ -279,8 +280,11 @@ def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api):
     return results
 
 
-def play(step, folder, env, context, world, wheels, out):
-    """One step of a job, as GitHub would run it or as its action would act here; False when it failed."""
+def play(step, folder, env, context, world, wheels, out, rebuilt=None):
+    """One step of a job, as GitHub would run it or as its action would act here; False when it failed.
+    `rebuilt`: the wheels whose jobs ran in this attempt (None: all). As on GitHub, download-artifact lists only
+    this attempt's artifacts unless it is given the run's id and a token; the wheels of jobs that passed in an
+    earlier attempt are artifacts of that attempt."""
     action = step.get("uses", "").split("@")[0]
     given = step.get("with", {})
     if "run" in step:
@@ -294,7 +298,11 @@ def play(step, folder, env, context, world, wheels, out):
         out.append(f"$ {step.get('name', '')}\n{r.stdout}{r.stderr}")
         return r.returncode == 0
     if action == "actions/download-artifact" and given.get("pattern") == "wheel-*":
-        shutil.copytree(wheels, os.path.join(folder, given["path"]))
+        by_run = given.get("run-id") and given.get("github-token")
+        earlier = [] if by_run or rebuilt is None else [n for n in os.listdir(wheels) if n not in rebuilt]
+        if earlier:
+            out.append(f"[download-artifact: this attempt's artifacts only; not {len(earlier)} of earlier attempts]")
+        shutil.copytree(wheels, os.path.join(folder, given["path"]), ignore=lambda d, names: earlier)
     elif action == "pypa/gh-action-pypi-publish":
         files = sorted(os.path.join(folder, given["packages-dir"], f)
                        for f in os.listdir(os.path.join(folder, given["packages-dir"])))
@@ -310,9 +318,17 @@ def play(step, folder, env, context, world, wheels, out):
         if "id" in step:  # its output, as GitHub gives it for the repository (pages-url-check compares)
             context[f"steps.{step['id']}.outputs.base_url"] = github_pages_url(REPO)
     elif action == "actions/upload-pages-artifact":
+        name = expand(given.get("name", "github-pages"), context)
+        world.artifacts.setdefault((context["github.run_id"], name), []).append(os.path.join(folder, given["path"]))
+    elif action == "actions/deploy-pages":
+        name = expand(given.get("artifact_name", "github-pages"), context)
+        found = world.artifacts.get((context["github.run_id"], name), [])
+        if len(found) != 1:  # deploy-pages' own check: the name must pick one artifact of the run
+            out.append(f"deploy-pages: {len(found)} artifacts named {name!r} were found for this workflow run")
+            return False
         site = os.path.join(world.www, "site")
         shutil.rmtree(site, ignore_errors=True)
-        shutil.copytree(os.path.join(folder, given["path"]), site)  # the deploy: what the server now serves
+        shutil.copytree(found[0], site)  # the deploy: what the server now serves
     else:
         out.append(f"[not rehearsed: {action or step}]")
     return True
@@ -412,12 +428,18 @@ def rehearse(given, work, version=None):
     mac = next(c for c in cells if c.target.name == "macos-arm64")
     synthetic_wheel(base, mac, version, rebuilt, extra=b"built again, not byte for byte")
     torch_site = shared_torch.shared_torch()
-    runs = [("clean", "a", full, 1001, 1, ()), ("same run again", "a", full, 1001, 2, ()),
-            ("one target missing", "c", partial, 2001, 1, (MISSING_TARGET,)),
-            ("re-run with it present", "c", full, 2001, 2, ()), ("tampered", "c", rebuilt, 2001, 3, ())]
+    def of_target(target):
+        return {n for n in publish.wheel_files(full) if publish.cell_of_wheel(n, cells).target.name == target}
+
+    # Each run attempt with the wheels its wheel jobs built (None: the first attempt, all of them). The same run
+    # again re-runs only the publishing jobs; the re-run rebuilds the failed target; the tampered attempt one wheel.
+    runs = [("clean", "a", full, 1001, 1, (), None), ("same run again", "a", full, 1001, 2, (), set()),
+            ("one target missing", "c", partial, 2001, 1, (MISSING_TARGET,), None),
+            ("re-run with it present", "c", full, 2001, 2, (), of_target(MISSING_TARGET)),
+            ("tampered", "c", rebuilt, 2001, 3, (), of_target(mac.target.name))]
     worlds, report = {}, []
     try:
-        for i, (name, world_name, wheels, run_id, attempt, failed) in enumerate(runs):
+        for i, (name, world_name, wheels, run_id, attempt, failed, fresh) in enumerate(runs):
             start = time.monotonic()
             if world_name not in worlds:
                 worlds[world_name] = World(os.path.join(work, f"world-{world_name}"))
@@ -425,7 +447,7 @@ def rehearse(given, work, version=None):
             log(f"scenario {name!r}: run {run_id} attempt {attempt}, {len(publish.wheel_files(wheels))} wheels")
             before = world.state(tag)
             jobs = jobs_api(cells, world.server_url, run_id, failed)
-            results = run_jobs(world, wheels, tag, run_id, attempt, os.path.join(work, f"run-{i}"), jobs)
+            results = run_jobs(world, wheels, tag, run_id, attempt, os.path.join(work, f"run-{i}"), jobs, fresh)
             after = world.state(tag)
             plan_path = os.path.join(results["release"]["dir"], "plan.json")
             plan = json.load(open(plan_path)) if os.path.exists(plan_path) else {}

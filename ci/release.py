@@ -195,12 +195,9 @@ def target_manifest(target, paths, base_url):
     without the local path, keys sorted: the same wheels give the same bytes on any machine and any re-run."""
     from ci import index
 
-    entries = []
-    for path in sorted(paths, key=os.path.basename):
-        e = index.describe(path)
+    entries = index.collect(paths, base_url)
+    for e in entries:
         e.pop("path")
-        e["url"] = base_url.rstrip("/") + "/" + e["file"]
-        entries.append(e)
     return (json.dumps({"target": target, "wheels": entries}, indent=2, sort_keys=True) + "\n").encode()
 
 
