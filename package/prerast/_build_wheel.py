@@ -1,6 +1,7 @@
 """`python -m prerast build-wheel`: builds and repairs a prerast wheel for exactly the torch, CUDA and Python of
 this environment, from the sources shipped in the installed prerast (prerast/_src) or from the checkout it
-lives in.
+lives in, through the one build route (prerast_meta/build_wheel.py): the repair tool is the one the wheel's
+platform tag calls for (auditwheel on Linux, delvewheel on Windows, delocate on macOS).
 
 For torch builds no published wheel covers (a vendor container's torch with a local version suffix, a new GPU
 arch). It needs a C++ compiler, and for a CUDA torch the CUDA toolkit, but no GPU: the arch list comes from
@@ -137,7 +138,7 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
 
 @contextlib.contextmanager
 def stdout_to_stderr():
-    """Send the output of pip, the compiler and auditwheel to stderr, so that stdout carries only the wheel's
+    """Send the output of pip, the compiler and the repair tool to stderr, so that stdout carries only the wheel's
     path: `wheel=$(python -m prerast build-wheel)` works in scripts."""
     sys.stdout.flush()
     saved = os.dup(1)
