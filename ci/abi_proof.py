@@ -24,7 +24,7 @@ if __name__ == "__main__":
     sys.path.insert(0, ROOT)
 
 from ci import local, symbols  # noqa: E402
-from prerast_meta import sources  # noqa: E402
+from prerast_meta import build_env, build_wheel as _route, sources  # noqa: E402
 from ci.progress import clock, log  # noqa: E402
 
 STABLE_TARGETS = ["2.11.0", "2.12.0", "2.12.1", "2.14.0", "2.14.1", "2.14.1@3.12", "2.14.1@3.13", "2.13.0+cpu"]
@@ -122,16 +122,14 @@ def build_wheel(torch_spec, work, cpu_only, abi=None):
                     "ninja"], check=True)
     out = os.path.join(work, "wheels-" + re.sub(r"[^\w.]+", "_", torch_spec))
     shutil.rmtree(out, ignore_errors=True)
-    env = dict(os.environ, PATH=os.path.dirname(py) + os.pathsep + os.environ.get("PATH", ""))
-    if cpu_only:
-        env["PRERAST_FORCE_CPU"] = "1"
-    if abi:
-        env["PRERAST_ABI"] = abi
     t0 = time.time()
     log(f"building a wheel against torch {torch_spec}" + (" (CPU only)" if cpu_only else ""))
     src = sources.materialize(os.path.join(work, "src-" + os.path.basename(venv)), ROOT)
-    subprocess.run([py, "-m", "pip", "wheel", "-q", "--no-build-isolation", "--no-deps", "-w", out, src],
-                   check=True, env=env)
+    # The one build route (prerast_meta/build_wheel.py), unrepaired: the proof installs the raw wheel.
+    spec = _route.BuildSpec(source=src, out_dir=out, python=py, abi=abi or "", repair=False,
+                            cuda_home=None if cpu_only else build_env.find_cuda_home(),
+                            log_path=os.path.join(work, "build-" + os.path.basename(venv) + ".log"))
+    _route.build(spec, log=lambda text: log("  " + text))
     shutil.rmtree(src, ignore_errors=True)
     log(f"built in {clock(time.time() - t0)}")
     shutil.rmtree(venv, ignore_errors=True)

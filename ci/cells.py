@@ -4,12 +4,14 @@
   2 env       an isolated build virtualenv: exactly that torch + build tools
   3 cold      pip wheel from a clean copy of the source, compiler cache refreshed (CCACHE_RECACHE)
   4 warm      the same build again from a clean build folder: every compile should hit the cache
-  5 repair    auditwheel repair with the package's exclude policy; auditwheel show; nothing of torch/CUDA inside
+  5 repair    the repair tool of the wheel's platform tag with the package's exclude policy (the one build
+              route, prerast_meta/build_wheel.py); auditwheel show; nothing of torch/CUDA inside
   6 smoke     a fresh runtime virtualenv with the cell's torch, no compiler: import, render, nothing written
 
 Each (cell, Python) gets a folder <work>/<cell>-py<X.Y> (virtualenvs, source copy, compiler cache, logs) and a
 result.json next to its wheel in <out>/<cell>-py<X.Y>/, which the summary table reads.
 """
+import dataclasses
 import glob
 import json
 import os
@@ -19,6 +21,7 @@ import sys
 import time
 
 from ci import local, progress, smoke, tools, wheel
+from prerast_meta import build_env, build_wheel
 from ci.progress import CommandFailed, Steps, log, run_logged
 
 ROOT = wheel.ROOT
@@ -115,12 +118,12 @@ def ccache_stats(ccache, env):
     return {"hits": hits, "misses": misses}
 
 
-def build_env_vars(cell, venv, work, facts, archs):
-    """Environment of the build: the venv's tools first on PATH, the cell's toolkit and archs, ccache for the
-    host compiler and nvcc when the venv has ccache. torch >= 2.13 puts ccache in front of both itself (found on
-    PATH, where the venv comes first); for older torch, compiler names that lead to ccache go first on PATH
-    (CXX="ccache c++" would fail torch's compiler version check) and nvcc is wrapped through PYTORCH_NVCC."""
-    env = dict(os.environ)
+def build_spec(cell, venv, work, facts, archs, src):
+    """The cell's build in the one build route (prerast_meta/build_wheel.py): the venv's tools first on PATH, the
+    cell's toolkit and archs, ccache for the host compiler and nvcc when the venv has ccache. torch >= 2.13 puts
+    ccache in front of both itself (found on PATH, where the venv comes first); for older torch, compiler names
+    that lead to ccache go first on PATH (CXX="ccache c++" would fail torch's compiler version check) and nvcc is
+    wrapped through PYTORCH_NVCC. The raw wheel goes to <work>/raw (compile_once), the repaired one to out."""
     first = [os.path.join(venv, "bin")]
     ccache = tools.venv_ccache(venv)
     if ccache and not facts["wraps_compiler"]:
@@ -131,27 +134,25 @@ def build_env_vars(cell, venv, work, facts, archs):
             if not os.path.lexists(link):
                 os.symlink(ccache, link)
         first.append(masquerade)
-    env["PATH"] = os.pathsep.join(first + [env.get("PATH", "")])
-    env["CCACHE_DIR"] = os.path.join(work, "ccache")
-    env.pop("PRERAST_FORCE_CPU", None)
-    env.pop("TORCH_CUDA_ARCH_LIST", None)
-    if cell.cuda:
-        env["CUDA_HOME"] = local.nvcc()[0]
-        env["PRERAST_CUDA_ARCH_LIST"] = archs or cell.arch_list()
+    extra = {"PATH": os.pathsep.join(first + [os.environ.get("PATH", "")]), "CCACHE_DIR": os.path.join(work, "ccache"),
+             "TORCH_CUDA_ARCH_LIST": None}
+    cuda_home = local.nvcc()[0] if cell.cuda else None
     if ccache and not facts["wraps_compiler"] and cell.cuda and facts["nvcc_env"]:
-        env["PYTORCH_NVCC"] = ccache + " " + os.path.join(env["CUDA_HOME"], "bin", "nvcc")
-    return env
+        extra["PYTORCH_NVCC"] = ccache + " " + os.path.join(cuda_home, "bin", "nvcc")
+    archs = build_env.parse_arch_list(archs or cell.arch_list()) if cell.cuda else ()
+    return build_wheel.BuildSpec(source=src, out_dir=os.path.join(work, "raw"), cuda_home=cuda_home, archs=archs,
+                                 python=os.path.join(venv, "bin", "python"), plat=expected_plat(cell), env=extra)
 
 
-def compile_once(python, src, raw_dir, env, log_path, label):
-    """pip wheel from a clean build folder; returns (seconds, wheel path)."""
+def compile_once(spec, log_path, label, **env):
+    """pip wheel from a clean build folder (more variables in env); returns (seconds, wheel path)."""
+    src = spec.source
     for leftover in ["build", "dist"] + glob.glob(os.path.join(src, "package", "*.egg-info")):
         shutil.rmtree(os.path.join(src, leftover), ignore_errors=True)
-    shutil.rmtree(raw_dir, ignore_errors=True)
-    cmd = [python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", raw_dir, src]
-    took = run_logged(cmd, log_path, label, env=env, cwd=src, show=progress.echo_compiler)
-    (raw,) = glob.glob(os.path.join(raw_dir, "prerast-*.whl"))
-    return took, raw
+    spec = dataclasses.replace(spec, env=spec.env + tuple(env.items()), log_path=log_path)
+    t0 = time.time()
+    raw = build_wheel.raw_wheel(spec, spec.out_dir, log=lambda text: log("  " + text), label=label)
+    return time.time() - t0, raw
 
 
 def expected_plat(cell):
@@ -210,16 +211,16 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             if facts["cuda"] != want_cuda and not (want_cuda is None and facts["cuda"] is None):
                 raise CellFailed(f"the torch installed for {cell.id} is {facts['version']} (CUDA {facts['cuda']}), "
                                  f"not a CUDA {want_cuda or 'none'} build: fix `pypi`/`platforms` in ci/matrix.toml")
-            env = build_env_vars(cell, build_venv, work, facts, archs)
             src = os.path.join(work, "src")
+            spec = build_spec(cell, build_venv, work, facts, archs, src)
+            env = build_wheel.environment(spec)
             copy_source(src)
         with steps("cold"):
             result["step"] = "cold"
             ccache = tools.venv_ccache(build_venv)
             if ccache:
                 subprocess.run([ccache, "-z"], env=env, capture_output=True)
-            cold, raw = compile_once(python, src, os.path.join(work, "raw"), dict(env, CCACHE_RECACHE="1"),
-                                     os.path.join(logs, "build-cold.log"), "cold build")
+            cold, raw = compile_once(spec, os.path.join(logs, "build-cold.log"), "cold build", CCACHE_RECACHE="1")
             if ccache:
                 result["ccache_cold"] = ccache_stats(ccache, env)
         with steps("warm"):
@@ -227,8 +228,7 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             warm = None
             if ccache:
                 subprocess.run([ccache, "-z"], env=env, capture_output=True)
-                warm, raw = compile_once(python, src, os.path.join(work, "raw"), env,
-                                         os.path.join(logs, "build-warm.log"), "warm build")
+                warm, raw = compile_once(spec, os.path.join(logs, "build-warm.log"), "warm build")
                 result["ccache_warm"] = ccache_stats(ccache, env)
             else:  # a second build without a compiler cache would only repeat the cold one
                 log("  no ccache in the build virtualenv: warm build not measured")
@@ -236,8 +236,8 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             result["step"] = "repair"
             for old in glob.glob(os.path.join(out, "*.whl")):
                 os.remove(old)
-            plat = expected_plat(cell)
-            repaired = wheel.repair(raw, out, python, plat)
+            plat = spec.plat
+            repaired = build_wheel.repaired(raw, dataclasses.replace(spec, out_dir=out), log=log)
             tag, show_text = wheel.auditwheel_show(repaired, python)
             plat_tags = wheel.wheel_tags(repaired)[2]
             plat_tag = ".".join(plat_tags)

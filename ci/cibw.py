@@ -270,9 +270,8 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
         image = os.environ.get("AUDITWHEEL_PLAT")  # what the manylinux image itself is built for
         if image and image != plat:
             raise SystemExit(f"repair: the image is {image}, but the wheels must be tagged {plat}: change the image")
-    archs = target.machine if target.os == "macos" else None
-    repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat, only_plat=True, tool=target.repair,
-                            archs=archs)
+    # The one build route's repair step: the tool of the wheel's platform tag, delocate's archs from it too.
+    repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat, only_plat=True)
     found = wheel.inspect(repaired)
     if found["forbidden"]:
         raise SystemExit(f"repair: torch/CUDA libraries were grafted into {repaired}: {found['forbidden']}")

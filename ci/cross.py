@@ -43,9 +43,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from ci.progress import log, run_logged  # noqa: E402
+from ci.progress import log  # noqa: E402
 from ci.tools import ToolsMissing  # noqa: E402
-from prerast_meta import build_env, compat  # noqa: E402
+from prerast_meta import build_env, build_wheel, compat  # noqa: E402
 
 TARGET = "aarch64"
 TRIPLET = "aarch64-linux-gnu"
@@ -180,37 +180,40 @@ def fetch(cache=None, python=sys.executable):
     return p
 
 
-def cross_env(p, base=None):
-    """The environment of setup.py's build that makes it an aarch64 build (see the module's docstring)."""
-    env = dict(os.environ if base is None else base)
-    env.update({
+def cross_vars(p):
+    """The variables that make setup.py's build an aarch64 build (see the module's docstring); None removes one."""
+    return {
         "CC": f"{TRIPLET}-gcc", "CXX": f"{TRIPLET}-g++", "LDSHARED": f"{TRIPLET}-g++ -shared",
         "LDFLAGS": f"-L{p['torch_lib']} -Wl,-rpath-link,{p['torch_lib']} -Wl,--no-undefined",
         "_PYTHON_HOST_PLATFORM": f"linux-{TARGET}",
         "PRERAST_FORCE_CPU": "1",  # the CPU library: nvcc's cross build is cuda-probe's question
-    })
-    env.pop("CFLAGS", None)  # the host's flags (-march=...) are not the target's
-    env.pop("CXXFLAGS", None)
+        "CFLAGS": None, "CXXFLAGS": None,  # the host's flags (-march=...) are not the target's
+    }
+
+
+def cross_env(p, base=None):
+    """The environment of setup.py's build that makes it an aarch64 build."""
+    env = dict(os.environ if base is None else base)
+    for name, value in cross_vars(p).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     return env
 
 
 def build(out_dir, cache=None, python=sys.executable, source=ROOT):
-    """pip wheel of `source` for aarch64, repaired with the package's policy into out_dir; returns its path."""
-    from ci import wheel as wheels
-
+    """pip wheel of `source` for aarch64, repaired with the package's policy into out_dir (the one build route,
+    prerast_meta/build_wheel.py, with the cross compiler's variables); returns its path."""
     p = fetch(cache, python)
     os.makedirs(out_dir, exist_ok=True)
-    raw = tempfile.mkdtemp(prefix="prerast-aarch64-")
-    build_log = os.path.join(out_dir, "build-aarch64.log")
-    open(build_log, "w").close()
-    t0 = time.time()
-    log(f"cross-compiling the aarch64 CPU library (log: {build_log})")
-    run_logged([python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "--disable-pip-version-check",
-                "-w", raw, source], build_log, "pip wheel (aarch64)", env=cross_env(p))
-    log(f"built in {time.time() - t0:.0f} s")
-    (raw_wheel,) = glob.glob(os.path.join(raw, "prerast-*-linux_aarch64.whl"))
-    repaired = wheels.repair(raw_wheel, out_dir, python)
-    shutil.rmtree(raw, ignore_errors=True)
+    spec = build_wheel.BuildSpec(source=source, out_dir=out_dir, python=python, env=cross_vars(p),
+                                 log_path=os.path.join(out_dir, "build-aarch64.log"))
+    open(spec.log_path, "w").close()
+    log(f"cross-compiling the aarch64 CPU library (log: {spec.log_path})")
+    repaired = build_wheel.build(spec, log=lambda text: log("  " + text))
+    if not build_wheel.platform_tag(repaired).endswith("_" + TARGET):
+        raise RuntimeError(f"the cross build made {os.path.basename(repaired)}, expected a wheel for {TARGET}")
     return repaired
 
 

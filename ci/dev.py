@@ -31,7 +31,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":  # run as `python ci/dev.py`: make the ci package importable
     sys.path.insert(0, ROOT)
 
-from ci.progress import CommandFailed, clock, echo_compiler, log, run_logged  # noqa: E402
+from ci.progress import clock, echo_compiler, log  # noqa: E402
+from prerast_meta import build_env, build_wheel  # noqa: E402
 
 PACKAGE = os.path.join("package", "prerast")
 OBJECT_SUFFIXES = (".o",)
@@ -63,18 +64,15 @@ def recompiled(before, after):
     return sorted(rel for rel, mtime in after.items() if before.get(rel) != mtime)
 
 
-def build_env(root, cpu, python=sys.executable, base=None):
-    """The build's environment: the interpreter's bin folder first on PATH (its ninja and ccache), ccache told
-    that paths under the checkout are relative (a copy of the checkout hits the same cache entries)."""
-    env = dict(os.environ if base is None else base)
-    env["PATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(python)), env.get("PATH", "")])
-    env.setdefault("CCACHE_BASEDIR", root)
-    env.setdefault("CCACHE_NOHASHDIR", "1")
-    if cpu:
-        env["PRERAST_FORCE_CPU"] = "1"
-    else:
-        env.pop("PRERAST_FORCE_CPU", None)
-    return env
+def build_spec(root, cpu, python=sys.executable, arch=None):
+    """The in-place build of the one build route (prerast_meta/build_wheel.py): its environment puts the
+    interpreter's bin folder first on PATH (its ninja and ccache) and tells ccache that paths under the checkout
+    are relative (a copy of the checkout hits the same cache entries)."""
+    archs = tuple(build_env.parse_arch_list(arch)) if arch and not cpu else ()
+    temp = build_dir(root, cpu)
+    return build_wheel.BuildSpec(source=root, out_dir=os.path.join(root, PACKAGE), python=python, kind="in-place",
+                                 cuda_home=None if cpu else build_env.find_cuda_home(), archs=archs,
+                                 build_temp=temp, log_path=temp + ".log")
 
 
 def check_tools(env):
@@ -92,28 +90,32 @@ def visible_gpu_arch(python):
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
+def echo_compiler_line(line):
+    """ninja's [n/m] lines and errors, as the other builds of ci/ echo them."""
+    return line.strip()[:150] if echo_compiler(line) else None
+
+
 def build(root=ROOT, cpu=False, python=sys.executable, arch=None):
     """Build the plugin in place under root; returns {"seconds", "recompiled": [object paths], "ccache"}."""
-    env = build_env(root, cpu, python)
     if not cpu:
-        arch = arch or env.get("PRERAST_CUDA_ARCH_LIST") or visible_gpu_arch(python)
-        if arch:
-            env["PRERAST_CUDA_ARCH_LIST"] = arch
+        arch = arch or os.environ.get("PRERAST_CUDA_ARCH_LIST") or visible_gpu_arch(python)
+    spec = build_spec(root, cpu, python, arch)
+    env = build_wheel.environment(spec)
     check_tools(env)
-    temp = build_dir(root, cpu)
-    package = os.path.join(root, PACKAGE)
+    temp = spec.build_temp
+    package = spec.out_dir
     if cpu:  # a CUDA library of an earlier full build would sit there unlisted by the new _build_info.json
         for stale in glob.glob(os.path.join(package, "_C_cuda*.so")):
             os.remove(stale)
     os.makedirs(temp, exist_ok=True)
-    open(temp + ".log", "w").close()  # the log of this build only
+    open(spec.log_path, "w").close()  # the log of this build only
     before = objects(temp)
     ccache = shutil.which("ccache", path=env["PATH"])
     what = "CPU library only" if cpu else "CPU and CUDA libraries, GPU archs " + (arch or "setup.py's default")
     log(f"building in place ({what}) into {package}; "
         f"objects in {temp}; ccache: {ccache or 'none found'}")
-    took = run_logged([python, "setup.py", "build_ext", "--inplace", "--force", "--build-temp", temp],
-                      temp + ".log", "in-place build", env=env, cwd=root, show=echo_compiler)
+    took = build_wheel.run_build(spec, log=lambda text: log("  " + text), show=echo_compiler_line,
+                                 label="in-place build")
     changed = recompiled(before, objects(temp))
     log(f"built in {clock(took)}: {len(changed)} object(s) recompiled"
         + (": " + ", ".join(changed) if changed else " (nothing had changed)"))
@@ -146,7 +148,7 @@ def main(argv=None):
     except ToolMissing as e:
         print(f"prerast: {e}", file=sys.stderr)
         return ToolMissing.exit_code
-    except CommandFailed as e:
+    except (build_wheel.BuildFailed, ValueError) as e:
         print(f"prerast: {e}", file=sys.stderr)
         return 1
     if not args.pytest_args:

@@ -1,18 +1,15 @@
 """Build, repair, inspect and install one prerast wheel; make virtualenvs. Standard library only.
 
-    python -m ci wheel build  --out dist          # pip wheel + auditwheel repair, with the current interpreter
+    python -m ci wheel build  --out dist          # pip wheel + repair (prerast_meta/build_wheel.py), this interpreter
     python -m ci wheel venv   PATH -r REQS...     # a virtualenv with the given requirements
     python -m ci wheel smoke  VENV WHEEL --png F  # install WHEEL into VENV and render there with no compiler
 """
 import argparse
-import glob
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 
@@ -20,11 +17,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if __name__ == "__main__":  # run as `python ci/wheel.py`: make the ci package importable
     sys.path.insert(0, ROOT)
 
-from ci.progress import echo_compiler, run_logged  # noqa: E402
 from ci.smoke import BUILD_TOOLS, runtime_env, smoke, venv_python  # noqa: E402,F401  (re-exported: tests use them from here)
 
 
-from prerast_meta import repair as _policy  # noqa: E402
+from prerast_meta import build_env, build_wheel as _route, repair as _policy  # noqa: E402
 
 AUDITWHEEL_EXCLUDES = _policy.AUDITWHEEL_EXCLUDES
 
@@ -44,35 +40,24 @@ def tools_path(python):
 
 
 def build_wheel(out_dir, python=sys.executable, source=ROOT, plat=None):
-    """pip wheel --no-build-isolation in `python`'s environment, then auditwheel repair into out_dir.
-    Returns the repaired wheel's path."""
-    env = dict(os.environ)
-    if not env.get("CUDA_HOME") and os.path.exists("/usr/local/cuda/bin/nvcc"):
-        env["CUDA_HOME"] = "/usr/local/cuda"
-    raw = tempfile.mkdtemp(prefix="prerast-raw-")
-    t0 = time.time()
-    # pip -v shows the compiler's [n/m] lines, echoed as they come; a heartbeat covers the quiet minutes.
-    build_log = os.path.join(out_dir, "build.log")
-    log(f"compiling prerast (progress below; full log: {build_log})")
+    """pip wheel --no-build-isolation in `python`'s environment (the CUDA library too where its torch has CUDA and
+    a toolkit is found), repaired into out_dir by the tool of its platform tag: the one build route
+    (prerast_meta/build_wheel.py). Returns the repaired wheel's path."""
+    spec = _route.BuildSpec(source=source, out_dir=out_dir, python=python, cuda_home=build_env.find_cuda_home(),
+                            plat=plat)
+    log(f"compiling prerast (progress below; full log: {_route.log_path(spec)})")
     os.makedirs(out_dir, exist_ok=True)
-    open(build_log, "w").close()
-    run_logged([python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps", "-w", raw, source],
-               build_log, "pip wheel", env=env, show=echo_compiler, prefix="prerast")
-    log(f"built in {time.time() - t0:.0f} s")
-    (wheel,) = glob.glob(os.path.join(raw, "prerast-*.whl"))
-    repaired = repair(wheel, out_dir, python, plat)
-    shutil.rmtree(raw, ignore_errors=True)
+    open(_route.log_path(spec), "w").close()
+    repaired = _route.build(spec, log=lambda text: log("  " + text))
+    log(f"repaired: {os.path.basename(repaired)} ({os.path.getsize(repaired) / 1e6:.1f} MB)")
     return repaired
 
 
-def repair(wheel, out_dir, python=sys.executable, plat=None, only_plat=False, tool="auditwheel", archs=None):
-    """auditwheel (delvewheel, delocate: `tool`) repair with the package's exclude policy (prerast_meta/repair.py)."""
-    saved = os.environ.get("PATH", "")
-    os.environ["PATH"] = tools_path(python)
-    try:
-        repaired = _policy.repair(wheel, out_dir, python, plat, log=log, only_plat=only_plat, tool=tool, archs=archs)
-    finally:
-        os.environ["PATH"] = saved
+def repair(wheel, out_dir, python=sys.executable, plat=None, only_plat=False):
+    """The repair step of the one build route alone: the tool of the wheel's platform tag (auditwheel, delvewheel,
+    delocate) with the package's exclude policy (prerast_meta/repair.py)."""
+    spec = _route.BuildSpec(source=ROOT, out_dir=out_dir, python=python, plat=plat, only_plat=only_plat)
+    repaired = _route.repaired(wheel, spec, log=log)
     log(f"repaired: {os.path.basename(repaired)} ({os.path.getsize(repaired) / 1e6:.1f} MB)")
     return repaired
 

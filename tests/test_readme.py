@@ -52,7 +52,7 @@ HOW = {
         "ci": ("ci/test.sh", "export PRERAST_CUDA_ARCH_LIST="),
         "test": "tests/ci/test_built_wheel.py::test_named_after_its_cell_and_built_for_this_torch"},
     "pip wheel --no-build-isolation --no-deps -w dist .": {
-        "ci": ("ci/wheel.py", '"--no-build-isolation", "--no-deps", "-w"'),
+        "ci": ("prerast_meta/build_wheel.py", '"--no-build-isolation", "--no-deps",'),
         "test": "tests/ci/test_built_wheel.py::test_no_torch_or_cuda_library_inside"},
     "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt": {
         "ci": ("ci/test.sh", "-m ci wheel venv .venv/build -r ci/requirements-build.txt")},

