@@ -42,33 +42,11 @@ except ImportError:
     sys.exit("prerast: building needs torch in the build environment. Install the torch you will run with, "
              "then: pip wheel --no-build-isolation .")
 
-# The CPU library: op schemas, bindings and CPU kernels. Loads into any torch build.
-SOURCES = [
-    "csrc/bindings/library.cpp",
-    "csrc/bindings/rasterize.cpp",
-    "csrc/bindings/interpolate.cpp",
-    "csrc/bindings/antialias.cpp",
-    "csrc/bindings/texture.cpp",
-    "csrc/core/rasterize_cpu.cpp",
-    "csrc/core/interpolate_cpu.cpp",
-    "csrc/core/antialias_cpu.cpp",
-    "csrc/core/texture_cpu.cpp",
-]
-# The CUDA library: the same bindings registering the CUDA kernels. Loaded only into a CUDA build of torch
-# (of the same CUDA major), so that a CUDA wheel also serves CPU-only torch.
-CUDA_SOURCES = [
-    "csrc/bindings/cuda/rasterize.cpp",
-    "csrc/bindings/cuda/interpolate.cpp",
-    "csrc/bindings/cuda/antialias.cpp",
-    "csrc/bindings/cuda/texture.cpp",
-    "csrc/core/rasterize_cuda.cu",
-    "csrc/core/interpolate_cuda.cu",
-    "csrc/core/antialias_cuda.cu",
-    "csrc/core/texture_cuda.cu",
-    "csrc/core/validate_cuda.cu",
-    "csrc/core/upload_cuda.cu",
-    "csrc/core/wide_sum_cuda.cu",
-]
+# The CPU library (op schemas, bindings and CPU kernels; loads into any torch build) and the CUDA library (the same
+# bindings registering the CUDA kernels, loaded only into a CUDA build of torch of the same CUDA major, so that a
+# CUDA wheel also serves CPU-only torch): their sources are found by the per-folder rule of prerast_meta/sources.py.
+SOURCES = sources.library_sources(ROOT, "cpu")
+CUDA_SOURCES = sources.library_sources(ROOT, "cuda")
 
 
 def use_cuda():
@@ -127,7 +105,16 @@ def extensions():
 
 class BuildWithInfo(BuildExtension):
     """Writes _build_info.json beside the compiled plugin: what the binary was built for, and the size and SHA-256
-    of each library, which the loader checks before it loads one."""
+    of each library, which the loader checks before it loads one. Each library compiles in a build folder of its
+    own: both compile the same binding sources, whose objects would otherwise overwrite each other."""
+
+    def build_extension(self, ext):
+        shared = self.build_temp
+        self.build_temp = os.path.join(shared, ext.name)
+        try:
+            super().build_extension(ext)
+        finally:
+            self.build_temp = shared
 
     def run(self):
         super().run()

@@ -4,6 +4,7 @@ of them to build from.
 Wheels carry these files under prerast/_src, so that `python -m prerast build-wheel` and the opt-in first-use
 build work from an installed prerast as well as from a checkout. Standard library only.
 """
+import fnmatch
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ SHIPPED_DIR = os.path.join(PACKAGE_DIR, "_src")
 CHECKOUT_DIR = os.path.dirname(META_DIR)  # <checkout>/prerast_meta -> <checkout>
 
 # What a build reads besides the Python package. csrc/ is walked rather than listed so that a new header cannot
-# be forgotten here; setup.py still lists what it compiles.
+# be forgotten here.
 BUILD_FILES = ["setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"]
 SOURCE_DIRS = {"csrc": (".h", ".hpp", ".cuh", ".c", ".cc", ".cpp", ".cu"), "prerast_meta": (".py",)}
 SOURCE_DIR = "csrc"
@@ -27,6 +28,35 @@ SOURCE_DIR = "csrc"
 NOT_HASHED = {"pyproject.toml", "MANIFEST.in", "README.md", "LICENSE"}
 # Never copied from a package folder into a build tree: compiled output and the shipped copy itself.
 PACKAGE_IGNORE = ("_src", "__pycache__", "*.so", "*.pyd", "_build_info.json", "*.egg-info")
+
+
+# What each library compiles, by folder: a new op's files are found by their names, with no list to add them to.
+# The bindings are compiled into both libraries (with PRERAST_CUDA_LIBRARY defined for the CUDA one, which then
+# registers the CUDA kernels); csrc/core's *_cpu.cpp go into the CPU library and its *.cu into the CUDA library.
+LIBRARY_SOURCES = {
+    "cpu": ("csrc/bindings/*.cpp", "csrc/core/*_cpu.cpp"),
+    "cuda": ("csrc/bindings/*.cpp", "csrc/core/*.cu"),
+}
+# The suffixes of files that are compiled on their own (headers are included, never compiled).
+COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cu")
+
+
+def library_sources(root, library):
+    """The sources that `library` ("cpu" or "cuda") compiles, relative to root with '/', in a stable order."""
+    found = []
+    for pattern in LIBRARY_SOURCES[library]:
+        folder, _, name = pattern.rpartition("/")
+        here = os.path.join(root, *folder.split("/"))
+        names = sorted(os.listdir(here)) if os.path.isdir(here) else []
+        found += [f"{folder}/{n}" for n in names if fnmatch.fnmatchcase(n, name)]
+    return found
+
+
+def uncompiled_sources(root):
+    """Files under csrc/ with a compiled suffix that no library compiles: a name that misses the rules above."""
+    compiled = {rel for library in LIBRARY_SOURCES for rel in library_sources(root, library)}
+    return [rel for rel in source_files(root)
+            if rel.startswith(SOURCE_DIR + "/") and rel.endswith(COMPILED_SUFFIXES) and rel not in compiled]
 
 
 def is_source_root(root):

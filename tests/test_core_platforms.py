@@ -29,8 +29,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORE = os.path.join(ROOT, "csrc", "core")
-# The CPU core's sources, as setup.py lists them (test_sources_are_setup_pys checks), and the driver.
-CORE_SOURCES = ["rasterize_cpu.cpp", "interpolate_cpu.cpp", "antialias_cpu.cpp", "texture_cpu.cpp"]
+# The CPU core's sources, as the CPU library compiles them (prerast_meta/sources.py's rule), and the driver.
+sys.path.insert(0, ROOT)
+from prerast_meta import sources as _sources  # noqa: E402
+
+CORE_SOURCES = [os.path.basename(rel) for rel in _sources.library_sources(ROOT, "cpu")
+                if rel.startswith("csrc/core/")]
 DRIVER = os.path.join(ROOT, "tests", "host", "core_driver.cpp")
 # setup.py's CPU flags that change code generation (prerast_meta/compiler_flags.py's for Linux;
 # test_sources_and_flags_are_setup_pys checks), C++17 as the oldest torch
@@ -184,8 +188,9 @@ def test_sources_and_flags_are_setup_pys():
     """The driver builds what setup.py builds, the way it does: the CPU core's sources and the flags that decide
     its arithmetic (the optimisation level, no contraction of float operations)."""
     text = open(os.path.join(ROOT, "setup.py")).read()
-    sources = re.search(r"^SOURCES = \[(.*?)\]", text, re.M | re.S).group(1)
-    assert re.findall(r'"csrc/core/([^"]+)"', sources) == CORE_SOURCES
+    assert re.search(r'^SOURCES = sources\.library_sources\(ROOT, "cpu"\)$', text, re.M), \
+        "setup.py no longer takes the CPU library's sources from prerast_meta/sources.py; the driver builds those"
+    assert len(CORE_SOURCES) >= 4 and all(name.endswith("_cpu.cpp") for name in CORE_SOURCES), CORE_SOURCES
     assert "compiler_flags.build_flags(" in text  # tests/test_compiler_flags.py: setup.py builds with these
     sys.path.insert(0, ROOT)
     from prerast_meta import compiler_flags

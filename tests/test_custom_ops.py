@@ -1,5 +1,9 @@
 """Every prerast op is a proper custom op: torch.library.opcheck (schema, fake kernel, autograd registration,
 AOT dispatch) passes with representative inputs; double backward raises instead of returning zeros."""
+import importlib
+import os
+import sys
+
 import pytest
 import torch
 
@@ -7,12 +11,42 @@ import prerast
 from conftest import make_ctx
 from render_scene import grid_scene
 
-OPS = sorted(prerast._ops.OPS)
+OPS_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ops")
+
+
+def registered_ops():
+    """Every prerast::* op the loaded plugin registered, by name, except binary_info (no tensors to check)."""
+    return sorted(name.split("::")[1] for name in torch._C._dispatch_get_all_op_names()
+                  if name.startswith("prerast::") and name != "prerast::binary_info")
+
+
+OPS = registered_ops()
+
+
+def extra_op_inputs(device):
+    """The inputs that tests/ops/test_<op>.py files give for their ops, as an `opcheck_inputs(device)` function
+    returning what op_inputs returns: a new op brings its cases in its own test file."""
+    found = {}
+    sys.path.insert(0, OPS_TESTS)
+    try:
+        for name in sorted(os.listdir(OPS_TESTS)):
+            if name.startswith("test_") and name.endswith(".py"):
+                with open(os.path.join(OPS_TESTS, name)) as f:
+                    if "def opcheck_inputs(" not in f.read():
+                        continue
+                found.update(importlib.import_module(name[:-3]).opcheck_inputs(device))
+    finally:
+        sys.path.remove(OPS_TESTS)
+    return found
 
 
 def op_inputs(device):
     """op name -> list of (args, kwargs) that exercise it: instanced and range mode, with and without
-    derivatives, plain and mipmapped textures."""
+    derivatives, plain and mipmapped textures; then the cases of tests/ops/ files (extra_op_inputs)."""
+    return {**core_op_inputs(device), **extra_op_inputs(device)}
+
+
+def core_op_inputs(device):
     pos, tri, uv, tex = grid_scene(n=3, images=2, device=device)
     pos.requires_grad_(True), uv.requires_grad_(True), tex.requires_grad_(True)
     ctx = make_ctx(device)
@@ -75,20 +109,31 @@ def op_inputs(device):
 
 @pytest.mark.parametrize("op", OPS)
 def test_opcheck(op, device):
-    cases = op_inputs(device)[op]
+    cases = op_inputs(device).get(op)
+    assert cases, (f"prerast::{op} is registered but has no opcheck inputs: give tests/ops/test_<op>.py an "
+                   "opcheck_inputs(device) function returning {op name: [(args, kwargs), ...]}")
     for args, kwargs in cases:
         torch.library.opcheck(getattr(torch.ops.prerast, op).default, args, kwargs)
 
 
-def test_every_op_is_covered():
+def test_ops_are_the_registered_ones():
+    """OPS comes from the dispatcher, not from a list: it holds the ops of every binding, and only those."""
     schemas = {s.name.split("::")[1] for s in torch._C._jit_get_all_schemas() if s.name.startswith("prerast::")}
     assert schemas - {"binary_info"} == set(OPS)
+    assert {"rasterize_fwd", "interpolate_bwd", "texture_fwd_mipped", "antialias_fwd"} <= set(OPS)
+
+
+def test_every_op_has_inputs(device):
+    missing = sorted(set(OPS) - set(op_inputs(device)))
+    assert not missing, f"ops with no opcheck inputs: {missing} (see test_opcheck's message)"
 
 
 def test_public_functions_have_no_autograd_function():
     import inspect
 
-    for module in (prerast._rasterize, prerast._interpolate, prerast._texture, prerast._antialias):
+    modules = {sys.modules[fake.__module__] for fake, _, _ in prerast._ops.OPS.values()}
+    assert prerast._rasterize in modules and prerast._texture in modules
+    for module in modules:
         assert "autograd.Function" not in inspect.getsource(module)
 
 

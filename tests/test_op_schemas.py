@@ -1,6 +1,7 @@
-"""The Python side of every op (prerast/_ops.py) agrees with its registered C++ schema: the fakes, setup_contexts
-and backwards name only arguments the schema has, every tensor op has a fake and an autograd registration, and a
-backward gives one gradient per schema argument, each shaped like the argument it belongs to."""
+"""The Python side of every op (what prerast/_<op>.py hands to _ops.define) agrees with its registered C++ schema:
+the fakes, setup_contexts and backwards name only arguments the schema has, every tensor op has a fake and an
+autograd registration, and a backward gives one gradient per schema argument, each shaped like the argument it
+belongs to."""
 import ast
 import inspect
 import textwrap
@@ -22,7 +23,7 @@ def _tree(fn):
 
 
 def _called_helpers(fn):
-    """fn and the functions of _ops it calls, directly or through each other."""
+    """fn and the functions of its own module it calls, directly or through each other."""
     found, todo = [], [fn]
     while todo:
         f = todo.pop()
@@ -31,8 +32,8 @@ def _called_helpers(fn):
         found.append(f)
         for node in ast.walk(_tree(f)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                helper = getattr(_ops, node.func.id, None)
-                if inspect.isfunction(helper) and helper.__module__ == _ops.__name__:
+                helper = f.__globals__.get(node.func.id)
+                if inspect.isfunction(helper) and helper.__module__ == f.__module__:
                     todo.append(helper)
     return found
 
@@ -46,7 +47,7 @@ def names_read(setup):
 
 
 def names_returned(backward):
-    """The keys of the dicts a backward (or a helper of _ops it calls) returns."""
+    """The keys of the dicts a backward (or a helper of its module that it calls) returns."""
     keys = set()
     for fn in _called_helpers(backward):
         for node in ast.walk(_tree(fn)):

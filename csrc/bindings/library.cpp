@@ -1,6 +1,9 @@
 // The prerast operator library. Each op's schema is declared next to its implementation with
-// PRERAST_LIBRARY_FRAGMENT; this file declares the library itself and an op describing the binary.
+// PRERAST_LIBRARY_FRAGMENT; this file declares the library itself and an op describing the binary. The CUDA library
+// compiles every binding too (prerast_meta/sources.py), but declares nothing: the CPU library's declarations hold.
 #include "common.h"
+
+#ifndef PRERAST_CUDA_LIBRARY
 
 namespace {
 
@@ -24,3 +27,4 @@ PRERAST_LIBRARY(m) {
 PRERAST_LIBRARY_IMPL(CompositeImplicitAutograd, m) {
   m.impl("binary_info", PRERAST_KERNEL(binary_info));
 }
+#endif

@@ -1,8 +1,8 @@
-"""antialias and antialias_construct_topology_hash: the public API over the prerast::antialias_* ops (autograd and
-fakes: _ops.py)."""
+"""antialias and antialias_construct_topology_hash: the public API over the prerast::antialias_* ops, and
+those ops' fakes and autograd."""
 import torch
 
-from . import _checks, _loader
+from . import _checks, _loader, _ops
 
 _OP = "antialias"
 
@@ -142,3 +142,34 @@ def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0)
     return torch.ops.prerast.antialias_fwd(color.contiguous(), rast.contiguous(), pos.contiguous(), tri.contiguous(),
                                            topology_hash.half_edges, topology_hash.group_of, topology_hash.group_start,
                                            float(pos_gradient_boost))[0]
+
+
+# --- the ops' fakes and autograd ------------------------------------------------------------------------------
+# Each takes the op's arguments by schema name (_ops.py says how); _ops.define registers them with torch once the
+# plugin's schemas exist.
+
+def _antialias_fwd_fake(color, rast, pos, tri, half_edges, group_of, group_start, pos_gradient_boost):
+    return torch.empty_like(color), color.new_empty((*rast.shape[:3], 2))
+
+
+def _antialias_bwd_fake(color, rast, pos, tri, half_edges, group_of, group_start, crossing, grad_out,
+                        pos_gradient_boost, with_pos):
+    return torch.empty_like(color), torch.empty_like(pos) if with_pos else pos.new_empty((0,))
+
+
+def _antialias_setup(ctx, a, output):
+    ctx.save_for_backward(a.color, a.rast, a.pos, a.tri, a.half_edges, a.group_of, a.group_start, output[1])
+    ctx.boost = a.pos_gradient_boost
+
+
+def _antialias_backward(ctx, grad_out, grad_crossing):
+    with_pos = ctx.needs_input_grad[2]
+    grad_color, grad_pos = torch.ops.prerast.antialias_bwd(*ctx.saved_tensors, grad_out.contiguous(), ctx.boost,
+                                                           with_pos)
+    return {"color": grad_color, "pos": grad_pos if with_pos else None}
+
+
+_ops.define({
+    "antialias_fwd": (_antialias_fwd_fake, _antialias_setup, _antialias_backward),
+    "antialias_bwd": (_antialias_bwd_fake, _ops.save_nothing, None),
+})

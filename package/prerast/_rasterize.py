@@ -1,7 +1,8 @@
-"""rasterize and DepthPeeler: the public API over the prerast::rasterize_* ops (autograd and fakes: _ops.py)."""
+"""rasterize and DepthPeeler: the public API over the prerast::rasterize_* ops, and
+those ops' fakes and autograd."""
 import torch
 
-from . import _checks, _loader
+from . import _checks, _loader, _ops
 from ._context import _Context
 
 
@@ -146,3 +147,38 @@ class DepthPeeler:
         self.peeling_idx += 1
         return rast, rast_db
 
+
+# --- the ops' fakes and autograd ------------------------------------------------------------------------------
+# Each takes the op's arguments by schema name (_ops.py says how); _ops.define registers them with torch once the
+# plugin's schemas exist.
+
+def _rasterize_fwd_fake(pos, tri, height, width, ranges, peel_prev, grad_db, output_db):
+    n = pos.shape[0] if pos.dim() == 3 else ranges.shape[0]
+    return pos.new_empty((n, height, width, 4)), pos.new_empty((n, height, width, 4 if output_db else 0))
+
+
+def _rasterize_bwd_fake(pos, tri, rast, grad_rast, grad_db):
+    return torch.empty_like(pos)
+
+
+def _rasterize_setup(ctx, a, output):
+    ctx.save_for_backward(a.pos, a.tri, output[0])
+    # Without rast_db (output_db=False) there is no derivative output for a gradient to come from.
+    ctx.grad_db = a.grad_db and a.output_db
+    # rast_db's gradient stays None when nothing used rast_db, so that the backward skips that term instead of
+    # reading a tensor of zeros.
+    ctx.set_materialize_grads(False)
+
+
+def _rasterize_backward(ctx, grad_rast, grad_rast_db):
+    pos, tri, rast = ctx.saved_tensors
+    if grad_rast is None:
+        grad_rast = torch.zeros_like(rast)
+    grad_db = grad_rast_db.contiguous() if ctx.grad_db and grad_rast_db is not None else None
+    return {"pos": torch.ops.prerast.rasterize_bwd(pos, tri, rast, grad_rast.contiguous(), grad_db)}
+
+
+_ops.define({
+    "rasterize_fwd": (_rasterize_fwd_fake, _rasterize_setup, _rasterize_backward),
+    "rasterize_bwd": (_rasterize_bwd_fake, _ops.save_nothing, None),
+})

@@ -1,4 +1,5 @@
-"""texture and texture_construct_mip: the public API over the prerast::texture_* ops (autograd and fakes: _ops.py).
+"""texture and texture_construct_mip: the public API over the prerast::texture_* ops, and
+those ops' fakes and autograd.
 
 Conventions (the arithmetic lives in csrc/core/texture.h):
 - 2D textures are [N, Ht, Wt, C]; uv [..., 2] with u along the width, v along the height. Texel i covers
@@ -16,7 +17,7 @@ Conventions (the arithmetic lives in csrc/core/texture.h):
 """
 import torch
 
-from . import _checks, _loader
+from . import _checks, _loader, _ops
 from ._constants import BOUNDARY_MODES, FILTER_MODES, MAX_MIP_LEVELS
 
 _MIP_NEAREST, _MIP_LINEAR = FILTER_MODES["linear-mipmap-nearest"], FILTER_MODES["linear-mipmap-linear"]
@@ -212,3 +213,127 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
         below = -1 if max_mip_level is None else min(max_mip_level, MAX_MIP_LEVELS - 1)
         return torch.ops.prerast.texture_fwd_mipped(tex, uv, uv_da, mip_level_bias, below, filt, bound)[0]
     return torch.ops.prerast.texture_fwd(tex, uv, uv_da, mip_level_bias, levels or None, filt, bound)
+
+
+# --- the ops' fakes and autograd ------------------------------------------------------------------------------
+# Each takes the op's arguments by schema name (_ops.py says how); _ops.define registers them with torch once the
+# plugin's schemas exist.
+
+def _mip_size(n):
+    """Side of the next mip level (csrc/core/texture.h mip_size): halved, rounded down, at least 1."""
+    return torch.sym_max(n // 2, 1)
+
+
+def _texture_fwd_fake(tex, uv, uv_da, mip_level_bias, mip, filter_mode, boundary_mode):
+    return tex.new_empty((*uv.shape[:3], tex.shape[-1]))
+
+
+def _texture_grads_made(filter_mode, uv_da, bias, mip):
+    """Which of (uv, uv_da, mip_level_bias) texture_bwd returns real gradients for (the others are empty)."""
+    lod = filter_mode == FILTER_MODES["linear-mipmap-linear"] and bool(mip)
+    return filter_mode != FILTER_MODES["nearest"], lod and uv_da is not None, lod and bias is not None
+
+
+def _texture_grads(filter_mode, uv_da, bias, mip, grad_tex, grad_uv, grad_da, grad_bias):
+    """The gradients of texture_fwd's inputs that texture_bwd made, by name (None for the empty ones)."""
+    made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, bias, mip)
+    return {"tex": grad_tex, "uv": grad_uv if made_uv else None, "uv_da": grad_da if made_da else None,
+            "mip_level_bias": grad_bias if made_bias else None}
+
+
+def _texture_bwd_fake(tex, uv, uv_da, mip_level_bias, mip, filter_mode, boundary_mode, grad_out, fold_mip):
+    made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, mip_level_bias, mip)
+    none = lambda: tex.new_empty((0,))  # noqa: E731  (one each: outputs must not alias)
+    return [torch.empty_like(tex), torch.empty_like(uv) if made_uv else none(),
+            torch.empty_like(uv_da) if made_da else none(),
+            torch.empty_like(mip_level_bias) if made_bias else none(),
+            *(none() if fold_mip else torch.empty_like(m) for m in mip or ())]
+
+
+def _mip_chain_shapes(tex, max_mip_level):
+    """Shapes of the levels below tex that texture_fwd_mipped builds (as texture_construct_mip does)."""
+    shapes, (h, w) = [], tex.shape[-3:-1]
+    while (max_mip_level < 0 or len(shapes) < max_mip_level) and max(h, w) > 1:
+        h, w = _mip_size(h), _mip_size(w)
+        shapes.append((*tex.shape[:-3], h, w, tex.shape[-1]))
+    return shapes
+
+
+def _texture_mipped_fake(tex, uv, uv_da, mip_level_bias, max_mip_level, filter_mode, boundary_mode):
+    return [tex.new_empty((*uv.shape[:3], tex.shape[-1])),
+            *(tex.new_empty(s) for s in _mip_chain_shapes(tex, max_mip_level))]
+
+
+def _texture_setup(ctx, a, output):
+    ctx.save_for_backward(a.tex, a.uv, a.uv_da, a.mip_level_bias, *(a.mip or ()))
+    ctx.modes = (a.filter_mode, a.boundary_mode)
+    ctx.mip_is_list = a.mip is not None  # the gradient of mip has the structure mip had: a list, or None
+
+
+def _texture_backward(ctx, grad_out):
+    filter_mode, boundary_mode = ctx.modes
+    tex, uv, uv_da, bias, *mip = ctx.saved_tensors
+    grad_tex, grad_uv, grad_da, grad_bias, *grad_mip = torch.ops.prerast.texture_bwd(
+        tex, uv, uv_da, bias, mip or None, filter_mode, boundary_mode, grad_out.contiguous())
+    return {**_texture_grads(filter_mode, uv_da, bias, mip, grad_tex, grad_uv, grad_da, grad_bias),
+            "mip": grad_mip if ctx.mip_is_list else None}
+
+
+def _texture_mipped_setup(ctx, a, output):
+    ctx.save_for_backward(a.tex, a.uv, a.uv_da, a.mip_level_bias, *output[1:])
+    ctx.modes = (a.filter_mode, a.boundary_mode)
+    ctx.set_materialize_grads(False)  # the levels' gradients are None (not texture-sized zeros) when unused
+
+
+def _texture_mipped_backward(ctx, grads):
+    """The levels are tex's own chain: texture_bwd folds their gradients into tex's in place. Gradients of the
+    returned levels themselves (only a direct caller of the op has them) go back through the chain's adjoint."""
+    filter_mode, boundary_mode = ctx.modes
+    tex, uv, uv_da, bias, *mip = ctx.saved_tensors
+    grad_out = tex.new_zeros((*uv.shape[:3], tex.shape[-1])) \
+        if grads[0] is None else grads[0].contiguous()
+    grad_tex, grad_uv, grad_da, grad_bias, *_ = torch.ops.prerast.texture_bwd(
+        tex, uv, uv_da, bias, mip or None, filter_mode, boundary_mode, grad_out, True)
+    below = None  # the gradient of level k from the returned levels k, k + 1, ...
+    for k in range(len(mip), 0, -1):
+        g = grads[k]
+        below = g if below is None else below if g is None else below + g
+        if below is not None:
+            above = tex if k == 1 else mip[k - 2]
+            flat = below.reshape(-1, *below.shape[-3:]).contiguous()
+            below = torch.ops.prerast.texture_mip_down_adjoint(flat, *above.shape[-3:-1]).view(above.shape)
+    if below is not None:
+        grad_tex = grad_tex + below
+    return _texture_grads(filter_mode, uv_da, bias, mip, grad_tex, grad_uv, grad_da, grad_bias)
+
+
+def _mip_down_fake(level):
+    b, h, w, c = level.shape
+    return level.new_empty((b, _mip_size(h), _mip_size(w), c))
+
+
+def _mip_down_adjoint_fake(grad_next, height, width):
+    return grad_next.new_empty((grad_next.shape[0], height, width, grad_next.shape[3]))
+
+
+# Halving a level and its adjoint are linear maps, each the other's adjoint: their gradients are each other,
+# to any order.
+def _mip_down_setup(ctx, a, output):
+    ctx.size = a.level.shape[1:3]
+
+
+def _mip_down_backward(ctx, grad_next):
+    return {"level": torch.ops.prerast.texture_mip_down_adjoint(grad_next.contiguous(), *ctx.size)}
+
+
+def _mip_down_adjoint_backward(ctx, grad):
+    return {"grad_next": torch.ops.prerast.texture_mip_down(grad.contiguous())}
+
+
+_ops.define({
+    "texture_fwd": (_texture_fwd_fake, _texture_setup, _texture_backward),
+    "texture_bwd": (_texture_bwd_fake, _ops.save_nothing, None),
+    "texture_fwd_mipped": (_texture_mipped_fake, _texture_mipped_setup, _texture_mipped_backward),
+    "texture_mip_down": (_mip_down_fake, _mip_down_setup, _mip_down_backward),
+    "texture_mip_down_adjoint": (_mip_down_adjoint_fake, _ops.save_nothing, _mip_down_adjoint_backward),
+})
