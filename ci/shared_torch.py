@@ -16,18 +16,25 @@ class TorchUnavailable(RuntimeError):
     """The shared torch cannot be installed here."""
 
 
-def shared_torch():
-    """The folder of the shared CPU torch, installed there once."""
-    marker = os.path.join(TORCH_SITE, ".installed")
-    if not (os.path.exists(marker) and open(marker).read() == TORCH_SPEC):
-        shutil.rmtree(TORCH_SITE, ignore_errors=True)
+def shared_torch(spec=TORCH_SPEC, variable="PRERAST_TEST_CPU_TORCH"):
+    """The folder of the shared CPU torch `spec` (a pip requirement), installed there once: TORCH_SITE for
+    TORCH_SPEC, a folder of its own for another spec (.venv/test-torch-cpu-2.10.0+cpu), so that neither replaces
+    the other. A spec that is a folder holding torch (a site-packages) is shared as it is. `variable` is the
+    environment variable that sets spec, for the error message."""
+    if os.path.isdir(os.path.join(spec, "torch")):
+        return spec
+    site = TORCH_SITE if spec == TORCH_SPEC else f"{TORCH_SITE}-{spec.partition('==')[2] or spec}"
+    marker = os.path.join(site, ".installed")
+    if not (os.path.exists(marker) and open(marker).read() == spec):
+        shutil.rmtree(site, ignore_errors=True)
         out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                              "--target", TORCH_SITE, TORCH_SPEC, "numpy"], capture_output=True, text=True)
+                              "--target", site, spec, "numpy"], capture_output=True, text=True)
         if out.returncode != 0:
-            raise TorchUnavailable(f"cannot install {TORCH_SPEC} (set PRERAST_TEST_CPU_TORCH): {out.stderr[-2000:]}")
+            raise TorchUnavailable(f"cannot install {spec} (set {variable} to a requirement or to a site-packages "
+                                   f"folder holding torch): {out.stderr[-2000:]}")
         with open(marker, "w") as f:
-            f.write(TORCH_SPEC)
-    return TORCH_SITE
+            f.write(spec)
+    return site
 
 
 def site_packages(venv):

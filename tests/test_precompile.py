@@ -4,22 +4,28 @@ arguments in their combinations: no diff_attrs or rast_db, textures with and wit
 antialias with and without a topology hash, range mode, depth peeling) with prerast.precompile, and renders them
 eagerly; B (a runtime environment: no compiler, nvcc or ninja
 on PATH, CC/CXX a program that records any call and fails, a fresh HOME and TMPDIR) loads the artifact and
-renders the same images, calling no compiler (on the CPU, and on CUDA where a GPU is present). The training route
-is checked against eager in one process."""
+renders the same images, calling no compiler (on the CPU, and on CUDA where a GPU is present); the module's round
+trip also under the oldest torch the stable wheel serves, in a fresh venv. The training route is checked against
+eager in one process."""
 import json
 import os
 import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 import prerast
+from prerast_meta.compat import STABLE_FLOOR
 from render_scene import grid_scene, render
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
+# The oldest torch the stable wheel serves, as a CPU build to share into a fresh venv (ci/shared_torch.py): a pip
+# requirement, or a site-packages folder that holds that torch already.
+OLDEST_TORCH = os.environ.get("PRERAST_TEST_OLDEST_TORCH", "torch==%d.%d.0+cpu" % STABLE_FLOOR)
 
-PROCESS_A = textwrap.dedent("""
+PRECOMPILE_MODULE = textwrap.dedent("""
     import sys, torch
     from prerast.__main__ import main
     from render_scene import Renderer, grid_scene
@@ -33,24 +39,32 @@ PROCESS_A = textwrap.dedent("""
                 f"    def __init__(self):\\n        super().__init__({device!r})\\n")
     assert main(["precompile", "scene_module:Renderer", "--inputs", "inputs.pt", "--out", "render.pt2"]) == 0
     torch.save(Renderer(device)(*inputs), "eager.pt")
+""")
+PRECOMPILE_VARIANTS = textwrap.dedent("""
     import prerast, render_variants
     variants, variant_inputs = render_variants.Variants(device), render_variants.inputs(device)
     torch.save(variant_inputs, "variant_inputs.pt")
     prerast.precompile(variants, variant_inputs, "variants.pt2")
     torch.save(variants(*variant_inputs), "variants_eager.pt")
 """)
+PROCESS_A = PRECOMPILE_MODULE + PRECOMPILE_VARIANTS
 
-PROCESS_B = textwrap.dedent("""
+LOAD_MODULE = textwrap.dedent("""
     import json, shutil, sys, torch
     import prerast
     render = prerast.load_precompiled("render.pt2")
     color, loss = render(*torch.load("inputs.pt"))
     torch.save((color, loss), "runtime.pt")
+""")
+LOAD_VARIANTS = textwrap.dedent("""
     variants = prerast.load_precompiled("variants.pt2")
     torch.save(tuple(variants(*torch.load("variant_inputs.pt"))), "variants_runtime.pt")
+""")
+REPORT_TOOLS = textwrap.dedent("""
     print(json.dumps({"tools_on_path": [t for t in ("cc", "gcc", "g++", "c++", "clang", "nvcc", "ninja")
                                         if shutil.which(t)]}))
 """)
+PROCESS_B = LOAD_MODULE + LOAD_VARIANTS + REPORT_TOOLS
 
 
 def recorder(folder):
@@ -76,30 +90,57 @@ def runtime_env(folder):
     return env
 
 
-def run(script, cwd, env, *args):
-    out = subprocess.run([sys.executable, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True,
+def run(script, cwd, env, *args, python=sys.executable):
+    out = subprocess.run([python, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True,
                          timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout
 
 
-def test_runtime_loads_inference_artifact_without_compiler(tmp_path, device):
-    devel = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")])))
-    run(PROCESS_A, tmp_path, devel, device)
-    env = runtime_env(str(tmp_path / "runtime"))
-    report = json.loads(run(PROCESS_B, tmp_path, env).strip().splitlines()[-1])
+def precompile_then_load_without_compiler(tmp_path, device, precompile, load, python=sys.executable,
+                                          pythonpath=os.environ.get("PYTHONPATH")):
+    """Runs precompile (a script) in a devel process and load in a runtime one (runtime_env), both with python.
+    Checks that the runtime saw no compiler and called none, and that the module's render equals eager."""
+    devel = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [TESTS, pythonpath])))
+    run(precompile, tmp_path, devel, device, python=python)
+    env = dict(runtime_env(str(tmp_path / "runtime")), PYTHONPATH=pythonpath or "")
+    report = json.loads(run(load, tmp_path, env, python=python).strip().splitlines()[-1])
     assert report["tools_on_path"] == []
     assert not os.path.exists(tmp_path / "runtime" / "compiler-calls.log"), \
         open(tmp_path / "runtime" / "compiler-calls.log").read()
     for got, want in zip(torch.load(tmp_path / "runtime.pt"), torch.load(tmp_path / "eager.pt")):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert (tmp_path / "render.pt2").stat().st_size > 0
+
+
+def test_runtime_loads_inference_artifact_without_compiler(tmp_path, device):
+    precompile_then_load_without_compiler(tmp_path, device, PROCESS_A, PROCESS_B)
     got, want = torch.load(tmp_path / "variants_runtime.pt"), torch.load(tmp_path / "variants_eager.pt")
     assert len(got) == len(want) == 10
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, i
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"output {i}: {m}")
     assert all(w.abs().sum() > 0 for w in want if w.numel()), "every variant draws something"
+
+
+@pytest.mark.wheel
+def test_oldest_torch_runtime_loads_inference_artifact_without_compiler(tmp_path):
+    """The module's round trip (`python -m prerast precompile`, then a runtime with no compiler) under the oldest
+    torch the stable wheel serves, in a fresh venv sharing that torch (ci/shared_torch.py) with the wheel under
+    test installed: torch's AOTInductor loader differs between it and the newest (which the test above runs)."""
+    sys.path.insert(0, os.path.join(TESTS, "ci"))
+    from shared_torch import make_venv, pip, shared_torch
+    from wheel_under_test import find_test_wheel
+
+    wheel = find_test_wheel()
+    venv = make_venv(str(tmp_path / "venv"), shared_torch(OLDEST_TORCH, "PRERAST_TEST_OLDEST_TORCH"))
+    pip(venv, "install", "--no-deps", wheel)
+    python = os.path.join(venv, "bin", "python")
+    version = run("import torch; print(torch.__version__)", tmp_path, dict(os.environ, PYTHONPATH=""),
+                  python=python)
+    assert tuple(int(v) for v in version.split(".")[:2]) == STABLE_FLOOR, version
+    precompile_then_load_without_compiler(tmp_path, "cpu", PRECOMPILE_MODULE, LOAD_MODULE + REPORT_TOOLS,
+                                          python=python, pythonpath=None)
 
 
 def test_training_artifact_equals_eager(tmp_path):
@@ -186,7 +227,6 @@ def fake_compiler(folder, static_lib):
 
 
 def test_compiler_with_only_static_libstdcxx_is_refused_before_compiling(tmp_path):
-    import pytest
     from render_scene import Renderer
 
     compiler = fake_compiler(str(tmp_path), static_lib=True)

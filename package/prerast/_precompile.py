@@ -12,11 +12,11 @@ Two routes, chosen by `training`:
 Either artifact serves only the torch (and Triton) it was made with, and GPU kernels only the GPU model.
 """
 import importlib
+import logging
 import os
 import subprocess
 import zipfile
 import zlib
-from unittest import mock
 
 import torch
 
@@ -132,13 +132,35 @@ def is_inference_artifact(path):
     return zipfile.is_zipfile(path)
 
 
-def _device_information_without_compiling(original):
-    def device_information(device_type):
-        with mock.patch("torch._inductor.cpu_vec_isa.pick_vec_isa", lambda: "(not checked)"):
-            info = original(device_type)
-        info.pop("AOTI_CPU_ISA", None)
-        return info
-    return device_information
+class _ProbelessIsaWarning(logging.Filter):
+    """Drops torch's warning that the CPU's vector ISA differs from the package's when the ISA was not probed: the
+    package's ISA compared with none, not a mismatch of the machine."""
+
+    def filter(self, record):
+        return not (isinstance(record.args, tuple) and record.args[:2] == ("AOTI_CPU_ISA", "INVALID_VEC_ISA"))
+
+
+def _load_inference_artifact(path):
+    """torch._inductor.aoti_load_package, calling no compiler.
+
+    Loading compiles nothing, but torch then compares the machine with the one the package was built on (only to
+    warn on a mismatch), and for the CPU's vector ISA Inductor probes by compiling and running test programs. With
+    Inductor's option cpp.vec_isa_ok=False it takes the answer "no vector ISA" instead of probing, on every torch
+    the stable wheel serves (2.10 to 2.14). Inductor keeps that answer for the process: CPU kernels it compiles
+    later in a process that loaded an artifact before compiling anything for the CPU are not vectorized.
+    """
+    # torch 2.10's loader reads torch._inductor.codecache as an attribute without importing it (later releases
+    # import it themselves): import it, or 2.10 fails with an AttributeError.
+    import torch._inductor.codecache  # noqa: F401  (a heavy import, only here)
+
+    warnings_of_loader = logging.getLogger("torch.export.pt2_archive._package")
+    probeless = _ProbelessIsaWarning()
+    warnings_of_loader.addFilter(probeless)
+    try:
+        with torch._inductor.config.patch({"cpp.vec_isa_ok": False}):
+            return torch._inductor.aoti_load_package(path)
+    finally:
+        warnings_of_loader.removeFilter(probeless)
 
 
 ZIP_MAGIC = b"PK\x03\x04"
@@ -203,13 +225,7 @@ def load_precompiled(path, fn=None):
     _loader.require()  # the prerast ops must be registered before the graph that calls them is loaded
     path = os.fspath(path)
     if check_artifact(path) == "inference":
-        # After loading, torch compares the machine with the one the package was built on, only to warn on a
-        # mismatch; for the CPU's vector ISA it runs the C++ compiler on test programs. That one entry is left out.
-        from torch._inductor import codecache  # (a heavy import, only here)
-
-        patched = _device_information_without_compiling(codecache.get_device_information)
-        with mock.patch.object(codecache, "get_device_information", patched):
-            return torch._inductor.aoti_load_package(path)
+        return _load_inference_artifact(path)
     if fn is None:
         raise TypeError("load_precompiled: a training artifact needs fn, the function it was precompiled from")
     try:

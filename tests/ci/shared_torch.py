@@ -9,8 +9,8 @@ from ci import shared_torch as _shared  # noqa: E402
 from ci.shared_torch import TORCH_SITE, TORCH_SPEC, make_venv, pip  # noqa: E402,F401
 
 
-def shared_torch():
+def shared_torch(*spec_and_variable):
     try:
-        return _shared.shared_torch()
+        return _shared.shared_torch(*spec_and_variable)
     except _shared.TorchUnavailable as e:
         pytest.skip(str(e))
