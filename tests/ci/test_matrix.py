@@ -300,6 +300,8 @@ def test_find_resolves_full_and_minor_release_names():
     (lambda t: t["torch"][0].update(version="2.4.1"), "lowest patch release of its minor"),
     (lambda t: t["torch"][-1].update(pr=["cpu"]), "served by the \\[\\[stable.cell\\]\\] wheels"),
     (lambda t: t["stable"]["cell"][0].update(torch="2.9.0"), "build with a torch release >= 2.10"),
+    (lambda t: t["target"]["linux-aarch64"].update(plat="manylinux_2_28_aarch64"), "manylinux policy only"),
+    (lambda t: t["target"]["linux-aarch64"].update(manylinux="2_28"), "is not a policy such as"),
 ])
 def test_inconsistent_matrix_is_refused(tmp_path, change, message):
     data = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
@@ -308,6 +310,24 @@ def test_inconsistent_matrix_is_refused(tmp_path, change, message):
     path.write_text(to_toml(data))
     with pytest.raises(matrix.MatrixError, match=message):
         matrix.load(str(path))
+
+
+def test_a_linux_targets_image_and_tag_follow_its_one_manylinux_value(tmp_path):
+    """Raising the manylinux policy in one place moves the image the build runs in, the tag the repair gives and
+    the platform the cross build downloads for."""
+    data = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
+    for t in data["target"].values():
+        if t["os"] == "linux":
+            t["manylinux"] = "manylinux_2_34"
+    path = tmp_path / "matrix.toml"
+    path.write_text(to_toml(data))
+    linux = {n: t for n, t in matrix.targets(str(path)).items() if t.os == "linux"}
+    assert {n: (t.image, t.plat) for n, t in linux.items()} == {
+        "linux-x86_64": ("manylinux_2_34", "manylinux_2_34_x86_64"),
+        "linux-aarch64": ("manylinux_2_34", "manylinux_2_34_aarch64")}
+    from ci import cross
+
+    assert cross.PLATFORM == matrix.targets()["linux-aarch64"].plat
 
 
 def to_toml(data):
