@@ -458,7 +458,7 @@ def test_readme_platform_table_names_every_published_stable_wheel():
 
 
 def test_installing_guide_names_every_published_stable_wheel():
-    rows = _table_rows("docs/installing.md", "The wheels of one release:")
+    rows = _table_rows("docs/installing.md", "The wheels of one release")
     names = " ".join(" ".join(r) for r in rows)
     for cell in [c for c in STABLE if c.published]:
-        assert cell.wheel_name("0.1.0") in names, cell.id
+        assert cell.wheel_name("<v>") in names, cell.id
