@@ -28,6 +28,7 @@
     wheel       build/venv/smoke helpers of the quick start
     dev         the dev loop: build the plugin in place into package/prerast (--cpu: the CPU library only),
                 recompiling only what changed, then (after --) run pytest against it
+    fact        print one fact the code owns (stable-floor, plat) for the workflow's shell steps
 """
 import argparse
 import json
@@ -219,7 +220,7 @@ def main(argv=None):
     r = sub.add_parser("repair", help="repair a wheel with the package's policy and check the result")
     r.add_argument("wheel")
     r.add_argument("dest_dir")
-    r.add_argument("--plat", help="the exact platform tag (default: the matrix's policy, manylinux_2_28_x86_64)")
+    r.add_argument("--plat", help="the exact platform tag (default: the tag of the wheel's target in ci/matrix.toml)")
     r.set_defaults(func=cmd_repair)
 
     # commands with parsers of their own
@@ -231,7 +232,7 @@ def main(argv=None):
                  "publish-plan": "ci.publish:plan_main",
                  "pypi-dir": "ci.publish:pypi_main",
                  "release-upload": "ci.release:upload_main",
-                 "rehearse": "ci.rehearse"}
+                 "rehearse": "ci.rehearse", "fact": "ci.facts"}
     for name in delegated:
         sub.add_parser(name, help=f"see python -m ci {name} --help")
     argv = sys.argv[1:] if argv is None else argv

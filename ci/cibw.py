@@ -236,16 +236,17 @@ def github_matrix(cells):
                         for c in cells]}
 
 
-def policy_platform(path=matrix.MATRIX_FILE, machine=None):
+def policy_platform(path=matrix.MATRIX_FILE, machine=None, system=None):
     """The platform tag a CI wheel of this machine's target carries, from the matrix's [target.*] tables
-    (manylinux_2_28_x86_64 on x86-64, manylinux_2_28_aarch64 on aarch64); `machine`: platform.machine()."""
+    (manylinux_2_28_<machine> on Linux, win_amd64, ...); `machine`, `system`: platform.machine(), sys.platform.
+    A machine no target builds for is an error, not another machine's tag."""
     import platform
 
-    machine = (machine or platform.machine()).lower()
-    for t in matrix.targets(path).values():
-        if t.os == "linux" and t.machine.lower() == machine:
-            return t.plat
-    return matrix.default_target(path).plat
+    target = running_target(path, system, machine)
+    if target is None:
+        raise matrix.MatrixError(f"no [target.*] of {path} is {system or sys.platform} on "
+                                 f"{machine or platform.machine()}: add one to build wheels here")
+    return target.plat
 
 
 def running_target(path=matrix.MATRIX_FILE, system=None, machine=None):

@@ -31,6 +31,7 @@ import glob
 import importlib.util
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -43,13 +44,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from ci import matrix  # noqa: E402
 from ci.progress import log  # noqa: E402
 from ci.tools import ToolsMissing  # noqa: E402
 from prerast_meta import build_env, build_wheel, compat  # noqa: E402
 
 TARGET = "aarch64"
+# The folder of a CUDA toolkit's own headers per build machine (targets/<folder>/include): NVIDIA names arm64
+# servers "sbsa".
+HOST_TOOLKIT_DIR = {"x86_64": "x86_64-linux", "aarch64": "sbsa-linux"}
 TRIPLET = "aarch64-linux-gnu"
-PLATFORM = "manylinux_2_28_aarch64"  # the platform pip downloads torch and numpy for
+PLATFORM = matrix.targets()[f"linux-{TARGET}"].plat  # the platform pip downloads torch and numpy for
 TORCH = "%d.%d.0" % compat.STABLE_FLOOR  # the oldest torch a stable wheel serves: link against it
 NUMPY = "2.4.6"
 PYTHON = "3.11"
@@ -265,9 +270,10 @@ def cuda_probe(cache=None, python=sys.executable, source="csrc/core/wide_sum_cud
     target = ([m for m in re.findall(r"_TARGET_DIR_=(\S+)", dry) if m] or [None])[-1]
     steps.append({"step": "nvcc's target folder for this host compiler", "ok": bool(target) and os.path.isdir(
         os.path.join(home, target)), "output": f"{target} ({'present' if target and os.path.isdir(os.path.join(home, target)) else 'absent: NVIDIA ships it as cuda-cross-aarch64 / cuda-cross-sbsa'})"})
-    host_inc = os.path.join(home, "targets", "x86_64-linux", "include")
+    host = HOST_TOOLKIT_DIR.get(platform.machine().lower(), platform.machine().lower() + "-linux")
+    host_inc = os.path.join(home, "targets", host, "include")
     for label, extra in (("compile as nvcc sets itself up", []),
-                         ("compile with the x86-64 toolkit's headers", ["-I", host_inc, "-isystem",
+                         (f"compile with the {host} toolkit's headers", ["-I", host_inc, "-isystem",
                                                                          os.path.join(host_inc, "cccl")])):
         cmd = base + extra + ["-c", os.path.join(ROOT, source), "-o", out]
         r = subprocess.run(cmd, capture_output=True, text=True)

@@ -56,7 +56,7 @@ class Target:
     repair: str           # "auditwheel", "delvewheel", "delocate"
     platforms: tuple      # compute platforms torch publishes there, from the stable floor on
     pypi: str             # the build plain `pip install torch` gets there
-    image: str = ""       # manylinux image (Linux)
+    image: str = ""       # manylinux image (Linux): the target's manylinux policy
     toolkit: str = ""     # NVIDIA's repository (Linux) or redistributable archives (Windows) of its CUDA toolkit
     archs: tuple = ()     # ((CUDA version, (arch, ...)), ...) where they differ from [cuda."X"]
     cross: str = ""       # the machine that cross-builds it (python -m ci.cross), "" if built natively only
@@ -125,11 +125,21 @@ def _load_targets(data):
     _check_runner(data["policy"].get("tool_runner"), "[policy] tool_runner", runners)
     targets = {}
     for name, t in data.get("target", {}).items():
-        missing = {"os", "machine", "plat", "runner", "repair", "platforms", "pypi"} - set(t)
+        if t.get("os") not in SYSTEM:
+            raise MatrixError(f"[target.{name}]: os {t.get('os')!r} is not one of {sorted(SYSTEM)}")
+        # Linux: the manylinux policy is the image and, with the machine, the platform tag (one value, not two).
+        tag = ("manylinux",) if t["os"] == "linux" else ("plat",)
+        missing = {"machine", "runner", "repair", "platforms", "pypi", *tag} - set(t)
         if missing:
             raise MatrixError(f"[target.{name}] lacks {sorted(missing)}")
-        if t["os"] not in SYSTEM:
-            raise MatrixError(f"[target.{name}]: os {t['os']!r} is not one of {sorted(SYSTEM)}")
+        if t["os"] == "linux":
+            if not re.fullmatch(r"manylinux_\d+_\d+", t["manylinux"]):
+                raise MatrixError(f"[target.{name}]: manylinux {t['manylinux']!r} is not a policy such as "
+                                  "manylinux_2_28")
+            if {"plat", "image"} & set(t):
+                raise MatrixError(f"[target.{name}]: a Linux target names its manylinux policy only "
+                                  f"(manylinux = \"manylinux_2_28\"): drop plat and image, which follow from it")
+            t = dict(t, plat=f"{t['manylinux']}_{t['machine']}", image=t["manylinux"])
         if t["pypi"] not in t["platforms"]:
             raise MatrixError(f"[target.{name}]: pypi {t['pypi']!r} is not among its platforms {t['platforms']}")
         if not t["plat"].endswith(t["machine"].lower()):

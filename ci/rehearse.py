@@ -28,6 +28,7 @@ import hashlib
 import http.server
 import json
 import os
+import platform
 import re
 import shutil
 import socket
@@ -70,7 +71,8 @@ def workflow_jobs():
 
 def rehearsed(step):
     """None when the rehearsal runs this `run:` step, else why not."""
-    if "python -m ci " not in step["run"]:
+    # A step that only reads a fact ($(python -m ci fact NAME)) runs no publishing command.
+    if not any(line.strip().startswith("python -m ci ") for line in step["run"].splitlines()):
         return "it calls no `python -m ci` command (the documentation build: bash ci/test.sh builds the docs)"
     if "${{" in step["run"]:
         return "its script has a GitHub expression"
@@ -156,7 +158,11 @@ def wheel_set(given, cells, version, out):
         cell = publish.cell_of_wheel(name, cells)
         if cell and publish.WHEEL_NAME.fullmatch(name).group("version") == version:
             by_cell.setdefault(cell.id, publish.find_wheel(given, name))
-    base_cell = next(c for c in cells if c.default_target and c.kind == "stable" and not c.local_tag)
+    # The installs run here: the base wheel is this machine's (its target's untagged stable wheel).
+    base_cell = next((c for c in cells if c.target.runs_here() and c.kind == "stable" and not c.local_tag), None)
+    if base_cell is None:
+        raise SystemExit(f"rehearse: no stable cell of ci/matrix.toml builds for this machine "
+                         f"({sys.platform}, {platform.machine()}): rehearse on a machine the matrix builds for")
     if base_cell.id not in by_cell:
         raise SystemExit(f"rehearse: no prerast {version} wheel of cell {base_cell.id} in {given} "
                          f"({base_cell.wheel_name(version)} or another manylinux level): build one with "

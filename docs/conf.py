@@ -4,7 +4,8 @@
     python -m sphinx -W -b html docs docs/_build/html
 
 The API reference is autodoc + napoleon over the installed prerast (Google-style docstrings); docs/_ext/prerast_api
-fails the build when a docstring's arguments drift from its signature or a public name is left out, and
+fails the build when a docstring's arguments drift from its signature or a public name is left out,
+docs/_ext/prerast_names when a page names code (a dotted name, a path, a `python -m ci` command) that is gone, and
 docs/_ext/prerast_gallery runs the example programs on the CPU to make the gallery.
 """
 import os
@@ -19,6 +20,7 @@ except ImportError as e:  # BinaryMismatchError is an ImportError too
                        "runs the examples): install the wheel first, e.g. `bash ci/quickstart.sh` or "
                        f"`pip install prerast` ({e})") from e
 
+from prerast import _checks, _constants  # noqa: E402
 from prerast_meta import compat  # noqa: E402  (installed with prerast)
 
 # The site's own address (canonical links): the Pages site of the repository prerast is released from, which the
@@ -38,6 +40,7 @@ extensions = [
     "myst_parser",
     "prerast_api",
     "prerast_gallery",
+    "prerast_names",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "requirements.txt", "_ext"]
@@ -51,8 +54,18 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "none"
 autoclass_content = "class"
 
-myst_enable_extensions = ["colon_fence"]
+myst_enable_extensions = ["colon_fence", "substitution"]
 myst_heading_anchors = 3
+# Facts the guide pages state, read from the code that decides them: {{ version }}, {{ stable_floor }}, ... in
+# the prose of a page (not in code: bash blocks stay literal, and tests/docs/test_guides.py checks them).
+myst_substitutions = {
+    "version": release,
+    "stable_floor": compat.floor_text(),
+    "max_resolution": f"{_checks.MAX_RESOLUTION:,}",
+    "max_texture_side": f"{_constants.MAX_TEXTURE_SIDE:,}",
+    "max_triangles": f"{_checks.MAX_TRIANGLES:,}",
+    "max_antialias_triangles": f"{_checks.MAX_ANTIALIAS_TRIANGLES:,}",
+}
 
 # Short runs of each example for the gallery (examples/<name>.py argv; each a few seconds on a CPU).
 prerast_gallery_runs = {

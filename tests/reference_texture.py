@@ -7,7 +7,10 @@ coordinate x = u * size - 0.5, so that which texel a far-outside coordinate land
 """
 import numpy as np
 
-FILTERS = ("nearest", "linear", "linear-mipmap-nearest", "linear-mipmap-linear")
+from prerast._constants import FILTER_MODES
+
+# The modes the tests compare: the package's own list (only the names; the model's arithmetic imports nothing).
+FILTERS = tuple(FILTER_MODES)
 
 # Cube faces +x, -x, +y, -y, +z, -z: (normal N, s direction U, t direction V); a direction d on face f has
 # s = (d.U / d.N + 1) / 2 and t = (d.V / d.N + 1) / 2 (OpenGL's cube map layout).

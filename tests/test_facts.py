@@ -1,9 +1,11 @@
 """Facts the build, the matrix and the runtime share are stated once (prerast_meta.compat); where a file that
 cannot import it has to spell one out (pyproject.toml's static metadata), it is checked here against that one
 place, as is the binary that was built and installed."""
+import importlib.metadata
 import json
 import os
 import re
+import sys
 import tomllib
 
 import prerast
@@ -11,12 +13,13 @@ from prerast import _loader
 from prerast_meta import build_info, compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from ci import matrix  # noqa: E402
 
 
 def test_requires_python_is_the_abi3_floor():
     project = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]
     assert project["requires-python"] == f">={compat.python_floor_text()}"
-    assert compat.PYTHON_TAG == "cp%d%d" % compat.PYTHON_FLOOR
 
 
 def test_installed_binary_carries_the_shared_facts():
@@ -33,7 +36,8 @@ def test_installed_binary_carries_the_shared_facts():
 
 
 def test_the_package_and_its_metadata_agree_on_the_version():
-    assert prerast.__version__ == compat.__version__
+    # What pip installed (the wheel's METADATA, read by importlib), not the module the package imports it from.
+    assert importlib.metadata.version("prerast").partition("+")[0] == prerast.__version__
     info, why = build_info.read(os.path.dirname(prerast.__file__))
     assert why is None and compat.base_version(info["prerast_version"]) == prerast.__version__
 
@@ -46,11 +50,16 @@ def test_build_info_keys_are_the_documented_ones():
     assert all(re.search(rf"\b{key}\b", build_info.__doc__) for key in build_info.KEYS)
 
 
-def test_serving_tag_and_build_tag_agree():
-    """The wheel the loader names for a running torch is the one a build with that torch makes (a CPU torch
-    from the floor on takes PyPI's untagged wheel, which serves CPU torch too)."""
-    for torch_version, cuda in (("2.14.1+cu130", "13.0"), ("2.12.0+cu126", "12.6"), ("2.4.1+cu121", "12.1"),
-                                ("2.9.0+cpu", None)):
-        kind = compat.abi_kind(torch_version)
-        assert compat.serving_tag(torch_version, cuda) == compat.local_tag(torch_version, cuda, kind)
-    assert compat.serving_tag("2.13.0+cpu", None) == "" != compat.local_tag("2.13.0", None, "stable")
+def test_the_wheel_the_loader_names_is_one_the_matrix_builds_for_that_torch():
+    """For every torch build the matrix serves, the tag the loader's fix command names (compat.serving_tag) is the
+    local tag of a cell that serves that build: the loader never sends a user to a wheel nobody builds for it
+    (a CPU torch from the floor on takes PyPI's untagged CUDA wheel, which serves CPU torch too)."""
+    cells = matrix.load()
+    checked = 0
+    for cell in cells:
+        for release, platform in cell.serves:
+            cuda = None if platform == "cpu" else f"{platform[2:-1]}.{platform[-1]}"  # cu126 -> 12.6
+            builders = {c.local_tag for c in cells if c.target == cell.target and (release, platform) in c.serves}
+            assert compat.serving_tag(f"{release}+{platform}", cuda) in builders, (release, platform, builders)
+            checked += 1
+    assert checked > 50

@@ -117,14 +117,28 @@ def test_no_other_module_spells_the_values():
     assert _checks.MAX_RESOLUTION is _constants.MAX_RESOLUTION
 
 
-@pytest.mark.parametrize("path, phrase", [
-    ("docs/migrating-from-nvdiffrast.md", "Resolution up to {MAX_RESOLUTION} per side"),
-    ("docs/migrating-from-nvdiffrast.md", "textures up to {MAX_TEXTURE_SIDE} texels per side"),
-    ("docs/migrating-from-nvdiffrast.md", "take {MAX_TRIANGLES:,}"),
-    ("docs/benchmarks.md", "limited to {MAX_RESOLUTION} per side"),
-    ("docs/conventions.md", "up to {MAX_TEXTURE_SIDE} texels per side"),
-    ("package/prerast/_rasterize.py", "each from 1 to {MAX_RESOLUTION}"),
-])
-def test_docs_state_the_limits(path, phrase):
-    """The pages and docstrings that quote a limit quote its value."""
-    assert phrase.format(**vars(_constants)) in (ROOT / path).read_text()
+def limit_spellings():
+    """Each large limit as a page or docstring would copy it: 32768 and 32,768."""
+    from prerast import _checks
+
+    values = {v for k, v in vars(_checks).items() if k.startswith("MAX_") and isinstance(v, int) and v > 1000}
+    return {str(v) for v in values} | {f"{v:,}" for v in values}
+
+
+def copied_limits(text):
+    return sorted(v for v in limit_spellings() if re.search(rf"(?<![\d,]){re.escape(v)}(?![\d,])", text))
+
+
+def test_pages_and_docstrings_read_the_limits_instead_of_copying_them():
+    """The guide pages name a limit as a substitution (docs/conf.py: myst_substitutions) and the docstrings as
+    {NAME} (prerast._checks.with_limits), both filled from these constants; no page or module spells a value."""
+    sources = sorted((ROOT / "docs").glob("*.md")) + sorted((ROOT / "package" / "prerast").glob("*.py"))
+    copies = {p.name: copied_limits(p.read_text()) for p in sources if p.name not in ("_constants.py",)}
+    assert {name: found for name, found in copies.items() if found} == {}
+    import prerast
+
+    assert f"each from 1 to {_constants.MAX_RESOLUTION:,}" in prerast.rasterize.__doc__
+    assert f"T up to {prerast._checks.MAX_ANTIALIAS_TRIANGLES:,}" in prerast.antialias_construct_topology_hash.__doc__
+    # Can fail: a copied value is found in either spelling.
+    assert copied_limits("Resolution up to 32768 per side") == ["32768"]
+    assert copied_limits("T up to 715,827,882.") == ["715,827,882"]

@@ -41,12 +41,13 @@ class TopologyHash:
         return f"TopologyHash(num_triangles={self.num_triangles}, edges={edges}, device={self.device})"
 
 
+@_checks.with_limits
 def antialias_construct_topology_hash(tri):
     """Build the edge → adjacent triangles table that :func:`antialias` uses to tell silhouette edges from edges
     inside a surface. Build it once per triangle list to reuse it.
 
     Args:
-        tri (torch.Tensor): int32 ``[T, 3]`` non-negative vertex indices, T up to 715,827,882.
+        tri (torch.Tensor): int32 ``[T, 3]`` non-negative vertex indices, T up to {MAX_ANTIALIAS_TRIANGLES}.
 
     Returns:
         TopologyHash: the table, on tri's device.

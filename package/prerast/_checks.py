@@ -8,12 +8,23 @@ import numbers
 import numpy
 import torch
 
-from . import _loader
+from . import _constants, _loader
 from ._constants import MAX_RESOLUTION, MAX_TRIANGLES
 
 # Triangle IDs up to MAX_TRIANGLES round-trip through rast's float32 channel; antialias's half-edge table holds
 # 3 int32 entries per triangle, which sets its own limit.
 MAX_ANTIALIAS_TRIANGLES = min(MAX_TRIANGLES, (2**31 - 1) // 3)
+
+
+def with_limits(obj):
+    """obj with each {NAME} of its docstring (a limit: {MAX_RESOLUTION}, {MAX_TRIANGLES},
+    {MAX_ANTIALIAS_TRIANGLES}, {MAX_TEXTURE_SIDE}) written as its value with thousands separators: docstrings
+    state the limits the code holds instead of copies of them."""
+    limits = {name: value for name, value in vars(_constants).items() if name.startswith("MAX_")}
+    limits["MAX_ANTIALIAS_TRIANGLES"] = MAX_ANTIALIAS_TRIANGLES
+    for name, value in limits.items():
+        obj.__doc__ = obj.__doc__.replace("{%s}" % name, f"{value:,}")
+    return obj
 
 # ATen's names of dtypes, as the compiled ops spell them in their messages.
 _DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",

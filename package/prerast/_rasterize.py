@@ -23,6 +23,7 @@ def _prepare(op, glctx, pos, tri, resolution, ranges):
     return height, width, ranges
 
 
+@_checks.with_limits
 def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     """Rasterize triangles into barycentric, depth and triangle-ID images.
 
@@ -31,7 +32,7 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
         pos (torch.Tensor): float32 clip-space vertices (x, y, z, w): ``[N, V, 4]`` in instanced mode (one image
             per N), or ``[V, 4]`` in range mode (with ``ranges``). Differentiable.
         tri (torch.Tensor): int32 ``[T, 3]`` vertex indices into pos, each in ``[0, V)``.
-        resolution (tuple[int, int]): ``(height, width)`` of the images, each from 1 to 32768.
+        resolution (tuple[int, int]): ``(height, width)`` of the images, each from 1 to {MAX_RESOLUTION}.
         ranges (torch.Tensor, optional): int32 ``[N, 2]`` CPU tensor of (first triangle, count) per image in range
             mode; ignored in instanced mode. Default None.
         grad_db (bool): whether gradients also flow from ``rast_db`` back to pos. Default True.

@@ -33,7 +33,8 @@ def test_stable_floor_is_stated_once():
     """The floor and PyPI's CUDA major live in prerast_meta.compat alone: the matrix file does not repeat them
     (its cells follow them: the oldest release a stable cell serves is the floor)."""
     assert not {"floor", "pypi_cuda_major"} & set(RAW.get("stable", {}))
-    assert compat.STABLE_TARGET_VERSION == "0x020a000000000000"  # 2.10, not 2.16 (0x0210...)
+    # torch's TORCH_VERSION encoding: major and minor in the top two bytes (2.10 is 0x020a..., not 0x0210...).
+    assert int(compat.STABLE_TARGET_VERSION, 16) == FLOOR[0] << 56 | FLOOR[1] << 48
     oldest = min((matrix._vkey(r)[:2] for c in STABLE for r, _ in c.serves))
     assert oldest == FLOOR
     # One untagged (PyPI) wheel per target: PyPI's CUDA major where torch has CUDA builds, else the CPU one.
@@ -121,11 +122,25 @@ def test_releases_below_2_10_are_built_at_their_lowest_patch():
             assert release["version"] == min(release["patches"], key=matrix._vkey), release["version"]
 
 
+def expected_local_tag(cell):
+    """The local tag of a cell's wheel by the wheel spec (ci/matrix.toml's header), from the cell's declared torch
+    build alone: classic 'pt<major><minor><platform>'; stable none for PyPI's CUDA major, 'cu<major>' for another
+    CUDA major, 'cpu' for the CPU build where torch has CUDA builds (none where it has not: macOS)."""
+    if cell.kind == "classic":
+        major, minor = cell.torch.split(".")[:2]
+        return f"pt{major}{minor}{cell.platform}"
+    if cell.platform == "cpu":
+        return "cpu" if cell.target.has_cuda else ""
+    cuda_major = cell.platform[len("cu"):-1]  # cu126 -> 12
+    return "" if cuda_major == compat.PYPI_CUDA_MAJOR else f"cu{cuda_major}"
+
+
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: c.id)
 def test_local_tag_is_the_one_setup_py_stamps(cell):
-    torch_version = f"{cell.torch}+{cell.platform}"
-    assert cell.local_tag == compat.local_tag(torch_version, cell.cuda, cell.kind, cell.target.system)
-    assert cell.kind == compat.abi_kind(torch_version, "")
+    """setup.py stamps compat.local_tag (which the cell's local_tag calls too): checked here against the wheel
+    spec applied to the cell's torch build, not against that same function."""
+    assert cell.local_tag == expected_local_tag(cell)
+    assert cell.kind == ("stable" if matrix._vkey(cell.torch)[:2] >= FLOOR else "classic")
 
 
 def test_wheel_name_follows_the_wheel_spec():
@@ -300,6 +315,8 @@ def test_find_resolves_full_and_minor_release_names():
     (lambda t: t["torch"][0].update(version="2.4.1"), "lowest patch release of its minor"),
     (lambda t: t["torch"][-1].update(pr=["cpu"]), "served by the \\[\\[stable.cell\\]\\] wheels"),
     (lambda t: t["stable"]["cell"][0].update(torch="2.9.0"), "build with a torch release >= 2.10"),
+    (lambda t: t["target"]["linux-aarch64"].update(plat="manylinux_2_28_aarch64"), "manylinux policy only"),
+    (lambda t: t["target"]["linux-aarch64"].update(manylinux="2_28"), "is not a policy such as"),
 ])
 def test_inconsistent_matrix_is_refused(tmp_path, change, message):
     data = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
@@ -308,6 +325,24 @@ def test_inconsistent_matrix_is_refused(tmp_path, change, message):
     path.write_text(to_toml(data))
     with pytest.raises(matrix.MatrixError, match=message):
         matrix.load(str(path))
+
+
+def test_a_linux_targets_image_and_tag_follow_its_one_manylinux_value(tmp_path):
+    """Raising the manylinux policy in one place moves the image the build runs in, the tag the repair gives and
+    the platform the cross build downloads for."""
+    data = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
+    for t in data["target"].values():
+        if t["os"] == "linux":
+            t["manylinux"] = "manylinux_2_34"
+    path = tmp_path / "matrix.toml"
+    path.write_text(to_toml(data))
+    linux = {n: t for n, t in matrix.targets(str(path)).items() if t.os == "linux"}
+    assert {n: (t.image, t.plat) for n, t in linux.items()} == {
+        "linux-x86_64": ("manylinux_2_34", "manylinux_2_34_x86_64"),
+        "linux-aarch64": ("manylinux_2_34", "manylinux_2_34_aarch64")}
+    from ci import cross
+
+    assert cross.PLATFORM == matrix.targets()["linux-aarch64"].plat
 
 
 def to_toml(data):
@@ -423,7 +458,7 @@ def test_readme_platform_table_names_every_published_stable_wheel():
 
 
 def test_installing_guide_names_every_published_stable_wheel():
-    rows = _table_rows("docs/installing.md", "The wheels of one release:")
+    rows = _table_rows("docs/installing.md", "The wheels of one release")
     names = " ".join(" ".join(r) for r in rows)
     for cell in [c for c in STABLE if c.published]:
-        assert cell.wheel_name("0.1.0") in names, cell.id
+        assert cell.wheel_name("<v>") in names, cell.id

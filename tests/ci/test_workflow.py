@@ -14,6 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import cibw, matrix  # noqa: E402
+from prerast_meta import compat  # noqa: E402
 
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
 CELLS = matrix.load()
@@ -90,6 +91,8 @@ def test_pages_publish_the_docs_at_the_root_and_the_index_under_whl():
     # The documented build command, with warnings as errors, next to a wheel of this release; copied to the root.
     assert "python -m sphinx -W -b html docs docs/_build/html" in script
     assert "pip install -r docs/requirements.txt" in script and 'pip install --no-deps "$wheel"' in script
+    # The torch it installs starts at the stable floor, which the step reads from the code (no copy of it here).
+    assert '"torch>=$(python -m ci fact stable-floor)"' in script and compat.floor_text() not in script
     assert script.index("--out site/whl") < script.index("cp -r docs/_build/html/. site/")
     (upload,) = uses(pages, "actions/upload-pages-artifact")
     assert upload["with"]["path"] == "site"
@@ -325,7 +328,10 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     assert env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] == target.image
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
     assert "python {project}/ci/cli.py repair {wheel}" in cfg["repair-wheel-command"]  # cibw.policy_platform()
-    assert cibw.policy_platform() == "manylinux_2_28_x86_64"  # the tag the README and the wheel names promise
+    assert cibw.policy_platform(machine="x86_64", system="linux") == "manylinux_2_28_x86_64"  # the README promises it
+    assert cibw.policy_platform(machine="aarch64", system="linux") == "manylinux_2_28_aarch64"
+    with pytest.raises(matrix.MatrixError, match="no \\[target"):
+        cibw.policy_platform(machine="riscv64", system="linux")
     assert "python {project}/ci/cli.py smoke" in cfg["test-command"]
     script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
     assert os.path.exists(script)
@@ -589,8 +595,11 @@ def test_pages_install_the_linux_x86_64_wheel(tmp_path):
     for cell in matrix.select(CELLS, published=True):
         (tmp_path / "wheelhouse").mkdir(exist_ok=True)
         (tmp_path / "wheelhouse" / cell.wheel_name("0.2.0")).write_bytes(b"")
-    out = subprocess.run(["bash", "-c", pick.strip() + '\necho "$wheel"'], cwd=tmp_path, capture_output=True, text=True)
-    assert os.path.basename(out.stdout.strip()) == matrix.find("2.14.1+cu130").wheel_name("0.2.0")
+    # The step asks `python -m ci fact plat` for this machine's tag: the checkout's ci, with this Python.
+    env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    out = subprocess.run(["bash", "-c", pick.strip() + '\necho "$wheel"'], cwd=tmp_path, capture_output=True,
+                         text=True, env=env)
+    assert os.path.basename(out.stdout.strip()) == matrix.find("2.14.1+cu130").wheel_name("0.2.0"), out.stderr
 
 
 def test_preflight_covers_the_cells_of_the_wheel_jobs():

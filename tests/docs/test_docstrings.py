@@ -2,6 +2,7 @@
 (docs/_ext/prerast_api.py), and a docstring that no longer matches fails the docs build."""
 import inspect
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -121,3 +122,15 @@ def test_renamed_argument_fails_the_docs_build(tmp_path):
     drifted = sphinx_project(tmp_path / "drifted", "positions")
     assert drifted.returncode != 0
     assert "argument 'pos' is not in the docstring's Args section" in drifted.stderr
+
+
+def test_texture_docstring_names_every_mode_and_no_other():
+    """The modes of prerast._constants (the one list, mirrored from the C++ enums) are those texture's
+    docstring explains: a mode added or renamed in code fails here until its entry says what it does."""
+    from prerast import _constants
+
+    entries = prerast_api.documented_args(prerast.texture.__doc__)
+    for arg, modes, extra in (("filter_mode", _constants.FILTER_MODES, {"auto"}),
+                              ("boundary_mode", _constants.BOUNDARY_MODES, set())):
+        named = set(re.findall(r"``'([\w-]+)'``", entries[arg])) - {"linear-mipmap-*"}
+        assert named == set(modes) | extra, (arg, named)

@@ -3,11 +3,12 @@ of mip construction (texture_construct_mip, raw texture_mip_down / texture_mip_d
 import torch
 
 import prerast
+from prerast._constants import FILTER_MODES
 from fuzz_cases import EMPTY_HUGE, OPS, Case, Lazy, backward, family, leaf, mutations, rng
 
 WORDS = ("texture",)
 MWORDS = ("texture_construct_mip", "texture_mip_down")
-FILTERS = ["nearest", "linear", "linear-mipmap-nearest", "linear-mipmap-linear"]
+FILTERS = list(FILTER_MODES)
 
 
 def tex_args(device, cube=False):

@@ -1,6 +1,7 @@
 """docs/migrating-from-nvdiffrast.md: the differences it states that can be checked here hold."""
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -56,6 +57,14 @@ def test_peeler_inputs_are_read_only(ctx, device):
 
 
 def test_limits():
-    assert prerast._checks.MAX_ANTIALIAS_TRIANGLES == 715_827_882
-    with pytest.raises(ValueError, match="exceeds the maximum of 32768"):
-        prerast.rasterize(prerast.RasterizeCpuContext(), *triangle("cpu"), (32769, 4))
+    # antialias's edge table holds three int32 half-edges per triangle: the limit is the most triangles whose
+    # last half-edge an int32 still indexes (and no more than rast can hold).
+    most = prerast._checks.MAX_ANTIALIAS_TRIANGLES
+    int32_max = np.iinfo(np.int32).max
+    assert 3 * most <= int32_max < 3 * (most + 1) and most <= prerast._checks.MAX_TRIANGLES
+    # The resolution limit is enforced at its value: the limit itself renders, one more is refused.
+    side = prerast._checks.MAX_RESOLUTION
+    rast, _ = prerast.rasterize(prerast.RasterizeCpuContext(), *triangle("cpu"), (side, 1))
+    assert rast.shape[1] == side and (rast[0, :, 0, 3] == 1).all()
+    with pytest.raises(ValueError, match=f"exceeds the maximum of {side} per side"):
+        prerast.rasterize(prerast.RasterizeCpuContext(), *triangle("cpu"), (side + 1, 4))

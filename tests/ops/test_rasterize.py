@@ -172,9 +172,14 @@ def test_large_resolution_beyond_4096(ctx):
 
 
 def test_triangle_limit_is_what_rast_can_hold():
-    # 889,192,447 triangles (10 GB of indices) cannot be allocated here; the limit is checked on the Python side
-    # of antialias and stated by the op's message. IDs past 2^24 are tested in test_large_triangle_ids.py.
-    assert prerast._checks.MAX_TRIANGLES == 889_192_447
+    # 889,192,447 triangles (10 GB of indices) cannot be allocated here. The limit is the largest stored ID whose
+    # encoding (tests/reference.py, written with integer arithmetic) is a finite float32 that decodes back: one
+    # more is not. IDs past 2^24 are drawn in test_large_triangle_ids.py.
+    limit = prerast._checks.MAX_TRIANGLES
+    ids = np.array([limit, limit + 1])
+    encoded = reference.encode_triangle_id(ids)
+    assert np.isfinite(encoded[0]) and reference.decode_triangle_id(encoded[:1])[0] == limit
+    assert not np.isfinite(encoded[1])
 
 
 def test_tall_image(ctx):
