@@ -123,6 +123,8 @@ import torch
 
 from . import _checks, _loader, _ops
 
+API_SECTION = "Scaling"  # where the API reference lists scale (docs/api.rst's prerast-remaining)
+
 
 def scale(x, s):
     """Multiply a tensor by a number.
@@ -177,9 +179,6 @@ def test_scale(device):
     torch.testing.assert_close(x.grad, torch.full_like(x, 3.0))
     torch.library.opcheck(torch.ops.prerast.scale.default, (x, 0.5))
 ''',
-    "docs/api.rst": {
-        ".. autofunction:: antialias\n": ".. autofunction:: scale\n",
-    },
 }
 
 
@@ -246,7 +245,7 @@ def test_a_source_no_library_compiles_is_reported(tmp_path):
 def test_toy_op_is_what_the_recipe_lists():
     """The toy op writes exactly the checklist's files: the recipe and this test cannot part."""
     assert sorted(TOY) == sorted(recipe_files())
-    assert len(recipe_files()) <= 8
+    assert len(recipe_files()) <= 7
 
 
 @pytest.fixture(scope="module")

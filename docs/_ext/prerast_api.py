@@ -3,13 +3,19 @@
 Every function, class and method that autodoc documents must list, in the Args section of its Google-style
 docstring, exactly the arguments of its signature, in order, and each argument with a default must state it
 (``Default None``, ``Default ``'wrap'````). Every name of ``prerast.__all__`` (conf.py: ``prerast_api_module``)
-must be documented somewhere in the site. A violation is a Sphinx warning, which ``python -m sphinx -W`` turns into a failed build; tests/docs call
+must be documented somewhere in the site: the reference page lists its names by hand, in sections, and its
+``.. prerast-remaining::`` directive adds an entry for every public name the page does not list, under the
+``API_SECTION`` of the module that defines it (a new op is documented by its docstring alone). A violation is a
+Sphinx warning, which ``python -m sphinx -W`` turns into a failed build; tests/docs call
 :func:`drift` directly too.
 """
 import importlib
 import inspect
 import re
 
+from docutils import nodes
+from docutils.parsers.rst import Directive
+from docutils.statemachine import StringList
 from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
@@ -89,6 +95,54 @@ def undocumented(module_all, documented, module="prerast"):
     return [n for n in module_all if f"{module}.{n}" not in documented]
 
 
+_LISTED = re.compile(r"^\.\.\s+(?:auto(?:function|class|exception|data)|py:data)::\s+(\S+)", re.M)
+
+
+def listed(page_text):
+    """The names a reStructuredText page documents with autodoc (or py:data) directives."""
+    return {name.rsplit(".", 1)[-1] for name in _LISTED.findall(page_text)}
+
+
+def remaining(module, page_names):
+    """{section: [names]}: the names of module.__all__ the page does not list, under the API_SECTION of the
+    module that defines each (default "More"), sections and names in __all__'s order."""
+    sections = {}
+    for name in module.__all__:
+        if name in page_names or name.startswith("__"):
+            continue
+        obj = getattr(module, name)
+        home = importlib.import_module(getattr(obj, "__module__", module.__name__))
+        sections.setdefault(getattr(home, "API_SECTION", "More"), []).append(name)
+    return sections
+
+
+def entry(module, name):
+    """The autodoc directive that documents module.name."""
+    obj = getattr(module, name)
+    if inspect.isclass(obj):
+        return "autoexception" if issubclass(obj, BaseException) else "autoclass"
+    return "autofunction"
+
+
+class Remaining(Directive):
+    """``.. prerast-remaining::``: autodoc entries, under a rubric per section, for the public names the page
+    holding it does not list."""
+
+    def run(self):
+        env = self.state.document.settings.env
+        module = importlib.import_module(env.config.prerast_api_module)
+        with open(self.state.document.current_source, encoding="utf-8") as f:
+            sections = remaining(module, listed(f.read()))
+        lines = []
+        for section, names in sections.items():
+            lines += [f".. rubric:: {section}", ""]
+            for name in names:
+                lines += [f".. {entry(module, name)}:: {module.__name__}.{name}", ""]
+        holder = nodes.container()
+        self.state.nested_parse(StringList(lines, source="prerast-remaining"), self.content_offset, holder)
+        return holder.children
+
+
 def _check_docstring(app, what, name, obj, options, lines):
     if what in ("function", "class", "method"):
         for problem in drift(obj, name):
@@ -106,6 +160,7 @@ def _check_coverage(app, env):
 
 def setup(app):
     app.add_config_value("prerast_api_module", "prerast", "env")
+    app.add_directive("prerast-remaining", Remaining)
     app.connect("autodoc-process-docstring", _check_docstring)
     app.connect("env-check-consistency", _check_coverage)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
