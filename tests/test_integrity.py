@@ -4,15 +4,11 @@ that names the file (never die of a signal) and must not have mapped the damaged
 import json
 import os
 import shutil
-import signal
 import struct
 import subprocess
-import sys
 
 import pytest
-import torch
 
-import prerast
 from prerast_meta import integrity as _integrity
 
 from prerast import _loader

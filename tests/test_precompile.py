@@ -98,7 +98,7 @@ def test_runtime_loads_inference_artifact_without_compiler(tmp_path, device):
     assert len(got) == len(want) == 10
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, i
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"output {i}: {m}")
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"output {i}: {m}")  # noqa: B023
     assert all(w.abs().sum() > 0 for w in want if w.numel()), "every variant draws something"
 
 

@@ -6,7 +6,6 @@ import random
 import shutil
 import struct
 
-import pytest
 
 from prerast_meta import build_info, integrity as _integrity
 
