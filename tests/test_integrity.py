@@ -14,6 +14,8 @@ from prerast_meta import integrity as _integrity
 from prerast import _loader
 from installs import IMPORT_REPORT, copy_package, doctor, libraries, mismatched_copy_with_cache, restamp, run_python
 
+pytestmark = pytest.mark.slow  # each case imports a damaged copy in a child process
+
 NOBODY = 65534
 
 

@@ -12,10 +12,13 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import torch
 
 import prerast
 from render_scene import grid_scene, render
+
+pytestmark = pytest.mark.slow  # AOTInductor compiles C++: tens of seconds each
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

@@ -14,6 +14,8 @@ import fuzz_runner  # noqa: E402
 import fuzz_shade  # noqa: E402,F401
 import fuzz_texture  # noqa: E402,F401
 
+pytestmark = pytest.mark.slow  # thousands of cases, about 50 s on 2 cores
+
 
 @pytest.mark.parametrize("family", list(fuzz_cases.FAMILIES))
 def test_fuzz(family, device):
