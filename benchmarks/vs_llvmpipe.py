@@ -137,8 +137,8 @@ def main():
     for tname in a.tris:
         for res in a.res:
             pos, tri = bench_rasterize.scene(TRIS[tname])
-            fns = [lambda: prerast.rasterize(same, pos, tri, (res, res)),
-                   lambda: prerast.rasterize(with_db, pos, tri, (res, res))]
+            fns = [lambda pos=pos, tri=tri, res=res: prerast.rasterize(same, pos, tri, (res, res)),
+                   lambda pos=pos, tri=tri, res=res: prerast.rasterize(with_db, pos, tri, (res, res))]
             if gl.ctx:
                 fns.append(gl.frame(pos[0], res)[0])
             with torch.no_grad():

@@ -158,7 +158,7 @@ def fetch_sysroot(p):
         os.makedirs(os.path.join(apt, sub), exist_ok=True)
     conf = os.path.join(apt, "apt.conf")
     with open(conf, "w") as f:
-        f.write(f'APT::Architecture "arm64";\nAPT::Architectures {{ "arm64"; }};\n'
+        f.write('APT::Architecture "arm64";\nAPT::Architectures { "arm64"; };\n'
                 + ('APT::Sandbox::User "root";\n' if os.geteuid() == 0 else "")
                 + f'Dir::State::Lists "{apt}/lists";\nDir::State::status "{apt}/status";\nDir::Cache "{apt}/cache";\n')
     open(os.path.join(apt, "status"), "a").close()

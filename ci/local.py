@@ -31,7 +31,7 @@ def python_executable(version):
     return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def nvcc():
     """(CUDA_HOME, 'major.minor') of the toolkit here, or (None, None)."""
     home = build_env.find_cuda_home()
@@ -39,7 +39,7 @@ def nvcc():
     return home, (".".join(version.split(".")[:2]) if version else None)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_versions(index_url=None):
     """Torch versions pip can see here: its configured indexes and find-links, plus `index_url` if given."""
     cmd = [sys.executable, "-m", "pip", "index", "versions", "torch", "--timeout", "5", "--retries", "0"]
@@ -54,7 +54,7 @@ def _vkey(v):
     return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0]))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def torch_constraints():
     """torch specifiers from pip's constraint files (config or PIP_CONSTRAINT), e.g. [('<=', '2.14.1')]."""
     files = os.environ.get("PIP_CONSTRAINT", "").split()

@@ -85,7 +85,7 @@ def rast_db(pos, tri, rast, height, width, ranges=None):
             K = np.linalg.inv(M)
             sel = ids == t + 1
 
-            def uv(x, y):
+            def uv(x, y, K=K):
                 lam = np.stack([x, y, np.ones_like(x)], -1) @ K.T
                 return lam[..., :2] / lam.sum(-1, keepdims=True)
 

@@ -103,6 +103,7 @@ def test_gpu_without_code_exits_2(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: f"GPU model {i}")
     info = dict(_loader.require(), cuda_version="13.0", cuda_archs=["8.0", "9.0"])
     monkeypatch.setitem(_loader._state, "info", info)
+    monkeypatch.setitem(_loader._state, "cuda", None)  # its CUDA kernels loaded (an in-place CPU build has none)
     report = _doctor.collect()
     assert [g["served"] for g in report["gpus"]] == [True, False]
     assert report["exit_code"] == _doctor.GPU_NOT_SERVED == 2

@@ -4,19 +4,17 @@ that names the file (never die of a signal) and must not have mapped the damaged
 import json
 import os
 import shutil
-import signal
 import struct
 import subprocess
-import sys
 
 import pytest
-import torch
 
-import prerast
 from prerast_meta import integrity as _integrity
 
 from prerast import _loader
 from installs import IMPORT_REPORT, copy_package, doctor, libraries, mismatched_copy_with_cache, restamp, run_python
+
+pytestmark = pytest.mark.slow  # each case imports a damaged copy in a child process
 
 NOBODY = 65534
 

@@ -19,6 +19,8 @@ import pytest
 from prerast import _cache, _loader
 from installs import IMPORT_REPORT, copy_package, env_for, run_python
 
+pytestmark = pytest.mark.slow  # builds at first use, raced and killed, in child processes
+
 # Stands in for `setup.py build_ext -b OUT -t TMP`: copies the installed plugin and its _build_info.json into
 # OUT/prerast (recording these sources' hash, as the real build does). FAKE_MODE: ok; slow (sleeps first);
 # hang (writes half of the library, then sleeps until killed); bad (a truncated library under the full stamps).

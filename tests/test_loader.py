@@ -19,6 +19,9 @@ def copy_package(tmp_path, **overrides):
     src = os.path.dirname(prerast.__file__)
     dst = tmp_path / "prerast"
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    # prerast_meta beside it, as a wheel installs it (an in-place build's checkout has it only at its root).
+    meta = os.path.dirname(compat.__file__)
+    shutil.copytree(meta, tmp_path / "prerast_meta", ignore=shutil.ignore_patterns("__pycache__"))
     info = json.loads((dst / "_build_info.json").read_text())
     info.update(overrides)
     (dst / "_build_info.json").write_text(json.dumps(info))

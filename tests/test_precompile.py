@@ -20,6 +20,8 @@ import prerast
 from prerast_meta.compat import STABLE_FLOOR
 from render_scene import grid_scene, render
 
+pytestmark = pytest.mark.slow  # AOTInductor compiles C++: tens of seconds each
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 # The oldest torch the stable wheel serves, as a CPU build to share into a fresh venv (ci/shared_torch.py): a pip
 # requirement, or a site-packages folder that holds that torch already.
@@ -119,7 +121,7 @@ def test_runtime_loads_inference_artifact_without_compiler(tmp_path, device):
     assert len(got) == len(want) == 10
     for i, (g, w) in enumerate(zip(got, want)):
         assert g.shape == w.shape, i
-        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"output {i}: {m}")
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=lambda m: f"output {i}: {m}")  # noqa: B023
     assert all(w.abs().sum() > 0 for w in want if w.numel()), "every variant draws something"
 
 

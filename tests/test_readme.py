@@ -33,12 +33,19 @@ EXAMPLES = "tests/examples/test_examples.py::"
 CORE = "tests/test_core_platforms.py::"
 ARM = "tests/test_aarch64_wheel.py::"
 DEV_LOOP = "tests/ci/test_dev_loop.py::"
+LINT = "tests/test_lint.py::"
 GUIDES_FIX = "tests/docs/test_guides.py::test_installing_shows_the_fix_commands_the_loader_prints"
 
 HOW = {
     "bash ci/quickstart.sh": {"syntax": True, "ci": ("ci/test.sh", "ci wheel build"),
                               "test": "tests/ci/test_runtime_wheel.py::test_wheel_renders_without_compiler"},
     "bash ci/test.sh": {"ci": (".ci/run", "bash ci/test.sh")},
+    "bash ci/test.sh --quick": {"ci": ("ci/test.sh", "-m ci dev --cpu --"),
+                                "test": "tests/ci/test_quick_loop.py::test_quick_runs_the_unmarked_tests_in_place"},
+    ".venv/build/bin/ruff check .": {"test": LINT + "test_python_has_no_ruff_findings"},
+    ".venv/build/bin/ruff format .": {"test": LINT + "test_python_is_ruff_formatted"},
+    "git ls-files '*.h' '*.cpp' '*.cu' '*.cuh' | xargs .venv/build/bin/clang-format -i": {
+        "test": LINT + "test_cpp_is_clang_formatted"},
     "python -m prerast doctor": {"run": True},
     "python -m prerast doctor --json": {"run": True},
     'python -m prerast build-wheel --arch "8.0;9.0+PTX" --out dist': {
@@ -269,6 +276,7 @@ def run(command, clone):
     return subprocess.run(["bash", "-c", command], cwd=path, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c, how in HOW.items() if how.get("run")] + ALSO_RUN)
 def test_command_runs_in_a_fresh_clone(command, clone):
     out = run(command, clone)
@@ -281,6 +289,7 @@ def test_command_runs_in_a_fresh_clone(command, clone):
         assert "2.13.0+cpu" in out.stdout and "->" in out.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", [c for c, how in HOW.items() if "help" in how])
 def test_long_command_documents_the_options_the_readme_uses(command, clone):
     out = run(HOW[command]["help"], clone)

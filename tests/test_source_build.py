@@ -15,11 +15,10 @@ import threading
 import time
 
 import pytest
-import torch
 
 from prerast_meta import progress as _progress, sources as _sources
 
-from prerast import _cache, _loader, _source_build
+from prerast import _cache, _source_build
 from installs import copy_package, mismatched_copy_with_cache, run_python
 
 CACHE_MODULE = _cache.__file__

@@ -98,7 +98,7 @@ def entry_untrusted(root, entry, files=()):
 
 def drop_group_write(folder):
     """Make a freshly built entry writable by its owner only, whatever the umask, so that it is trusted."""
-    for parent, dirs, files in os.walk(folder):
+    for parent, _dirs, files in os.walk(folder):
         for name in [parent] + [os.path.join(parent, n) for n in files]:
             mode = stat.S_IMODE(os.lstat(name).st_mode)
             if mode & 0o022 and not os.path.islink(name):

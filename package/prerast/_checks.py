@@ -75,7 +75,7 @@ def resolution(op, res):
 
 def on_device(op, device, **tensors):
     """All given tensors on `device`; the first CUDA use of a device also checks the GPU is served."""
-    for name, t in tensors.items():
+    for t in tensors.values():
         if t is not None and t.device != device:
             others = ", ".join(f"{n} on {v.device}" for n, v in tensors.items() if v is not None)
             raise ValueError(f"{op}: every tensor must be on {device} ({others}); move them to one device")

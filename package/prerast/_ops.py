@@ -29,7 +29,7 @@ _registered = []
 # argument cannot shift the meaning of another. tests/test_op_schemas.py checks every name used here against the
 # schemas.
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema_arguments(op):
     """The registered schema's arguments of prerast::<op>, in order, as (name, has a default, default)."""
     return tuple((a.name, a.has_default_value(), a.default_value)

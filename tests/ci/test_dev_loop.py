@@ -18,6 +18,8 @@ sys.path.insert(0, ROOT)
 from ci import cells, dev  # noqa: E402
 from prerast_meta import sources as _sources  # noqa: E402
 
+pytestmark = pytest.mark.slow  # in-place builds in a copy of the tree
+
 CCACHE_DIR = os.path.join(ROOT, ".venv", "ccache-tests")
 EDITED = "csrc/bindings/library.cpp"  # binary_info(): "version=...;abi=..."
 MARK = "dev-loop-edit"

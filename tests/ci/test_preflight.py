@@ -85,6 +85,7 @@ def add_other_targets(root, release, platforms, pythons, skip=()):
     fake_index(root / "pypi", torch_wheel(release, "3.12", "win_arm64"), torch_wheel(release, "3.12", "macosx_10_15_x86_64"))
 
 
+@pytest.mark.slow
 def test_a_target_without_its_builds_is_reported(tmp_path):
     """Each target asks for its own platform tags: with only the other machines' files (Windows on arm64, macOS on
     x86-64, Linux x86-64 and aarch64), the Windows and macOS cells are the ones missing."""
@@ -107,6 +108,7 @@ def run_preflight(*args):
                           timeout=600)
 
 
+@pytest.mark.slow
 def test_published_cells_all_found_on_indexes_named_as_the_real_ones(tmp_path):
     pypi, torch_index = published_indexes(tmp_path)
     published = matrix.select(CELLS, published=True)
@@ -119,6 +121,7 @@ def test_published_cells_all_found_on_indexes_named_as_the_real_ones(tmp_path):
     assert any(pytorch_index_tag(c.torch, c.platform) != "linux_x86_64" and not c.on_pypi for c in published)
 
 
+@pytest.mark.slow
 def test_without_the_linux_tag_the_older_builds_are_missing(tmp_path, monkeypatch, capsys):
     """The check above can fail: with the manylinux tags alone (what preflight asked before), every cell of torch
     2.4-2.6 from PyTorch's index (but 2.6's cu126) is reported missing, and nothing else."""

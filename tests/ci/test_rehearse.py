@@ -15,6 +15,8 @@ from wheel_under_test import ROOT, find_test_wheel  # noqa: E402
 sys.path.insert(0, ROOT)
 from ci import matrix, publish, release  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a whole release rehearsal with the built wheel
+
 pytest.importorskip("pypiserver")
 pytest.importorskip("twine")
 CELLS = matrix.select(matrix.load(), published=True)

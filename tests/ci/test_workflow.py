@@ -512,7 +512,7 @@ def per_os_step_problems(text, rows=ROWS):
 def artifact_names(text):
     (upload,) = uses(wheel_job(text), "actions/upload-artifact")
     template = upload["with"]["name"]
-    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), template) for row in ROWS]
+    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), template) for row in ROWS]  # noqa: B023
 
 
 def test_job_rows_name_each_cells_target_runner_and_os():

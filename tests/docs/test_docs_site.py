@@ -11,12 +11,13 @@ import re
 import shutil
 import struct
 import subprocess
-import sys
 import urllib.parse
 
 import pytest
 
 import fresh_clone
+
+pytestmark = pytest.mark.slow  # builds the whole site from a fresh clone
 
 BUILD = ["python", "-m", "sphinx", "-W", "-b", "html", "docs"]  # + the output folder: docs/_build/html in the guide
 GALLERY = ["triangle", "cube", "pose", "textured_sphere", "envmap"]

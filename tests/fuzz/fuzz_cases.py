@@ -46,9 +46,12 @@ def family(name, part=""):
 def cases(device, families=None, skip_device_asserts=False):
     """The cases of the given families (all by default), in a fixed order. On a GPU a case that ends in a
     device-side assert needs a fresh process: only the first of each op and argument is kept."""
-    import fuzz_raster, fuzz_shade, fuzz_texture  # noqa: F401  (register the families)
+    # Imported to register their families.
+    import fuzz_raster  # noqa: F401
+    import fuzz_shade  # noqa: F401
+    import fuzz_texture  # noqa: F401
     out, seen = [], set()
-    for fam, part, gen in [(fam, part, gen) for fam in families or FAMILIES for part, gen in FAMILIES[fam]]:
+    for fam, part, gen in [(f, part, gen) for f in families or FAMILIES for part, gen in FAMILIES[f]]:
         for c in gen(device):
             c.name = "/".join(x for x in (fam, part, c.name) if x)
             if c.device_assert and device != "cpu":

@@ -171,8 +171,8 @@ def extreme(name, make, grad, check=None, res=(8, 6), ranges=None):
 def extreme_cases(grad=False):
     for s in ("1e30", "1e-30", "1e20", "1e-20", "2^100", "2^-100"):
         scale = float(s) if "^" not in s else 2.0 ** int(s[2:])
-        yield Case(f"extreme/scaled_{s}", lambda d, f=same_as_plain(scale): f(d, grad), "ok", True, WORDS,
-                   check=check_same)
+        scaled = same_as_plain(scale)
+        yield Case(f"extreme/scaled_{s}", lambda d, f=scaled: f(d, grad), "ok", True, WORDS, check=check_same)
     yield extreme("w_negative", lambda d: quad(d, [[-1, -1, 0, -1], [1, -1, 0, -1], [1, 1, 0, -1], [-1, 1, 0, -1]]),
                   grad, check_empty)
     yield extreme("w_zero", lambda d: quad(d, [[-1, -1, 0, 0], [1, -1, 0, 0], [1, 1, 0, 0], [-1, 1, 0, 0]]), grad)

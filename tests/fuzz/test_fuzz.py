@@ -8,8 +8,13 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import fuzz_cases  # noqa: E402
-import fuzz_raster, fuzz_shade, fuzz_texture  # noqa: E402,F401  (register the families)
+# Imported to register their families.
+import fuzz_raster  # noqa: E402,F401
 import fuzz_runner  # noqa: E402
+import fuzz_shade  # noqa: E402,F401
+import fuzz_texture  # noqa: E402,F401
+
+pytestmark = pytest.mark.slow  # thousands of cases, about 50 s on 2 cores
 
 
 @pytest.mark.parametrize("family", list(fuzz_cases.FAMILIES))

@@ -13,6 +13,8 @@ from prerast_meta import build_info, integrity as _integrity
 from prerast import _loader
 from installs import copy_package, run_python
 
+pytestmark = pytest.mark.slow  # 150 damaged copies, a few imported in child processes
+
 CASES = 150
 IN_A_CHILD = 3
 

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-import prerast
 import reference_shading as ref
 from test_antialias import clip_pos, half_plane_expected, render, to_pixels
 from test_antialias_grad import crossing_of

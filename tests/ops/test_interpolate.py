@@ -132,7 +132,7 @@ def test_gradients_match_finite_differences(device, mode):
             args = [attr, rast, db]
 
             def f(v, which=which):
-                args_ = list(args)
+                args_ = list(args)  # noqa: B023 (f is called in this iteration only)
                 args_[which] = v
                 return loss(*args_)
 

@@ -8,6 +8,8 @@ import prerast
 from conftest import requires_cuda
 from reference import pixel_centers
 
+pytestmark = pytest.mark.slow  # images of 8192 x 8192: over a minute on 2 cores
+
 SIZE = 8192
 # One triangle covering most of the screen (w = 1, so the barycentrics are affine in the pixel centre).
 POS = np.array([[-0.95, -0.9, 0.2, 1.0], [0.97, -0.85, -0.1, 1.0], [0.05, 0.93, 0.4, 1.0]], np.float32)

@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each case a child process that imports torch
+
 SETUP = """
 import torch, prerast
 ops = torch.ops.prerast

@@ -86,7 +86,7 @@ def test_output_db_false_skips_only_the_derivatives(ctx, device):
     assert torch.equal(rasts[0], rasts[1])
     assert grads[0].abs().sum() > 0
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
-    assert repr(c) in (f"RasterizeCpuContext(output_db=False)", f"RasterizeCudaContext(device={c.device}, "
+    assert repr(c) in ("RasterizeCpuContext(output_db=False)", f"RasterizeCudaContext(device={c.device}, "
                                                                  "output_db=False)")
 
 

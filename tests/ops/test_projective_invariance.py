@@ -225,7 +225,7 @@ def test_far_vertex_draws_its_on_screen_part(ctx, x):
     u = rast[0, ..., 0].detach().cpu().numpy()
     np.testing.assert_allclose(u[want], ((px + 0.5) / (x + 0.5))[want], rtol=1e-3, atol=1e-30)
     v = rast[0, ..., 1].detach().cpu().numpy()
-    np.testing.assert_allclose(v[want], ((1 - (py + 0.8) / 1.6))[want], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(v[want], (1 - (py + 0.8) / 1.6)[want], rtol=0, atol=1e-5)
     assert torch.isfinite(db).all()
     color = torch.stack([rast[..., 0], rast[..., 1], (rast[..., 3] > 0).float()], -1)
     out = prerast.antialias(color, rast, p, tri.to(ctx.device))

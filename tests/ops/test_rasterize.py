@@ -4,7 +4,7 @@ import torch
 
 import prerast
 import reference
-from conftest import make_ctx, per_thread_count
+from conftest import per_thread_count
 from scenes import random_scene, to_torch
 
 

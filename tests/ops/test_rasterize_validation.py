@@ -171,6 +171,7 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
 """
 
 
+@pytest.mark.slow
 def test_memory_follows_the_work_of_one_chunk():
     """1000 images x 10000 triangles at 1x1 pixel (10^7 items, 32 KB of output): the core sees 2^21 items at a
     time, so rasterize needs far less than the gigabytes a setup per item of the whole batch would take."""

@@ -2,7 +2,6 @@
 its gradient to uv_da and the bias, floor(lod) for 'linear-mipmap-nearest', and finite results for degenerate
 footprints. A chain whose level k holds the constant k makes the output the LOD itself (or the level read)."""
 import numpy as np
-import pytest
 import torch
 
 import prerast
