@@ -1,4 +1,4 @@
-"""The Linux aarch64 CPU wheel, cross-built here (ci/cross.py) and run under qemu-user with Debian's arm64 Python
+"""The Linux aarch64 CPU wheel, cross-built here (ci/build/cross.py) and run under qemu-user with Debian's arm64 Python
 and PyPI's torch 2.10.0 aarch64 build: every library in it is aarch64 code, its platform tag is the one its glibc
 symbol versions allow, it imports only torch's stable C shims (each defined by torch 2.10's aarch64 libtorch_cpu),
 and under qemu the CPU op tests pass and a rendered scene has the same bits as the x86-64 wheel's render.
@@ -25,8 +25,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from ci import cross, symbols, wheel as wheels  # noqa: E402
-from ci.tools import ToolsMissing  # noqa: E402
+from ci.build import buildable, cross, wheel as wheels
+from ci.repair import symbols  # noqa: E402
+from ci.build.tools import ToolsMissing  # noqa: E402
 
 EM_AARCH64 = 183  # e_machine of an ELF file for aarch64 (x86-64 is 62)
 # CPU op tests run under qemu: every op, forward and backward, against the NumPy references and finite
@@ -156,7 +157,7 @@ def test_symbol_audit_passes_and_torch_2_10_defines_every_shim(aarch64_wheel):
     assert len(shims) > 10
     lib = os.path.join(cross.paths()["torch_lib"], "libtorch_cpu.so")
     if not os.path.exists(lib):
-        pytest.skip("torch 2.10.0's aarch64 libraries are not in the cache (python -m ci.cross fetch)")
+        pytest.skip("torch 2.10.0's aarch64 libraries are not in the cache (python -m ci.build.cross fetch)")
     out = subprocess.run(["nm", "-D", "--defined-only", lib], capture_output=True, text=True, check=True).stdout
     defined = {line.split()[-1].split("@")[0] for line in out.splitlines() if line.strip()}
     assert not set(shims) - defined, sorted(set(shims) - defined)
@@ -266,11 +267,12 @@ def test_matrix_lists_the_aarch64_cpu_cell_as_buildable_here():
 
 
 def test_cross_cell_without_its_toolchain_names_the_packages(monkeypatch, capsys):
-    from ci import __main__ as cli, cells
+    from ci import __main__ as cli
+    from ci.build import cells
 
     real = cross.shutil.which
     monkeypatch.setattr(cross.shutil, "which", lambda p: None if p.startswith(("aarch64", "qemu")) else real(p))
-    ok, why = cells.can_cross_build(cross_cell())
+    ok, why = buildable.can_cross_build(cross_cell())
     assert not ok and "g++-aarch64-linux-gnu" in why and "qemu-user-static" in why
     assert cli.main(["build", "--cell", cross_cell().id]) == 2
     assert "g++-aarch64-linux-gnu" in capsys.readouterr().err
@@ -278,9 +280,10 @@ def test_cross_cell_without_its_toolchain_names_the_packages(monkeypatch, capsys
 
 def test_build_cell_of_another_machine_goes_to_the_cross_build(monkeypatch, tmp_path):
     """`ci build --cell` takes the cross build for the aarch64 CPU cell, the native one for this machine's."""
-    from ci import __main__ as cli, cells, local
+    from ci import __main__ as cli
+    from ci.build import buildable, cells
 
-    monkeypatch.setattr(local, "verdict", lambda cell, py=None: (True, ""))
+    monkeypatch.setattr(buildable, "verdict", lambda cell, py=None: (True, ""))
     calls = []
     for name in ("build_cell", "build_cross_cell"):
         monkeypatch.setattr(cells, name, lambda cell, py, *a, _n=name, **k: calls.append((_n, cell.id)) or

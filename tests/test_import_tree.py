@@ -1,6 +1,7 @@
 """The modules of prerast import each other as a tree, read from their sources (function-level imports included):
-no cycle inside the runtime package, prerast_meta free of torch and of the runtime package, ci/ depending on the
-package only through prerast_meta, and the loader's state read through its functions alone."""
+no cycle inside the runtime package nor inside ci/, ci/'s subpackages importing each other only downward (LAYERS),
+prerast_meta free of torch and of the runtime package, ci/ and setup.py depending on the package only through
+prerast_meta, and the loader's state read through its functions alone."""
 import ast
 import glob
 import os
@@ -19,8 +20,21 @@ def module_files(folder, package):
             for p in sorted(glob.glob(os.path.join(folder, "*.py")))}
 
 
+def package_tree(folder, package):
+    """{module name: file} of the package in folder and of its subpackages, at any depth."""
+    found = module_files(folder, package)
+    for sub in sorted(glob.glob(os.path.join(folder, "*", "__init__.py"))):
+        name = os.path.basename(os.path.dirname(sub))
+        found.update(package_tree(os.path.dirname(sub), f"{package}.{name}"))
+    return found
+
+
 MODULES = {**module_files(RUNTIME, "prerast"), **module_files(META, "prerast_meta")}
-ALL_MODULES = set(MODULES)
+CI_MODULES = package_tree(os.path.join(ROOT, "ci"), "ci")
+ALL_MODULES = set(MODULES) | set(CI_MODULES)
+# ci's subpackages, lowest first: each imports only those before it (and itself). ci.__main__ (the command table)
+# and ci.cli (its by-path entry point) sit above them all; ci/__init__.py imports nothing.
+LAYERS = ["ci.matrix", "ci.toolkit", "ci.build", "ci.repair", "ci.publish"]
 
 
 def imported(path, package):
@@ -76,6 +90,25 @@ def cycle(edges):
 
 
 EDGES = graph(MODULES)
+CI_EDGES = graph(CI_MODULES)
+
+
+def layer(name):
+    """The index in LAYERS of a ci module's subpackage; None for ci's own modules (ci, ci.__main__, ci.cli)."""
+    return next((i for i, pkg in enumerate(LAYERS) if name == pkg or name.startswith(pkg + ".")), None)
+
+
+def upward_imports(edges):
+    """The imports of a ci module of one subpackage of another one not below it in LAYERS, as 'a -> b'."""
+    found = []
+    for name, targets in sorted(edges.items()):
+        for target in sorted(targets):
+            if layer(name) is None:
+                if name == "ci" or target in ("ci.__main__", "ci.cli") and name != "ci.cli":
+                    found.append(f"{name} -> {target}")
+            elif layer(target) is None or layer(target) > layer(name):
+                found.append(f"{name} -> {target}")
+    return found
 
 
 def test_finds_a_cycle_when_there_is_one():
@@ -92,6 +125,26 @@ def test_package_imports_form_a_tree():
     assert cycle(EDGES) is None, " -> ".join(cycle(EDGES))
 
 
+def test_ci_imports_form_a_tree_in_declared_layers():
+    assert {layer(n) for n in CI_MODULES} - {None} == set(range(len(LAYERS))), "a layer of LAYERS has no module"
+    assert {n for n in CI_MODULES if layer(n) is None} == {"ci", "ci.__main__", "ci.cli"}, \
+        "a module of ci/ outside its subpackages: put it in the one whose job it does (LAYERS)"
+    assert cycle(CI_EDGES) is None, " -> ".join(cycle(CI_EDGES))
+    assert upward_imports(CI_EDGES) == []
+
+
+def test_a_planted_ci_cycle_or_upward_import_is_found():
+    # The cycles ci/ once had: the verdict on a cell importing the cells back (ci.build.local -> cells -> local),
+    # and the release's upload importing the publish plan, which imports the release.
+    assert "ci.build.cross" in CI_EDGES["ci.build.buildable"]  # (a function-level import counts too)
+    assert cycle({**CI_EDGES, "ci.build.local": CI_EDGES["ci.build.local"] | {"ci.build.buildable"}}) is not None
+    assert cycle({**CI_EDGES, "ci.publish.release": CI_EDGES["ci.publish.release"] | {"ci.publish.upload"}})
+    # The matrix importing the wheel builder (as ci/matrix/cibw.py once did for the repository's root).
+    planted = {**CI_EDGES, "ci.matrix.cibw": CI_EDGES["ci.matrix.cibw"] | {"ci.build.wheel"}}
+    assert upward_imports(planted) == ["ci.matrix.cibw -> ci.build.wheel"]
+    assert upward_imports({**CI_EDGES, "ci.toolkit.redist": {"ci.__main__"}}) == ["ci.toolkit.redist -> ci.__main__"]
+
+
 def test_the_leaves_are_leaves():
     """The compatibility rules and the build metadata schema import nothing of the runtime package, nor torch."""
     for name, path in module_files(META, "prerast_meta").items():
@@ -102,9 +155,10 @@ def test_the_leaves_are_leaves():
 def test_ci_and_the_package_depend_one_way():
     """ci/ and setup.py may import prerast_meta, never the runtime package (importing it loads the plugin); the
     package never imports ci/."""
-    for path in glob.glob(os.path.join(ROOT, "ci", "*.py")) + [os.path.join(ROOT, "setup.py")]:
-        names = {m.split(".")[0] for m in imported(path, "ci")}
+    for name, path in list(CI_MODULES.items()) + [("setup", os.path.join(ROOT, "setup.py"))]:
+        names = {m.split(".")[0] for m in imported(path, name)}
         assert "prerast" not in names, path
+    assert "ci.build.smoke" in CI_MODULES  # (the subpackages are read too)
     for name, path in MODULES.items():
         assert "ci" not in {m.split(".")[0] for m in imported(path, name)}, name
 

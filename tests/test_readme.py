@@ -118,11 +118,11 @@ HOW = {
     "python3.11 -m ci build --cell 2.13.0+cpu-linux-aarch64": {
         "help": "python3.11 -m ci build --help",
         "test": ARM + "test_ci_build_cell_cross_builds_and_renders_the_x86_bits_under_qemu"},
-    "python -m ci.cross fetch": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
-    "python -m ci.cross build --out dist/aarch64": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
-    "python -m ci.cross python dist/aarch64/prerast-*.whl -- tests/platform_render.py": {
+    "python -m ci.build.cross fetch": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
+    "python -m ci.build.cross build --out dist/aarch64": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
+    "python -m ci.build.cross python dist/aarch64/prerast-*.whl -- tests/platform_render.py": {
         "test": ARM + "test_render_under_qemu_equals_the_x86_render_bit_for_bit"},
-    "python -m ci.cross cuda-probe": {"test": ARM + "test_cuda_library_cross_compile_probe"},
+    "python -m ci.build.cross cuda-probe": {"test": ARM + "test_cuda_library_cross_compile_probe"},
     "python -m pytest -q -m platforms tests/test_aarch64_wheel.py": {"test": ARM + "test_cpu_op_tests_pass_under_qemu"},
     ".venv/build/bin/python -m ci rehearse --report rehearsal.json": {
         "help": "python -m ci rehearse --help",

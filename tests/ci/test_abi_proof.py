@@ -33,7 +33,7 @@ def test_proof_of_one_torch(tmp_path):
     assert proof["audit"]["abi3audit_ok"] or "not run" in proof["audit"]["abi3audit"]
     assert not os.path.exists(tmp_path / "work" / "2.13.0_cpu"), "the virtualenv is removed after its row"
     # Every file of tests/ops ran but the arithmetic-only ones, which exist and the main suite runs.
-    from ci import abi_proof
+    from ci.repair import abi_proof
 
     for name in abi_proof.NUMERICS_ONLY:
         assert os.path.isfile(os.path.join(ROOT, "tests", "ops", name)), name

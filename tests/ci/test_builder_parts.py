@@ -7,7 +7,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import local, matrix, progress, summary, tools  # noqa: E402
+from ci.build import buildable, local, progress, summary, tools
+from ci import matrix  # noqa: E402
 
 
 @pytest.fixture
@@ -28,21 +29,21 @@ def test_verdicts_name_the_missing_piece(machine):
         ("2.4+cpu", "3.13"): (False, "torch 2.4.0 has no wheels for Python 3.13"),
     }
     for (name, py), (ok, why) in cases.items():
-        got_ok, got_why = local.verdict(matrix.find(name), py)
+        got_ok, got_why = buildable.verdict(matrix.find(name), py)
         assert got_ok == ok and got_why.startswith(why), (name, py, got_why)
 
 
 def test_verdict_names_pips_cap(machine, monkeypatch):
     monkeypatch.setattr(local, "torch_constraints", lambda: (("<=", "2.12.1"),))
-    assert local.verdict(matrix.find("2.13.0+cpu"), "3.11") == (False, "pip's constraints here cap torch (<=2.12.1)")
+    assert buildable.verdict(matrix.find("2.13.0+cpu"), "3.11") == (False, "pip's constraints here cap torch (<=2.12.1)")
 
 
 def test_a_pypi_cell_is_buildable_when_its_toolkit_is_here(machine, monkeypatch):
     monkeypatch.setattr(local, "nvcc", lambda: ("/usr/local/cuda", "13.0"))
-    assert local.verdict(matrix.find("2.14.1+cu130"), "3.11") == (True, "")
+    assert buildable.verdict(matrix.find("2.14.1+cu130"), "3.11") == (True, "")
     # Same release, but pip here does not see it (another machine's index):
     monkeypatch.setattr(local, "torch_versions", lambda index_url=None: frozenset({"2.13.0+cpu"}))
-    ok, why = local.verdict(matrix.find("2.14.1+cu130"), "3.11")
+    ok, why = buildable.verdict(matrix.find("2.14.1+cu130"), "3.11")
     assert not ok and "not on the indexes reachable here" in why
 
 
@@ -140,9 +141,10 @@ def test_tool_check_names_each_missing_program_with_its_fix(tmp_path, monkeypatc
 
 
 def test_build_stops_before_any_work_when_a_tool_is_missing(monkeypatch, tmp_path, capsys):
-    from ci import __main__ as cli, cells
+    from ci import __main__ as cli
+    from ci.build import cells
 
-    monkeypatch.setattr(local, "verdict", lambda cell, py=None: (True, ""))
+    monkeypatch.setattr(buildable, "verdict", lambda cell, py=None: (True, ""))
     monkeypatch.setattr(tools, "problems", lambda pythons: ["git (copies the working tree to build from): apt-get install git"])
     monkeypatch.setattr(cells, "build_cell", lambda *a, **k: pytest.fail("built although a tool is missing"))
     rc = cli.main(["build", "--cell", "2.13.0+cpu", "--out", str(tmp_path)])

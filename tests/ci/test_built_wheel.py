@@ -13,7 +13,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import matrix, symbols, wheel  # noqa: E402
+from ci import matrix
+from ci.repair import symbols
+from ci.build import wheel  # noqa: E402
 from wheel_under_test import find_test_wheel  # noqa: E402
 
 pytestmark = pytest.mark.wheel

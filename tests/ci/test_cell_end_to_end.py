@@ -14,7 +14,8 @@ import fresh_clone
 
 ROOT = fresh_clone.ROOT
 sys.path.insert(0, ROOT)
-from ci import local, matrix  # noqa: E402
+from ci.build import buildable, local
+from ci import matrix  # noqa: E402
 
 pytestmark = pytest.mark.wheel
 
@@ -27,7 +28,7 @@ def machine(tmp_path_factory):
     python = local.python_executable("3.11")
     if not python:
         pytest.skip("no python3.11 here")
-    ok, why = local.verdict(matrix.find(CELL), "3.11")
+    ok, why = buildable.verdict(matrix.find(CELL), "3.11")
     if not ok:
         pytest.skip(f"{CELL} cannot be built here: {why}")
     root = tmp_path_factory.mktemp("fresh-machine")

@@ -15,7 +15,7 @@ import fresh_clone
 
 ROOT = fresh_clone.ROOT
 sys.path.insert(0, ROOT)
-from ci import cells, dev  # noqa: E402
+from ci.build import cells, dev  # noqa: E402
 from prerast_meta import sources as _sources  # noqa: E402
 
 CCACHE_DIR = os.path.join(ROOT, ".venv", "ccache-tests")

@@ -8,7 +8,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import facts, matrix  # noqa: E402
+from ci.matrix import facts
+from ci import matrix  # noqa: E402
 
 
 def fact(name):

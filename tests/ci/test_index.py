@@ -1,4 +1,4 @@
-"""Index generation (ci/index.py), tested the way users meet it: pip installs from the generated find-links pages
+"""Index generation (ci/publish/index.py), tested the way users meet it: pip installs from the generated find-links pages
 and PEP 503 index over file:// in a fresh virtualenv. The wheels are small stand-ins with the layout of real ones
 (dist-info, tags, prerast/_build_info.json), so that no compiler runs here."""
 import base64
@@ -13,7 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import index  # noqa: E402
+from ci.publish import index  # noqa: E402
 
 
 def make_wheel(folder, version, torch_version, cuda, python_tag="cp310", requires_python=">=3.10",

@@ -11,7 +11,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import cibw, matrix  # noqa: E402
+from ci.matrix import cibw
+from ci import matrix  # noqa: E402
 from prerast_meta import build_env, compat  # noqa: E402
 
 CELLS = matrix.load()
@@ -265,7 +266,7 @@ def test_wheel_name_matches_the_wheel_the_tests_run_on():
     path = os.environ.get("PRERAST_TEST_WHEEL")
     if not path:
         pytest.skip("no PRERAST_TEST_WHEEL (ci/test.sh sets it)")
-    from ci import wheel
+    from ci.build import wheel
 
     info = wheel.inspect(path)["build_info"]
     cell = matrix.cell_for_build(info)
@@ -340,7 +341,7 @@ def test_a_linux_targets_image_and_tag_follow_its_one_manylinux_value(tmp_path):
     assert {n: (t.image, t.plat) for n, t in linux.items()} == {
         "linux-x86_64": ("manylinux_2_34", "manylinux_2_34_x86_64"),
         "linux-aarch64": ("manylinux_2_34", "manylinux_2_34_aarch64")}
-    from ci import cross
+    from ci.build import cross
 
     assert cross.PLATFORM == matrix.targets()["linux-aarch64"].plat
 

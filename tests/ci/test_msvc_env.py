@@ -8,7 +8,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import msvc_env  # noqa: E402
+from ci.toolkit import msvc_env  # noqa: E402
 
 VS = r"C:\Program Files\Microsoft Visual Studio\2022\Enterprise"
 VSWHERE = r"C:\Program Files (x86)\Microsoft Visual Studio\Installer\vswhere.exe"

@@ -5,7 +5,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import pages_url  # noqa: E402
+from ci.publish import pages_url  # noqa: E402
 from prerast_meta import compat  # noqa: E402
 
 

@@ -10,7 +10,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import matrix, preflight  # noqa: E402
+from ci import matrix
+from ci.matrix import preflight  # noqa: E402
 from prerast_meta import compat  # noqa: E402
 
 CELLS = matrix.load()

@@ -1,4 +1,4 @@
-"""Publish what passed (ci/publish.py): which targets of a tag run publish given the wheels present, what the
+"""Publish what passed (ci/publish/plan.py): which targets of a tag run publish given the wheels present, what the
 summary and the notes say, which wheels go to PyPI; and the workflow's publishing jobs: when they run, and that
 their `python -m ci` commands are the ones `python -m ci rehearse` runs."""
 import json
@@ -10,7 +10,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import matrix, publish, rehearse  # noqa: E402
+from ci import matrix
+from ci.publish import plan as publish, rehearse  # noqa: E402
 from test_workflow import jobs  # noqa: E402
 
 CELLS = matrix.select(matrix.load(), published=True)

@@ -1,6 +1,6 @@
-"""Releases (ci/release.py and the workflow's tag steps): the tag must be v + the package version, checked before
+"""Releases (ci/publish/release.py and the workflow's tag steps): the tag must be v + the package version, checked before
 anything builds; `python -m ci release-check` before tagging; and the Pages index built from every release's own
-manifests, run here as the workflow's own step texts with the stand-in `gh` (ci/gh_standin.py); release assets
+manifests, run here as the workflow's own step texts with the stand-in `gh` (ci/publish/gh_standin.py); release assets
 never replaced."""
 import json
 import os
@@ -11,7 +11,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import matrix, release  # noqa: E402
+from ci import matrix
+from ci.publish import release, upload  # noqa: E402
 from test_index import make_wheel  # noqa: E402
 from test_workflow import jobs, needs  # noqa: E402
 
@@ -24,7 +25,7 @@ def step(job, name_start):
 
 
 def run_step(script, cwd, bin_dir=None, **env):
-    """A run: script as GitHub runs it (bash -eo pipefail), with this Python as `python` and ci/gh_standin.py as
+    """A run: script as GitHub runs it (bash -eo pipefail), with this Python as `python` and ci/publish/gh_standin.py as
     `gh` first on PATH (in bin_dir, default cwd/bin)."""
     bin_dir = str(bin_dir or os.path.join(str(cwd), "bin"))
     os.makedirs(bin_dir, exist_ok=True)
@@ -214,7 +215,7 @@ def gh_bin(tmp_path, monkeypatch, calls=None):
     monkeypatch.setenv("GH_STANDIN_DIR", str(state))
     gh = tmp_path / "gh-cli"
     log = f'echo "$*" >> "{calls}"\n' if calls else ""
-    gh.write_text(f'#!/bin/sh\n{log}exec "{sys.executable}" "{ROOT}/ci/gh_standin.py" "$@"\n')
+    gh.write_text(f'#!/bin/sh\n{log}exec "{sys.executable}" "{ROOT}/ci/publish/gh_standin.py" "$@"\n')
     gh.chmod(0o755)
     return str(gh), state
 
@@ -237,16 +238,16 @@ def test_release_upload_skips_same_bytes_and_stops_on_other_bytes(tmp_path, monk
     wheels.mkdir()
     name = os.path.basename(make_wheel(str(wheels), "0.2.0", "2.14.1+cu130", "13.0"))
     plan = x86_plan(name)
-    first = release.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
+    first = upload.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
     assert first == {"uploaded": [name, "manifest-linux-x86_64.json"], "skipped": []}
     before = {n: release.sha256_file(state / "v0.2.0" / n) for n in os.listdir(state / "v0.2.0")}
-    again = release.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
+    again = upload.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
     assert again == {"uploaded": [], "skipped": [name, "manifest-linux-x86_64.json"]}
     make_wheel(str(wheels), "0.2.0", "2.14.0+cu130", "13.0")  # rebuilt: the same name, other bytes
     rebuilt = release.sha256_file(wheels / name)
     assert rebuilt != before[name]
     with pytest.raises(release.ReleaseError) as e:
-        release.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
+        upload.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
     assert f"{name}: the release's asset has sha256 {before[name]}, this run's file {rebuilt}" in str(e.value)
     assert {n: release.sha256_file(state / "v0.2.0" / n) for n in os.listdir(state / "v0.2.0")} == before
     assert not any(c.startswith("release upload") and "--clobber" in c for c in calls.read_text().splitlines())

@@ -15,7 +15,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import cibw, smoke  # noqa: E402
+from ci.matrix import cibw
+from ci.repair import check
+from ci.build import smoke  # noqa: E402
 from prerast_meta import repair  # noqa: E402
 
 
@@ -57,7 +59,7 @@ def fake_tool(monkeypatch):
 
 def test_windows_wheels_go_through_delvewheel(tmp_path, fake_tool):
     raw = raw_wheel(str(tmp_path / "raw"), "win_amd64", "_C.pyd")
-    repaired = cibw.repair_and_check(raw, str(tmp_path / "out"))
+    repaired = check.repair_and_check(raw, str(tmp_path / "out"))
     assert os.path.basename(repaired) == "prerast-0.2.0-cp310-abi3-win_amd64.whl"
     (cmd,) = fake_tool["calls"]
     assert cmd[1:4] == ["-m", "delvewheel", "repair"]
@@ -65,33 +67,33 @@ def test_windows_wheels_go_through_delvewheel(tmp_path, fake_tool):
     # delvewheel's name mangling (c10-<hash>.dll) does not hide a grafted torch library.
     fake_tool["graft"] = "prerast.libs/c10-0123456789abcdef0123456789abcdef.dll"
     with pytest.raises(SystemExit, match="torch/CUDA libraries were grafted.*c10-"):
-        cibw.repair_and_check(raw, str(tmp_path / "out"))
+        check.repair_and_check(raw, str(tmp_path / "out"))
     # What is not torch's may be grafted (a runtime the plugin itself links).
     fake_tool["graft"] = "prerast.libs/msvcp140-0123456789abcdef0123456789abcdef.dll"
-    assert cibw.repair_and_check(raw, str(tmp_path / "out")).endswith("win_amd64.whl")
+    assert check.repair_and_check(raw, str(tmp_path / "out")).endswith("win_amd64.whl")
 
 
 def test_macos_wheels_go_through_delocate_for_arm64_and_keep_the_targets_tag(tmp_path, fake_tool):
     raw = raw_wheel(str(tmp_path / "raw"), "macosx_11_0_arm64", "_C.abi3.so")
-    assert cibw.repair_and_check(raw, str(tmp_path / "out")).endswith("-macosx_11_0_arm64.whl")
+    assert check.repair_and_check(raw, str(tmp_path / "out")).endswith("-macosx_11_0_arm64.whl")
     (cmd,) = fake_tool["calls"]
     assert os.path.basename(cmd[0]) == "delocate-wheel" and cmd[cmd.index("--require-archs") + 1] == "arm64"
     assert [cmd[i + 1] for i, w in enumerate(cmd) if w == "--exclude"] == repair.DELOCATE_EXCLUDES
     fake_tool["graft"] = "prerast/.dylibs/libomp.dylib"
     with pytest.raises(SystemExit, match="grafted.*libomp.dylib"):
-        cibw.repair_and_check(raw, str(tmp_path / "out"))
+        check.repair_and_check(raw, str(tmp_path / "out"))
     # delocate raises the tag when a library needs a newer macOS than the deployment target: refused.
     fake_tool["graft"], fake_tool["retag"] = None, "macosx_14_0_arm64"
     with pytest.raises(SystemExit, match="not tagged exactly macosx_11_0_arm64"):
-        cibw.repair_and_check(raw, str(tmp_path / "out"))
+        check.repair_and_check(raw, str(tmp_path / "out"))
 
 
 def test_linux_aarch64_wheels_get_the_aarch64_policy_tag(tmp_path, fake_tool, monkeypatch):
-    from ci import symbols
+    from ci.repair import symbols
 
     monkeypatch.setattr(symbols, "audit_wheel", lambda path: {})
     raw = raw_wheel(str(tmp_path / "raw"), "linux_aarch64", "_C.abi3.so")
-    assert cibw.repair_and_check(raw, str(tmp_path / "out")).endswith("-manylinux_2_28_aarch64.whl")
+    assert check.repair_and_check(raw, str(tmp_path / "out")).endswith("-manylinux_2_28_aarch64.whl")
     (cmd,) = fake_tool["calls"]
     assert cmd[1:4] == ["-m", "auditwheel", "repair"] and cmd[cmd.index("--plat") + 1] == "manylinux_2_28_aarch64"
     assert "--only-plat" in cmd

@@ -12,7 +12,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import cibw, matrix, toolkit_redist as redist  # noqa: E402
+from ci.matrix import cibw
+from ci import matrix
+from ci.toolkit import redist  # noqa: E402
 
 PLATFORM = "windows-x86_64"
 # What each fake component holds (inside its archive's top folder).

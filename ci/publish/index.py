@@ -11,9 +11,10 @@ from its floor on with its CUDA major (and CPU), a classic wheel on the pages of
 minor. One page lists the wheels of every platform (Linux x86-64 and aarch64, Windows, macOS) for that torch
 build: pip takes the one whose platform tag fits the machine it runs on. Which builds those are comes from the
 wheel itself (prerast/_build_info.json: its kind, the torch and CUDA it was built with; its file name: the
-platform) and the matrix's cell for it (ci/matrix.py); a wheel the matrix has no cell for is listed on the page
+platform) and the matrix's cell for it (ci/matrix/__init__.py); a wheel the matrix has no cell for is listed on the page
 of the torch it was built with. Standard library only.
 """
+import argparse
 import hashlib
 import html
 import json
@@ -22,7 +23,8 @@ import re
 import sys
 import zipfile
 
-from ci import matrix, wheel
+from ci import matrix
+from ci.build import wheel
 from prerast_meta import compat
 
 PROJECT = "prerast"
@@ -140,7 +142,13 @@ def write(entries, out):
     return sorted(pages)
 
 
-def main(args):
+def main(argv=None):
+    i = argparse.ArgumentParser(prog="python -m ci index", description="Find-links pages and a PEP 503 index from wheels.")
+    i.add_argument("wheels", nargs="*", help="folders (searched recursively) or wheel files")
+    i.add_argument("--out", required=True)
+    i.add_argument("--base-url", help="URL the wheels are served from (default: relative links to the files)")
+    i.add_argument("--manifest", help="manifest.json of an earlier index whose wheels the new index keeps")
+    args = i.parse_args(argv)
     entries = collect(args.wheels, args.base_url, args.manifest)
     if not entries:
         where = [f"under {' '.join(args.wheels)}"] if args.wheels else []

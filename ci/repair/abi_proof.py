@@ -19,13 +19,14 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
 
-from ci import local, symbols  # noqa: E402
+from ci.build import local
+from ci.repair import symbols  # noqa: E402
 from prerast_meta import build_env, build_wheel as _route, sources  # noqa: E402
-from ci.progress import clock, log  # noqa: E402
+from ci.build.progress import clock, log  # noqa: E402
 
 STABLE_TARGETS = ["2.11.0", "2.12.0", "2.12.1", "2.14.0", "2.14.1", "2.14.1@3.12", "2.14.1@3.13", "2.13.0+cpu"]
 

@@ -14,7 +14,7 @@ import re
 
 from prerast_meta import compat
 
-MATRIX_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "matrix.toml")
+MATRIX_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "matrix.toml")
 PUBLISHED_FILE = os.path.join(os.path.dirname(MATRIX_FILE), "published_builds.toml")
 
 
@@ -59,7 +59,7 @@ class Target:
     image: str = ""       # manylinux image (Linux): the target's manylinux policy
     toolkit: str = ""     # NVIDIA's repository (Linux) or redistributable archives (Windows) of its CUDA toolkit
     archs: tuple = ()     # ((CUDA version, (arch, ...)), ...) where they differ from [cuda."X"]
-    cross: str = ""       # the machine that cross-builds it (python -m ci.cross), "" if built natively only
+    cross: str = ""       # the machine that cross-builds it (python -m ci.build.cross), "" if built natively only
 
     @property
     def system(self):
@@ -237,7 +237,7 @@ class Cell:
     def host_torch_requirement(self):
         """(requirement, extra pip arguments) of the torch a cross build of this CPU cell compiles with on the
         build machine: the CPU build of its release there, for its headers (the library links against the
-        target's own torch, ci/cross.py)."""
+        target's own torch, ci/build/cross.py)."""
         return f"torch=={self.torch}+cpu", ["--extra-index-url", self.policy["torch_index"].format(platform="cpu")]
 
     def torch_index(self):

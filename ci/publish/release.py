@@ -2,13 +2,12 @@
 
     python -m ci release-check [--tag v0.2.0]   what can be checked here before tagging, and a list to tick
     python -m ci tag-check v0.2.0               the tag is v + the package version (the workflow's first step)
-    python -m ci release-upload v0.2.0 --wheels wheelhouse --plan plan.json   the assets of the publishing targets
     python -m ci release-manifests --out previous.json   every release's manifests merged (the Pages job)
 
 A release's version is the one in prerast_meta/version.py (setup.py reads it); the tag that publishes it must
 be exactly v<version>, or the wheels of the old version would go out under the new tag and PyPI would refuse them.
 Each release carries, next to its wheels, one manifest per target, manifest-<target>.json, describing its wheels
-as they were uploaded (ci/index.py's entries: name, URL, sha256, pages). A target's wheels and manifest are uploaded
+as they were uploaded (ci/publish/index.py's entries: name, URL, sha256, pages). A target's wheels and manifest are uploaded
 once: a re-run skips an asset whose bytes are the same and stops on one whose bytes differ, so an asset is never
 replaced and the manifests (and the index's sha256) stay true. The Pages job builds the index from the manifests of
 every release (older releases: one manifest.json), not from what the live site last served, so that no deploy
@@ -25,7 +24,7 @@ import sys
 
 from ci import matrix
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VERSION_FILE = os.path.join("prerast_meta", "version.py")
 MANIFEST = "manifest.json"  # one per release, before manifests were per target
 MANIFESTS = "manifest*.json"
@@ -191,9 +190,9 @@ def sha256_file(path):
 
 
 def target_manifest(target, paths, base_url):
-    """manifest-<target>.json's bytes: ci/index.py's entry of each wheel as uploaded (its URL under `base_url`),
+    """manifest-<target>.json's bytes: ci/publish/index.py's entry of each wheel as uploaded (its URL under `base_url`),
     without the local path, keys sorted: the same wheels give the same bytes on any machine and any re-run."""
-    from ci import index
+    from ci.publish import index
 
     entries = index.collect(paths, base_url)
     for e in entries:
@@ -217,68 +216,6 @@ def _asset_digests(gh, tag, names, work):
         _gh(gh, "release", "download", tag, "--pattern", a["name"], "--dir", folder, "--clobber")
         found[a["name"]] = sha256_file(os.path.join(folder, a["name"]))
     return found
-
-
-def release_upload(tag, wheels, plan, gh="gh", base_url=None, notes_file=None, work=None, log=print):
-    """Make the release of `tag` (or update its notes), then upload each wheel of the plan's publishing targets and
-    each target's manifest that the release lacks. An asset of the same name is skipped when its bytes are the same
-    and stops everything, before anything is uploaded, when they differ. Returns {'uploaded': [...], 'skipped':
-    [...]}."""
-    import tempfile
-
-    from ci import publish
-
-    if not plan["published"]:
-        raise ReleaseError("the plan publishes no target: " + (publish.summary(plan).strip()))
-    base_url = base_url or f"https://github.com/{os.environ.get('GH_REPO', '<owner>/<repo>')}/releases/download/{tag}"
-    cells = matrix.load()
-    with tempfile.TemporaryDirectory(dir=work) as tmp:
-        files = {}  # asset name -> local path
-        by_target = {}
-        for name in plan["wheels"]:
-            cell = publish.cell_of_wheel(name, cells)
-            by_target.setdefault(cell.target.name, []).append(publish.find_wheel(wheels, name))
-            files[name] = by_target[cell.target.name][-1]
-        manifests = []
-        for target in plan["published"]:
-            path = os.path.join(tmp, f"manifest-{target}.json")
-            with open(path, "wb") as f:
-                f.write(target_manifest(target, by_target[target], base_url))
-            files[os.path.basename(path)] = path
-            manifests.append(os.path.basename(path))
-        if notes_file is None:
-            notes_file = os.path.join(tmp, "notes.md")
-            with open(notes_file, "w") as f:
-                f.write(publish.notes(plan))
-        exists = subprocess.run([gh, "release", "view", tag], capture_output=True, text=True)
-        if exists.returncode == 0:
-            _gh(gh, "release", "edit", tag, "--notes-file", notes_file)
-            log(f"release-upload: release {tag} exists: its notes updated")
-        elif "release not found" in exists.stderr:
-            _gh(gh, "release", "create", tag, "--verify-tag", "--title", f"prerast {tag}", "--notes-file", notes_file)
-            log(f"release-upload: release {tag} created")
-        else:
-            raise ReleaseError(f"{gh} release view {tag} failed: {exists.stderr.strip()}")
-        present = _asset_digests(gh, tag, set(files), tmp)
-        conflicts = []
-        for name, path in files.items():
-            if name in present and present[name] != sha256_file(path):
-                conflicts.append(f"{name}: the release's asset has sha256 {present[name]}, this run's file "
-                                 f"{sha256_file(path)}")
-        if conflicts:
-            raise ReleaseError("release assets are never replaced, and these differ from this run's files:\n  "
-                               + "\n  ".join(conflicts) + "\nThe release (and the index's sha256) describe the "
-                               "assets as first uploaded. Find out why the bytes differ (a rebuild is not "
-                               "reproducible byte for byte); to publish new bytes, release a new version.")
-        # Wheels first, each target's manifest after its wheels: a manifest never names a wheel not yet there.
-        order = [n for n in files if n not in manifests] + manifests
-        todo = [n for n in order if n not in present]
-        for name in todo:
-            _gh(gh, "release", "upload", tag, files[name])
-        skipped = [n for n in order if n in present]
-    log(f"release-upload: {len(todo)} uploaded, {len(skipped)} already there with the same bytes"
-        + (": " + ", ".join(todo) if todo else ""))
-    return {"uploaded": todo, "skipped": skipped}
 
 
 def tag_main(argv=None):
@@ -306,23 +243,6 @@ def manifests_main(argv=None):
         return 1
     print(f"release-manifests: {len(tags)} releases merged into {a.out}" + (f": {', '.join(tags)}" if tags else
                                                                              " (none yet: the first release)"))
-    return 0
-
-
-def upload_main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci release-upload", description=release_upload.__doc__)
-    p.add_argument("tag", help="the release's tag, e.g. v0.2.0")
-    p.add_argument("--wheels", required=True, help="the folder of the run's wheels")
-    p.add_argument("--plan", required=True, help="python -m ci publish-plan's plan")
-    p.add_argument("--notes", help="the release notes (publish-plan --notes); default: made from the plan")
-    p.add_argument("--gh", default="gh", help="the GitHub CLI (it reads GH_TOKEN and GH_REPO)")
-    p.add_argument("--base-url", help="where the assets are downloaded from (default: the release's download URL)")
-    a = p.parse_args(argv)
-    try:
-        release_upload(a.tag, a.wheels, json.load(open(a.plan)), a.gh, a.base_url, a.notes)
-    except ReleaseError as e:
-        print(("::error::" if os.environ.get("GITHUB_ACTIONS") else "") + f"release-upload: {e}", file=sys.stderr)
-        return 1
     return 0
 
 

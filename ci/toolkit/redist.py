@@ -181,7 +181,8 @@ def install(root, cuda, packages, platform, out, release=None, log=print):
 
 
 def main(argv=None):
-    from ci import cibw, matrix
+    from ci.matrix import cibw
+    from ci import matrix
 
     p = argparse.ArgumentParser(prog="python -m ci toolkit-redist", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

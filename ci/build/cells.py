@@ -20,9 +20,9 @@ import subprocess
 import sys
 import time
 
-from ci import local, progress, smoke, tools, wheel
+from ci.build import local, progress, smoke, tools, wheel
 from prerast_meta import build_env, build_wheel
-from ci.progress import CommandFailed, Steps, log, run_logged
+from ci.build.progress import CommandFailed, Steps, log, run_logged
 
 ROOT = wheel.ROOT
 STEPS = ["torch", "env", "cold", "warm", "repair", "smoke"]
@@ -277,37 +277,13 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
 CROSS_STEPS = ["torch", "env", "cold", "smoke"]
 
 
-def can_cross_build(cell):
-    """(True, '') if this machine cross-builds `cell` (its target's `cross` is this machine and the cell has no
-    CUDA: nvcc's cross build stops here, python -m ci.cross cuda-probe says where), else (False, why)."""
-    import platform
-
-    from ci import cross
-
-    target = cell.target
-    if not target.cross:
-        return False, f"built on {target.runner} in the workflow only (no {target.describe()} machine here)"
-    if target.cross.lower() != platform.machine().lower() or not sys.platform.startswith("linux"):
-        return False, f"cross-built on Linux {target.cross} only"
-    if cell.cuda:
-        return False, (f"its CUDA library does not cross-compile here (python -m ci.cross cuda-probe says why): "
-                       f"built on {target.runner} in the workflow")
-    if target.machine != cross.TARGET:
-        return False, f"python -m ci.cross builds for {cross.TARGET}, not {target.machine}"
-    try:
-        cross.check_tools()
-    except cross.ToolsMissing as e:
-        return False, str(e).replace("\n", " ").replace("  - ", "")
-    return True, ""
-
-
 def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WORK, downloads=DEFAULT_DOWNLOADS,
                      keep_build_env=False):
-    """Build, repair and smoke-test a cell of another machine by cross-compiling (ci/cross.py): the cell's torch for
+    """Build, repair and smoke-test a cell of another machine by cross-compiling (ci/build/cross.py): the cell's torch for
     this machine in a build virtualenv (its headers; the library links against the target's torch of the stable
     floor, downloaded once with the target's numpy and Python sysroot), then under qemu the render of
     tests/platform_render.py with the repaired wheel. Returns the result dict (also in result.json)."""
-    from ci import cross
+    from ci.build import cross
 
     name, work, out, logs = cell_folders(cell, python_version, work_root, out_root)
     result = {"cell": cell.id, "python": python_version, "status": "failed", "step": None, "times": {},
@@ -330,7 +306,7 @@ def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAU
             for old in glob.glob(os.path.join(out, "*.whl")):
                 os.remove(old)
             # In the build virtualenv: its torch gives the headers, its packages torch's pure-Python dependencies.
-            cmd = [python, "-c", "import sys; from ci import cross; print(cross.build(sys.argv[1], source=sys.argv[2]))",
+            cmd = [python, "-c", "import sys; from ci.build import cross; print(cross.build(sys.argv[1], source=sys.argv[2]))",
                    out, src]
             run_logged(cmd, os.path.join(logs, "build-cross.log"), "cross build", cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=ROOT), show=progress.echo_compiler)
@@ -432,4 +408,4 @@ def load_results(out_root=DEFAULT_OUT):
 
 
 if __name__ == "__main__":
-    sys.exit("ci/cells.py is a library; use: python -m ci build --cell 2.14.1+cu130")
+    sys.exit("ci/build/cells.py is a library; use: python -m ci build --cell 2.14.1+cu130")

@@ -10,7 +10,7 @@ import sys
 
 from prerast_meta import build_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 
@@ -75,39 +75,3 @@ def allowed(version):
     v = _vkey(version)
     ops = {"<=": v.__le__, "<": v.__lt__, ">=": v.__ge__, ">": v.__gt__, "==": v.__eq__, "!=": v.__ne__}
     return all(ops.get(op, lambda _: True)(_vkey(bound)) for op, bound in torch_constraints())
-
-
-def verdict(cell, python_version=None):
-    """(True, '') if this machine can build `cell` with Python `python_version`, else (False, the reason). A cell
-    of another machine is buildable where this one cross-builds it (ci/cells.py, can_cross_build)."""
-    python_version = python_version or cell.pythons[0]
-    if python_version not in cell.pythons:
-        return False, f"torch {cell.torch} has no wheels for Python {python_version}"
-    if not python_executable(python_version):
-        return False, f"no python{python_version} here"
-    if not cell.target.runs_here():
-        from ci import cells
-
-        ok, why = cells.can_cross_build(cell)
-        if not ok:
-            return False, why
-        requirement, extra = cell.host_torch_requirement()
-        wanted = requirement.split("=")[-1]
-        if wanted not in torch_versions() and wanted not in torch_versions(extra[1]):
-            return False, f"its cross build compiles with torch {wanted} (headers), from {extra[1]}: not reachable here"
-        return True, ""
-    elif cell.cuda:
-        home, have = nvcc()
-        if have != cell.cuda:
-            return False, f"needs CUDA {cell.cuda} nvcc; this machine has " + (f"CUDA {have}" if have else "none")
-    if not allowed(cell.torch):
-        specs = ",".join(op + b for op, b in torch_constraints())
-        return False, f"pip's constraints here cap torch ({specs})"
-    requirement, extra = cell.torch_requirement()
-    wanted = requirement.split("=")[-1]
-    if cell.on_pypi:
-        if wanted not in torch_versions():
-            return False, f"torch {wanted} not on the indexes reachable here"
-    elif wanted not in torch_versions() and wanted not in torch_versions(cell.torch_index()):
-        return False, f"torch {wanted} comes from {cell.torch_index()}, not reachable here"
-    return True, ""

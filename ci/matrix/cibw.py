@@ -14,11 +14,15 @@ Per OS: Linux builds in the target's manylinux image with the toolkit from NVIDI
 gcc-toolset; Windows on the runner with MSVC (the job's developer environment: python -m ci msvc-env) and, for CUDA cells, the toolkit that
 `python -m ci toolkit-redist` unpacked into redist_toolkit_dir; macOS on the runner, CPU only.
 """
+import argparse
+import json
 import os
 import re
 import sys
 
-from ci import matrix, wheel
+from ci import matrix
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def toolkit_packages(cell, path=matrix.MATRIX_FILE):
@@ -37,7 +41,7 @@ def smoke_pythons(cell):
 
 
 # torch's cpp_extension puts a ccache found on PATH in front of the host compiler and nvcc itself from 2.13 on
-# (ci/cells.py reads it from the source: wraps_compiler). Older torch takes nvcc from PYTORCH_NVCC (from 2.1 on),
+# (ci/build/cells.py reads it from the source: wraps_compiler). Older torch takes nvcc from PYTORCH_NVCC (from 2.1 on),
 # so a classic CUDA cell caches its CUDA objects, the bulk of its build, through "ccache nvcc"; its few host
 # objects, and a classic CPU cell, compile uncached (CXX names gcc-toolset's g++ itself: a ccache in front of it
 # would fail torch's compiler check).
@@ -61,7 +65,7 @@ def _host_path(workspace, *parts):
 def host_state_dir(workspace=None):
     """Where a Windows or macOS wheel job keeps what its build needs outside the checkout's sources: the torch
     constraint file and the CUDA toolkit unpacked from NVIDIA's archives (.cibw/, ignored by git)."""
-    return _host_path(workspace or os.environ.get("GITHUB_WORKSPACE") or wheel.ROOT, ".cibw")
+    return _host_path(workspace or os.environ.get("GITHUB_WORKSPACE") or ROOT, ".cibw")
 
 
 def redist_toolkit_dir(cell, workspace=None):
@@ -126,7 +130,7 @@ def constraints_file(cell, workspace=None):
 
 def environment(cell, workspace=None):
     """CIBW_* variables of one cell. CIBW_ENVIRONMENT reaches before-all, the build, the repair and the tests."""
-    workspace = workspace or os.environ.get("GITHUB_WORKSPACE") or wheel.ROOT
+    workspace = workspace or os.environ.get("GITHUB_WORKSPACE") or ROOT
     target = cell.target
     requirement, extra = cell.torch_requirement()
     inner = {
@@ -236,54 +240,25 @@ def github_matrix(cells):
                         for c in cells]}
 
 
-def policy_platform(path=matrix.MATRIX_FILE, machine=None, system=None):
-    """The platform tag a CI wheel of this machine's target carries, from the matrix's [target.*] tables
-    (manylinux_2_28_<machine> on Linux, win_amd64, ...); `machine`, `system`: platform.machine(), sys.platform.
-    A machine no target builds for is an error, not another machine's tag."""
-    import platform
-
-    target = running_target(path, system, machine)
-    if target is None:
-        raise matrix.MatrixError(f"no [target.*] of {path} is {system or sys.platform} on "
-                                 f"{machine or platform.machine()}: add one to build wheels here")
-    return target.plat
+def env_main(argv=None):
+    e = argparse.ArgumentParser(prog="python -m ci cibw-env",
+                                description="The cibuildwheel environment of one cell, as NAME=VALUE lines.")
+    e.add_argument("--cell", required=True)
+    a = e.parse_args(argv)
+    print(env_lines(matrix.find(a.cell)))
+    return 0
 
 
-def running_target(path=matrix.MATRIX_FILE, system=None, machine=None):
-    """The target of this OS and machine (sys.platform, platform.machine()); None if no target has them."""
-    return next((t for t in matrix.targets(path).values() if t.runs_here(system, machine)), None)
-
-
-def repair_and_check(raw_wheel, dest_dir, plat=None):
-    """cibuildwheel's repair step: the repair tool of the wheel's target (its platform tag picks it: auditwheel
-    on Linux, delvewheel on Windows, delocate on macOS) with the package's exclude list, tagged exactly `plat`
-    (the target's tag unless given), then the checks that no torch or CUDA library was grafted in and that the
-    tag is that one."""
-    try:
-        raw_tag = ".".join(wheel.wheel_tags(raw_wheel)[2])
-    except ValueError:  # not a wheel file name: the running OS decides
-        raw_tag = ""
-    target = matrix.target_of_tag(raw_tag) or running_target()
-    if target is None:
-        raise SystemExit(f"repair: {os.path.basename(raw_wheel)} is for no target of ci/matrix.toml")
-    plat = plat or target.plat
-    if target.os == "linux":
-        image = os.environ.get("AUDITWHEEL_PLAT")  # what the manylinux image itself is built for
-        if image and image != plat:
-            raise SystemExit(f"repair: the image is {image}, but the wheels must be tagged {plat}: change the image")
-    # The one build route's repair step: the tool of the wheel's platform tag, delocate's archs from it too.
-    repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat, only_plat=True)
-    found = wheel.inspect(repaired)
-    if found["forbidden"]:
-        raise SystemExit(f"repair: torch/CUDA libraries were grafted into {repaired}: {found['forbidden']}")
-    if wheel.wheel_tags(repaired)[2] != [plat]:
-        raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged exactly {plat}")
-    if target.os == "linux" and found.get("build_info", {}).get("abi") == "stable":
-        # The audit reads ELF symbol tables (nm -D): Linux wheels only.
-        from ci import symbols
-
-        bad = {lib: kinds["other"] for lib, kinds in symbols.audit_wheel(repaired).items() if kinds.get("other")}
-        if bad:
-            raise SystemExit(f"repair: the stable-ABI wheel {os.path.basename(repaired)} imports symbols outside "
-                             f"torch's stable C shims (it would load into one torch release only): {bad}")
-    return repaired
+def gh_matrix_main(argv=None):
+    g = argparse.ArgumentParser(prog="python -m ci gh-matrix", description="The CI workflow's job matrix, as JSON.")
+    g.add_argument("--published", action="store_true")
+    g.add_argument("--pr", action="store_true")
+    a = g.parse_args(argv)
+    cells = matrix.select(matrix.load(), published=a.published, pr=a.pr)
+    # A job on a retired runner label is never picked up: say so here rather than leave the run queued for days.
+    problems = matrix.retired_runners(matrix.runners_in_use())
+    if problems:
+        print("gh-matrix: " + "\n".join(problems), file=sys.stderr)
+        return 1
+    print(json.dumps(github_matrix(cells), separators=(",", ":")))
+    return 0

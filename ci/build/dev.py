@@ -27,11 +27,11 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if __name__ == "__main__":  # run as `python ci/dev.py`: make the ci package importable
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__":  # run as `python ci/build/dev.py`: make the ci package importable
     sys.path.insert(0, ROOT)
 
-from ci.progress import clock, echo_compiler, log  # noqa: E402
+from ci.build.progress import clock, echo_compiler, log  # noqa: E402
 from prerast_meta import build_env, build_wheel  # noqa: E402
 
 PACKAGE = os.path.join("package", "prerast")

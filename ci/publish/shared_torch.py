@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TORCH_SPEC = os.environ.get("PRERAST_TEST_CPU_TORCH", "torch==2.13.0+cpu")
 TORCH_SITE = os.path.join(ROOT, ".venv", "test-torch-cpu")
 
