@@ -62,7 +62,8 @@ COMMANDS = {
 
 def usage():
     width = max(map(len, COMMANDS))
-    lines = [f"usage: python -m ci <command> [--help]", "", __doc__.strip(), "", "commands:"]
+    # The braced list is argparse's form, which the docs' checker (docs/_ext/prerast_names.py) reads.
+    lines = [f"usage: python -m ci {{{','.join(COMMANDS)}}} [--help] ...", "", __doc__.strip(), "", "commands:"]
     lines += [f"  {name:{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 

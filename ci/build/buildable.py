@@ -44,17 +44,17 @@ def verdict(cell, python_version=None):
 
 def can_cross_build(cell):
     """(True, '') if this machine cross-builds `cell` (its target's `cross` is this machine and the cell has no
-    CUDA: nvcc's cross build stops here, python -m ci.build.cross cuda-probe says where), else (False, why)."""
+    CUDA: nvcc's cross build stops here, python -m ci cross cuda-probe says where), else (False, why)."""
     target = cell.target
     if not target.cross:
         return False, f"built on {target.runner} in the workflow only (no {target.describe()} machine here)"
     if target.cross.lower() != platform.machine().lower() or not sys.platform.startswith("linux"):
         return False, f"cross-built on Linux {target.cross} only"
     if cell.cuda:
-        return False, (f"its CUDA library does not cross-compile here (python -m ci.build.cross cuda-probe says why): "
+        return False, (f"its CUDA library does not cross-compile here (python -m ci cross cuda-probe says why): "
                        f"built on {target.runner} in the workflow")
     if target.machine != cross.TARGET:
-        return False, f"python -m ci.build.cross builds for {cross.TARGET}, not {target.machine}"
+        return False, f"python -m ci cross builds for {cross.TARGET}, not {target.machine}"
     try:
         cross.check_tools()
     except cross.ToolsMissing as e:

@@ -282,7 +282,7 @@ def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAU
     """Build, repair and smoke-test a cell of another machine by cross-compiling (ci/build/cross.py): the cell's torch for
     this machine in a build virtualenv (its headers; the library links against the target's torch of the stable
     floor, downloaded once with the target's numpy and Python sysroot), then under qemu the render of
-    tests/platform_render.py with the repaired wheel. Returns the result dict (also in result.json)."""
+    tests/support/platform_render.py with the repaired wheel. Returns the result dict (also in result.json)."""
     from ci.build import cross
 
     name, work, out, logs = cell_folders(cell, python_version, work_root, out_root)
@@ -320,7 +320,7 @@ def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAU
         with steps("smoke"):
             result["step"] = "smoke"
             cmd, env = cross.python_command(installed=cross.install(repaired))
-            script = os.path.join(ROOT, "tests", "platform_render.py")
+            script = os.path.join(ROOT, "tests", "support", "platform_render.py")
             started = time.time()
             r = subprocess.run(cmd + [script], capture_output=True, text=True, env=env, cwd=work, timeout=1800)
             took = time.time() - started
@@ -383,7 +383,7 @@ def cross_check_all(results, out_root=DEFAULT_OUT):
     rows = []
     for rt in runtimes.values():
         for r in built:
-            # pip installs no wheel of another machine (a forced one is refused by the loader: tests/test_platforms.py)
+            # pip installs no wheel of another machine (a forced one is refused by the loader: tests/runtime/test_platforms.py)
             if r["cell"] == rt["cell"] or target[r["cell"]] != target[rt["cell"]]:
                 continue
             expect_load = serves(r["cell"], rt["cell"])

@@ -1,9 +1,9 @@
 """The Linux aarch64 CPU wheel, cross-built on an x86-64 machine, and an aarch64 Python that runs it under qemu.
 
-    python -m ci.build.cross fetch                        # torch 2.10.0 + numpy for aarch64, Debian's arm64 python3.11
-    python -m ci.build.cross build --out dist/aarch64     # the repaired manylinux_*_aarch64 CPU wheel (stable ABI)
-    python -m ci.build.cross python WHEEL -- -c "..."     # the aarch64 python3.11 under qemu, WHEEL installed
-    python -m ci.build.cross cuda-probe                   # does nvcc cross-compile the CUDA library here? (the error)
+    python -m ci cross fetch                        # torch 2.10.0 + numpy for aarch64, Debian's arm64 python3.11
+    python -m ci cross build --out dist/aarch64     # the repaired manylinux_*_aarch64 CPU wheel (stable ABI)
+    python -m ci cross python WHEEL -- -c "..."     # the aarch64 python3.11 under qemu, WHEEL installed
+    python -m ci cross cuda-probe                   # does nvcc cross-compile the CUDA library here? (the error)
 
 How the cross build works, with no change to setup.py: the build is setup.py's usual stable-ABI build against the
 build environment's torch headers (the newest torch, TORCH_TARGET_VERSION = 2.10, exactly as the x86-64 stable wheel
@@ -302,7 +302,7 @@ def cuda_probe(cache=None, python=sys.executable, source="csrc/core/wide_sum_cud
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m ci.build.cross", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m ci cross", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("fetch")

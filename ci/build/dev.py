@@ -5,7 +5,7 @@ virtualenv, which brings ninja and ccache: ci/requirements-build.txt).
     python -m ci dev --cpu                   # the CPU library only: no nvcc, under a minute when no CUDA changed
     python -m ci dev                         # the CPU and CUDA libraries, for this machine's GPU
     python -m ci dev --arch "8.0;9.0"        # ... for these GPU archs
-    python -m ci dev --cpu -- tests/ops -x   # build, then pytest with these arguments against package/
+    python -m ci dev --cpu -- tests/core/ops -x   # build, then pytest with these arguments against package/
 
 The build is `setup.py build_ext --inplace --force` with its own build folder per variant (build/dev-cpu,
 build/dev-cuda): --force only makes setuptools hand every extension to ninja, which recompiles the objects whose

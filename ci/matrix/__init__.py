@@ -59,7 +59,7 @@ class Target:
     image: str = ""       # manylinux image (Linux): the target's manylinux policy
     toolkit: str = ""     # NVIDIA's repository (Linux) or redistributable archives (Windows) of its CUDA toolkit
     archs: tuple = ()     # ((CUDA version, (arch, ...)), ...) where they differ from [cuda."X"]
-    cross: str = ""       # the machine that cross-builds it (python -m ci.build.cross), "" if built natively only
+    cross: str = ""       # the machine that cross-builds it (python -m ci cross), "" if built natively only
 
     @property
     def system(self):

@@ -6,7 +6,7 @@ run the op tests there. Prints a Markdown table (and writes it as JSON with --js
     python -m ci abi-proof --build 2.4.0 --cpu --torch 2.4.1 --refused 2.9.1      # build a classic wheel first
 
 Each target is TORCH[@PYTHON] (Python 3.11 by default): a fresh venv in .venv/proof/<target> (removed after) with that torch, numpy
-and pytest, the wheel installed with --no-deps, then `pytest tests/ops` on the CPU there, and the time from a
+and pytest, the wheel installed with --no-deps, then `pytest tests/core/ops` on the CPU there, and the time from a
 fresh process's `import prerast` to its first rendered frame. A --refused target must fail at import with
 BinaryMismatchError. The wheel's own audits run once: `python -m ci symbols` and `abi3audit --strict`.
 """
@@ -66,7 +66,7 @@ def make_venv(path, torch_spec, python):
 # Op tests of the plugin's own arithmetic on large inputs (exact rasterization against rational arithmetic,
 # gradients of big images): the same instructions compute the same bits under whatever torch loads the plugin,
 # and the main suite runs them. What another torch release can change is each call across the ABI (argument
-# checks, allocation, dispatch, errors, autograd), which the other files of tests/ops make on every op.
+# checks, allocation, dispatch, errors, autograd), which the other files of tests/core/ops make on every op.
 # --all-op-tests runs them here too (about 40 s more on two cores).
 NUMERICS_ONLY = ["test_rasterize_exact.py", "test_large_image_gradients.py"]
 
@@ -106,8 +106,8 @@ def _run_target(wheel, target, venv, work, refused, all_tests=False):
         return row
     abi, seconds = frame.stdout.split()
     row.update(abi=abi, first_frame_s=float(seconds))
-    skip = [] if all_tests else [a for f in NUMERICS_ONLY for a in ("--ignore", os.path.join(ROOT, "tests", "ops", f))]
-    tests = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(ROOT, "tests", "ops"),
+    skip = [] if all_tests else [a for f in NUMERICS_ONLY for a in ("--ignore", os.path.join(ROOT, "tests", "core", "ops", f))]
+    tests = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(ROOT, "tests", "core", "ops"),
                             *skip], capture_output=True, text=True, cwd=work, env=env)
     summary = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else tests.stderr[-300:]
     row.update(ok=tests.returncode == 0, result=summary, minutes=clock(time.time() - t0))
