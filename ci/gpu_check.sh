@@ -51,8 +51,8 @@ grep -q "CUDA kernels loaded" "$out/doctor.txt" || { echo "the CUDA library did 
 step "tests on CPU and CUDA"
 # test_no_sync: every op under torch.cuda.set_sync_debug_mode("error"), the device-side index checks, a whole render
 # with gradients captured in a CUDA graph, and the rasterizer's path for tile lists that overflow their capacity.
-# tests/programs: render programs in the style of real nvdiffrast users', against NumPy models and finite differences.
-# tests/fuzz: thousands of bad and extreme inputs per device, each op family in a child process of its own.
+# tests/runtime/programs: render programs in the style of real nvdiffrast users', against NumPy models and finite differences.
+# tests/core/fuzz: thousands of bad and extreme inputs per device, each op family in a child process of its own.
 # Spread over worker processes when pytest-xdist is there; a per-test limit when pytest-timeout is.
 # precompile refuses a C++ compiler with only a static libstdc++ (some toolchains under /opt are): Inductor builds
 # with $CXX, so point it at the system's g++ when precompile's own rule accepts that one.
@@ -65,9 +65,9 @@ fi
 par=(); $PY -c "import xdist" 2> /dev/null && par=(-n 12) && export OMP_NUM_THREADS=1
 $PY -c "import pytest_timeout" 2> /dev/null && par+=(--timeout 120)
 # SIGINT at the limit: pytest stops and still prints which tests failed so far.
-timeout -k 15 -s INT "$(within 270 150 120)" $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/ops tests/test_loader.py \
-  tests/test_custom_ops.py tests/test_op_schemas.py tests/test_compile.py tests/test_no_sync.py tests/test_precompile.py \
-  tests/programs tests/fuzz \
+timeout -k 15 -s INT "$(within 270 150 120)" $PY -m pytest -q -p no:cacheprovider "${par[@]}" -rfE --durations 10 tests/core/ops tests/runtime/test_loader.py \
+  tests/runtime/test_custom_ops.py tests/runtime/test_op_schemas.py tests/runtime/test_compile.py tests/core/test_no_sync.py tests/runtime/test_precompile.py \
+  tests/runtime/programs tests/core/fuzz \
   --junitxml "$out/tests.xml" 2>&1 | tee "$out/tests.log" | tail -60
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 unset OMP_NUM_THREADS
@@ -103,11 +103,11 @@ PYEOF
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 
   step "compute-sanitizer (memcheck) on the fuzz cases on CUDA"
-  # The fuzz cases (tests/fuzz) in a seeded random order for as long as the budget allows, each process under
+  # The fuzz cases (tests/core/fuzz) in a seeded random order for as long as the budget allows, each process under
   # memcheck: a reported access error fails the case in progress. The cases that end in a device-side assert (each
   # needs a fresh process) are left to the test step above.
   fuzz_budget=$(within 210 110 10)  # no case starts after it; the one in progress may take its --timeout more
-  timeout "$(( fuzz_budget + 60 ))" $PY tests/fuzz/fuzz_runner.py --device cuda --skip-device-asserts --timeout 60 \
+  timeout "$(( fuzz_budget + 60 ))" $PY tests/core/fuzz/fuzz_runner.py --device cuda --skip-device-asserts --timeout 60 \
     --budget "$fuzz_budget" \
     --prefix "compute-sanitizer --tool memcheck --error-exitcode 9" 2>&1 | tail -40 | tee "$out/fuzz-sanitizer.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: builds and repairs the wheel (one GPU arch unless PRERAST_CUDA_ARCH_LIST says
 # otherwise, to keep the build short), installs it into the build virtualenv, and runs pytest against it; the
-# wheel tests (tests/ci) inspect and smoke-test that same wheel rather than building another.
+# wheel tests (tests/builder) inspect and smoke-test that same wheel rather than building another.
 #   --quick   the loop of a change (a few minutes): the CPU library built in place into package/prerast
 #             (python -m ci dev --cpu) and the tests that need no wheel, no other virtualenv and no network, the
 #             ones pyproject.toml's markers leave unmarked (QUICK_MARKERS).

@@ -25,7 +25,7 @@ from prerast_meta import compat  # noqa: E402  (installed with prerast)
 
 # The site's own address (canonical links): the Pages site of the repository prerast is released from, which the
 # loader's index URL is derived from too; the guides' and the README's copies of it are checked against it
-# (tests/test_readme.py, test_site_links_are_the_repositorys_pages_url).
+# (tests/docs/test_readme.py, test_site_links_are_the_repositorys_pages_url).
 html_baseurl = compat.PAGES_URL
 
 project = "prerast"

@@ -7,7 +7,7 @@ here with the tool its platform tag calls for (prerast_meta/repair.py: auditwhee
     repaired(raw, spec)    the repair into spec.out_dir with the tool of the wheel's platform tag
     run_build(spec)        the setup.py build of spec.kind ("in-place", "library"), with no wheel
 
-Standard library only and free of prerast imports (tests/test_import_tree.py): ci/ and the installed package
+Standard library only and free of prerast imports (tests/builder/test_import_tree.py): ci/ and the installed package
 (`python -m prerast build-wheel`, the first-use build) both import it, and importing it loads no plugin.
 """
 import dataclasses

@@ -21,7 +21,7 @@ STABLE_TARGET_VERSION = "0x%02x%02x000000000000" % STABLE_FLOOR
 PYPI_CUDA_MAJOR = "13"
 ABIS = ("stable", "classic")
 # The oldest CPython the one abi3 binary serves: its wheels are cp310-abi3 (pyproject's requires-python agrees,
-# tests/test_facts.py checks).
+# tests/runtime/test_facts.py checks).
 PYTHON_FLOOR = (3, 10)
 PYTHON_TAG = "cp%d%d" % PYTHON_FLOOR
 # The GitHub repository prerast is released from (owner/name). Its GitHub Pages site serves the documentation at

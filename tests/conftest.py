@@ -4,7 +4,10 @@ import sys
 import pytest
 import torch
 
-sys.path.insert(0, os.path.dirname(__file__))  # tests/reference.py and helpers
+# The helpers of every layer (tests/support: references, scenes, the wheel under test) import by name, and so do
+# this file's own (from conftest import make_ctx).
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "support"))
 
 import prerast  # noqa: E402  (the installed wheel, or an in-place build on PYTHONPATH)
 

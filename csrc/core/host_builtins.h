@@ -1,7 +1,7 @@
 // The few compiler extensions the CPU loops use, with plain C++ in their place where the compiler lacks them (MSVC):
 // cache prefetches, the lowest set bit, and small float/double vectors (GCC's and clang's vector extensions). Every
 // replacement does the same float operations in the same order, so the results have the same bits either way;
-// -DPRERAST_PORTABLE selects the replacements with GCC and clang too (tests/test_core_platforms.py builds both).
+// -DPRERAST_PORTABLE selects the replacements with GCC and clang too (tests/core/test_core_platforms.py builds both).
 #pragma once
 
 #include <cstdint>

@@ -3,8 +3,8 @@
 Every page (Markdown or reST source) is read for the code it names, and each name is looked up:
 
   a dotted name of the project's packages in inline code   `prerast.rasterize`, `prerast_meta.compat.PAGES_URL`,
-                                                            `ci.cross`, `torch.ops.prerast.texture_fwd`: imported
-  a path of the repository in inline code                   `ci/matrix.py`, `csrc/core/*.cu`,
+                                                            `ci.build.cross`, `torch.ops.prerast.texture_fwd`: imported
+  a path of the repository in inline code                   `ci/matrix/__init__.py`, `csrc/core/*.cu`,
                                                             `tests/docs/test_guides.py::test_x`: found on disk
   a command of the project's command-line programs          python -m ci <command>, python -m prerast <command>
                                                             (code spans and code blocks): listed by its --help

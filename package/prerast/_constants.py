@@ -1,5 +1,5 @@
 """Enums and limits that the compiled ops define, as the Python side uses them: one place in Python, each entry
-naming its C++ definition. tests/test_shared_constants.py reads those C++ sources and fails when a value here
+naming its C++ definition. tests/core/test_shared_constants.py reads those C++ sources and fails when a value here
 differs. This module imports nothing, so that any module of the package can use it."""
 
 # The texture ops' int filter_mode and boundary_mode (csrc/core/texture.h: enum TexFilter, enum TexBoundary).

@@ -26,7 +26,7 @@ _registered = []
 # The fakes, setup_contexts and backwards never index an op's inputs by position: register() passes them
 # the inputs by the names of the registered schema (csrc/bindings/<op>.cpp), and a backward returns a dict
 # {argument name: gradient} that is laid out in the schema's order. A name that the schema lacks raises; a new
-# argument cannot shift the meaning of another. tests/test_op_schemas.py checks every name used here against the
+# argument cannot shift the meaning of another. tests/runtime/test_op_schemas.py checks every name used here against the
 # schemas.
 
 @functools.cache

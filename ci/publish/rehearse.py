@@ -1,0 +1,511 @@
+"""A release rehearsal: the publishing jobs of a tag run (release, pypi, pages of .github/workflows/wheels.yml), run
+here with stand-ins for GitHub only, then `pip install prerast` from what they published.
+
+    python -m ci rehearse [--wheels DIR] [--report FILE] [--work DIR] [--keep]
+
+The jobs' own `run:` steps that call `python -m ci` run as GitHub runs them (bash -eo pipefail, the step's env),
+with `gh` the stand-in ci/publish/gh_standin.py over a folder. Their `uses:` steps are played here: download-artifact
+copies the run's wheels, gh-action-pypi-publish is `twine check` and `twine upload --skip-existing` to a real
+pypiserver on 127.0.0.1, upload-pages-artifact/deploy-pages serve the site folder over HTTP on 127.0.0.1 (next to
+the release assets, at the URLs the manifests give). Not rehearsed: the documentation build (torch from
+download.pytorch.org and sphinx: `bash ci/test.sh` builds the docs). configure-pages gives the
+base_url GitHub gives this repository, so the Pages URL check runs too.
+
+Wheels: those of DIR (the Linux x86-64 stable CUDA 13 one, untagged, is needed: the installs use it), else
+`python -m ci wheel build` builds it; every other published cell gets a synthetic wheel made from it (its
+build metadata, tags and version of that cell: listed, uploaded and indexed, never installed here).
+
+Scenarios, each checked: clean (every target publishes); the same run again (nothing changes); one target's
+wheels missing (the others publish, it is named in the plan, the summary and the notes); the re-run with it
+present (the release completes, nothing replaced); a rebuilt wheel with other bytes (the upload stops and names
+both sha256). After each publishing scenario: pip install from the local index and from the pages into fresh
+virtualenvs (torch shared from ci/publish/shared_torch.py), each rendering a small scene on the CPU.
+"""
+import argparse
+import contextlib
+import functools
+import hashlib
+import http.server
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import zipfile
+
+from ci import matrix
+from ci.publish import plan as publish, release, shared_torch
+from prerast_meta import compat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
+JOBS = ("release", "pypi", "pages")
+REPO = "prerast/prerast"
+MISSING_TARGET = "windows-amd64"
+SMOKE = """
+import os, sys, prerast
+from prerast import _demo
+assert os.path.realpath(prerast.__file__).startswith(os.path.realpath(sys.prefix)), prerast.__file__
+img, _ = _demo.render("cpu", 32)
+assert img.any(), "the demo scene rendered nothing"
+print("prerast", prerast.__version__, "rendered", img.shape)
+"""
+
+
+def log(msg):
+    print(f"rehearse: {msg}", flush=True)
+
+
+def workflow_jobs():
+    import yaml
+
+    with open(WORKFLOW) as f:
+        return yaml.safe_load(f)["jobs"]
+
+
+def rehearsed(step):
+    """None when the rehearsal runs this `run:` step, else why not."""
+    # A step that only reads a fact ($(python -m ci fact NAME)) runs no publishing command.
+    if not any(line.strip().startswith("python -m ci ") for line in step["run"].splitlines()):
+        return "it calls no `python -m ci` command (the documentation build: bash ci/test.sh builds the docs)"
+    if "${{" in step["run"]:
+        return "its script has a GitHub expression"
+    return None
+
+
+def commands(jobs=None):
+    """{job: [the `python -m ci ...` lines of the steps the rehearsal runs]} (a test compares them with the
+    workflow's)."""
+    jobs = jobs or workflow_jobs()
+    return {name: [line.strip() for s in jobs[name]["steps"] if "run" in s and not rehearsed(s)
+                   for line in s["run"].splitlines() if line.strip().startswith("python -m ci ")] for name in JOBS}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def sha256(path):
+    return release.sha256_file(path)
+
+
+def tree_digest(folder):
+    """{relative path: sha256} of every file under `folder`."""
+    out = {}
+    for d, _, files in os.walk(folder):
+        for f in files:
+            out[os.path.relpath(os.path.join(d, f), folder)] = sha256(os.path.join(d, f))
+    return out
+
+
+# Synthetic wheels: the base wheel's files as another cell's wheel.
+
+def _record_hash(data):
+    import base64
+
+    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+
+
+def synthetic_wheel(base, cell, version, out, extra=b""):
+    """A copy of wheel `base` made into `cell`'s wheel of `version`: file name, dist-info, tags and build metadata
+    (kind, torch and CUDA) of that cell; `extra` bytes added make the same name with other bytes."""
+    full = version + (f"+{cell.local_tag}" if cell.local_tag else "")
+    name = cell.wheel_name(version)
+    plat = name[:-len(".whl")].split("-")[-1]
+    files = {}
+    with zipfile.ZipFile(base) as z:
+        old_info = next(n.split("/")[0] for n in z.namelist() if n.split("/")[0].endswith(".dist-info"))
+        new_info = f"prerast-{full}.dist-info"
+        for n in z.namelist():
+            if n.endswith("/"):
+                continue
+            data = z.read(n)
+            new = n.replace(old_info + "/", new_info + "/", 1)
+            if n == "prerast/_build_info.json":
+                info = json.loads(data)
+                info.update(abi=cell.kind, torch_version=cell.torch_build, cuda_version=cell.cuda,
+                            prerast_version=full)
+                data = json.dumps(info, indent=2, sort_keys=True).encode()
+            elif n == f"{old_info}/WHEEL":
+                data = re.sub(rb"(?m)^Tag: .*$", f"Tag: {compat.PYTHON_TAG}-abi3-{plat}".encode(), data)
+            elif n == f"{old_info}/METADATA":
+                data = re.sub(rb"(?m)^Version: .*$", f"Version: {full}".encode(), data)
+            files[new] = data
+    if extra:
+        files["prerast/_rebuilt.txt"] = extra
+    record = f"{new_info}/RECORD"
+    files[record] = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in files.items() if n != record).encode()
+    path = os.path.join(out, name)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
+        for n, d in files.items():
+            z.writestr(zipfile.ZipInfo(n, date_time=(2026, 1, 1, 0, 0, 0)), d)
+    return path
+
+
+def wheel_set(given, cells, version, out):
+    """Every selected cell's wheel in `out`: those in `given`, the others synthetic; returns the base wheel."""
+    os.makedirs(out, exist_ok=True)
+    by_cell = {}
+    for name in publish.wheel_files(given):
+        cell = publish.cell_of_wheel(name, cells)
+        if cell and publish.WHEEL_NAME.fullmatch(name).group("version") == version:
+            by_cell.setdefault(cell.id, publish.find_wheel(given, name))
+    # The installs run here: the base wheel is this machine's (its target's untagged stable wheel).
+    base_cell = next((c for c in cells if c.target.runs_here() and c.kind == "stable" and not c.local_tag), None)
+    if base_cell is None:
+        raise SystemExit(f"rehearse: no stable cell of ci/matrix.toml builds for this machine "
+                         f"({sys.platform}, {platform.machine()}): rehearse on a machine the matrix builds for")
+    if base_cell.id not in by_cell:
+        raise SystemExit(f"rehearse: no prerast {version} wheel of cell {base_cell.id} in {given} "
+                         f"({base_cell.wheel_name(version)} or another manylinux level): build one with "
+                         "`python -m ci wheel build`, or leave out --wheels")
+    made = []
+    for c in cells:
+        if c.id in by_cell:
+            shutil.copy(by_cell[c.id], out)
+        else:
+            synthetic_wheel(by_cell[base_cell.id], c, version, out)
+            made.append(c.id)
+    log(f"{len(cells) - len(made)} wheels given, {len(made)} synthetic (other targets and torch builds)")
+    return os.path.join(out, os.path.basename(by_cell[base_cell.id]))
+
+
+class World:
+    """What GitHub and PyPI keep between runs: the releases (gh stand-in), the PyPI files, the deployed pages; with
+    the pages and the release assets served over HTTP and a pypiserver, on 127.0.0.1."""
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.artifacts = {}  # {(run id, artifact name): the attempts that uploaded it}: GitHub keeps them per run
+        self.gh, self.pypi, self.www = (os.path.join(folder, n) for n in ("gh", "pypi", "www"))
+        for d in (self.gh, self.pypi, self.www):
+            os.makedirs(d, exist_ok=True)
+        downloads = os.path.join(self.www, REPO, "releases")
+        os.makedirs(downloads)
+        os.symlink(self.gh, os.path.join(downloads, "download"))
+        handler = functools.partial(Quiet, directory=self.www)
+        self.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        self.server_url = f"http://127.0.0.1:{self.http.server_address[1]}"
+        self.pypi_port = free_port()
+        self.pypiserver = subprocess.Popen(
+            [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(self.pypi_port), "-a", ".",
+             "-P", ".", self.pypi], stdout=subprocess.DEVNULL, stderr=open(os.path.join(folder, "pypiserver.log"), "w"))
+        self.pypi_url = f"http://127.0.0.1:{self.pypi_port}"
+        for _ in range(100):
+            with contextlib.suppress(OSError):
+                urllib.request.urlopen(self.pypi_url + "/simple/", timeout=1).close()
+                break
+            time.sleep(0.1)
+        else:
+            raise SystemExit(f"rehearse: pypiserver did not start (see {folder}/pypiserver.log)")
+
+    def close(self):
+        self.http.shutdown()
+        self.http.server_close()
+        self.pypiserver.terminate()
+        self.pypiserver.wait(10)
+
+    def state(self, tag):
+        """What a scenario may change: the release's assets and notes, the PyPI files, the deployed pages."""
+        rels = {r["tagName"]: r for r in json.load(open(os.path.join(self.gh, "releases.json")))} \
+            if os.path.exists(os.path.join(self.gh, "releases.json")) else {}
+        assets = tree_digest(os.path.join(self.gh, tag)) if tag in rels else {}
+        site = os.path.join(self.www, "site")
+        return {"assets": assets, "notes": rels.get(tag, {}).get("body"), "pypi": tree_digest(self.pypi),
+                "pages": tree_digest(site) if os.path.isdir(site) else {}}
+
+
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+def expand(value, context):
+    """A step's env value with its ${{ github.X }} and ${{ steps.ID.outputs.X }} filled in from `context`."""
+    def one(m):
+        if m.group(1) not in context:
+            raise SystemExit(f"rehearse: the workflow uses ${{{{ {m.group(1)} }}}}, which the rehearsal does "
+                             "not provide: add it to the context in ci/publish/rehearse.py")
+        return context[m.group(1)]
+
+    return re.sub(r"\$\{\{\s*((?:github\.|steps\.[\w-]+\.outputs\.)\w+)\s*\}\}", one, str(value))
+
+
+def github_pages_url(repository):
+    """What actions/configure-pages reports as base_url for a project repository's site without a custom domain:
+    https://<owner>.github.io/<name> (GitHub's rule, written here independently of prerast_meta.compat)."""
+    owner, name = repository.split("/")
+    return f"https://{owner.lower()}.github.io/{name}"
+
+
+def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api, rebuilt=None):
+    """The publishing jobs of one run attempt; returns {job: {'ok', 'output', 'dir'}} (a job after a failed
+    release is skipped, as its `needs.release.result == 'success'` says)."""
+    bin_dir = os.path.join(work, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    for name, target in (("python", ""), ("gh", os.path.join(ROOT, "ci", "publish", "gh_standin.py"))):
+        with open(os.path.join(bin_dir, name), "w") as f:
+            f.write(f'#!/bin/sh\nexec "{sys.executable}" {target} "$@"\n')
+        os.chmod(os.path.join(bin_dir, name), 0o755)
+    api = os.path.join(world.gh, "api", "repos", REPO, "actions", "runs", str(run_id))
+    os.makedirs(api, exist_ok=True)
+    with open(os.path.join(api, "jobs.json"), "w") as f:
+        json.dump(jobs_api, f)
+    github = {"token": "rehearsal", "repository": REPO, "server_url": world.server_url, "ref_name": tag,
+              "run_id": str(run_id), "run_attempt": str(attempt), "event_name": "push", "ref": f"refs/tags/{tag}"}
+    context = {f"github.{k}": v for k, v in github.items()}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GH_", "PIP_"))}
+    env.update(PATH=bin_dir + os.pathsep + os.environ["PATH"], PYTHONPATH=ROOT, GH_STANDIN_DIR=world.gh,
+               GITHUB_REF_NAME=tag, GITHUB_REF=f"refs/tags/{tag}", GITHUB_REPOSITORY=REPO, GITHUB_EVENT_NAME="push",
+               GITHUB_RUN_ID=str(run_id), GITHUB_RUN_ATTEMPT=str(attempt), GITHUB_SERVER_URL=world.server_url)
+    results = {}
+    for job_name in JOBS:
+        folder = os.path.join(work, job_name)
+        os.makedirs(folder)
+        if job_name != "release" and not results["release"]["ok"]:
+            results[job_name] = {"ok": None, "output": "skipped: the release job failed", "dir": folder}
+            continue
+        out, ok = [], True
+        job_env = dict(env, GITHUB_STEP_SUMMARY=os.path.join(folder, "summary.md"),
+                       GITHUB_OUTPUT=os.path.join(folder, "output"))
+        for step in workflow_jobs()[job_name]["steps"]:
+            ok = play(step, folder, job_env, context, world, wheels, out, rebuilt)
+            if not ok:
+                break
+        results[job_name] = {"ok": ok, "output": "\n".join(out), "dir": folder}
+        log(f"  job {job_name}: {'ok' if ok else 'FAILED'}")
+    return results
+
+
+def play(step, folder, env, context, world, wheels, out, rebuilt=None):
+    """One step of a job, as GitHub would run it or as its action would act here; False when it failed.
+    `rebuilt`: the wheels whose jobs ran in this attempt (None: all). As on GitHub, download-artifact lists only
+    this attempt's artifacts unless it is given the run's id and a token; the wheels of jobs that passed in an
+    earlier attempt are artifacts of that attempt."""
+    action = step.get("uses", "").split("@")[0]
+    given = step.get("with", {})
+    if "run" in step:
+        why_not = rehearsed(step)
+        if why_not:
+            out.append(f"[not rehearsed: {step.get('name', step['run'][:40])}: {why_not}]")
+            return True
+        step_env = dict(env, **{k: expand(v, context) for k, v in step.get("env", {}).items()})
+        r = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=folder, env=step_env,
+                           capture_output=True, text=True)
+        out.append(f"$ {step.get('name', '')}\n{r.stdout}{r.stderr}")
+        return r.returncode == 0
+    if action == "actions/download-artifact" and given.get("pattern") == "wheel-*":
+        by_run = given.get("run-id") and given.get("github-token")
+        earlier = [] if by_run or rebuilt is None else [n for n in os.listdir(wheels) if n not in rebuilt]
+        if earlier:
+            out.append(f"[download-artifact: this attempt's artifacts only; not {len(earlier)} of earlier attempts]")
+        shutil.copytree(wheels, os.path.join(folder, given["path"]), ignore=lambda d, names: earlier)
+    elif action == "pypa/gh-action-pypi-publish":
+        files = sorted(os.path.join(folder, given["packages-dir"], f)
+                       for f in os.listdir(os.path.join(folder, given["packages-dir"])))
+        skip = ["--skip-existing"] if str(given.get("skip-existing", "")).lower() == "true" else []
+        for cmd in (["check", *files], ["upload", "--non-interactive", "-u", "rehearsal", "-p", "rehearsal",
+                                        "--repository-url", world.pypi_url + "/", *skip, *files]):
+            r = subprocess.run([sys.executable, "-m", "twine", *cmd], capture_output=True, text=True, cwd=folder,
+                               env=env)
+            out.append(f"$ twine {cmd[0]}\n{r.stdout}{r.stderr}")
+            if r.returncode:
+                return False
+    elif action == "actions/configure-pages":
+        if "id" in step:  # its output, as GitHub gives it for the repository (pages-url-check compares)
+            context[f"steps.{step['id']}.outputs.base_url"] = github_pages_url(REPO)
+    elif action == "actions/upload-pages-artifact":
+        name = expand(given.get("name", "github-pages"), context)
+        world.artifacts.setdefault((context["github.run_id"], name), []).append(os.path.join(folder, given["path"]))
+    elif action == "actions/deploy-pages":
+        name = expand(given.get("artifact_name", "github-pages"), context)
+        found = world.artifacts.get((context["github.run_id"], name), [])
+        if len(found) != 1:  # deploy-pages' own check: the name must pick one artifact of the run
+            out.append(f"deploy-pages: {len(found)} artifacts named {name!r} were found for this workflow run")
+            return False
+        site = os.path.join(world.www, "site")
+        shutil.rmtree(site, ignore_errors=True)
+        shutil.copytree(found[0], site)  # the deploy: what the server now serves
+    else:
+        out.append(f"[not rehearsed: {action or step}]")
+    return True
+
+
+def install(kind, url, version, folder, torch_site):
+    """pip install prerast==version into a fresh venv from the local index ('pypi') or the pages' find-links page
+    ('pages'), then the smoke render; returns (ok, output)."""
+    venv = os.path.join(folder, f"venv-{kind}")
+    shared_torch.make_venv(venv, torch_site, with_pip=False)
+    source = ["--index-url", url] if kind == "pypi" else ["--no-index", "--find-links", url]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # --no-deps: torch and numpy come from the shared folder; nothing else may be fetched.
+    r = subprocess.run([sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), "install",
+                        "-q", "--no-deps", *source, f"prerast=={version}"], capture_output=True, text=True, env=env)
+    if r.returncode:
+        return False, r.stdout + r.stderr
+    s = subprocess.run([os.path.join(venv, "bin", "python"), "-c", SMOKE], capture_output=True, text=True,
+                       cwd=folder, env=env)
+    shutil.rmtree(venv, ignore_errors=True)
+    return s.returncode == 0, s.stdout + s.stderr
+
+
+def torch_page():
+    """The find-links page of the shared torch build (torch==2.13.0+cpu -> torch-2.13.0+cpu.html)."""
+    release_, _, platform = shared_torch.TORCH_SPEC.split("==")[1].partition("+")
+    return compat.find_links_page(release_, platform or "cpu")
+
+
+def jobs_api(cells, server_url, run_id, failed=()):
+    """GitHub's answer to the run's jobs list: each wheel job, those of `failed` targets failed."""
+    return {"total_count": len(cells), "jobs": [
+        {"name": publish.job_name(c), "conclusion": "failure" if c.target.name in failed else "success",
+         "html_url": f"{server_url}/{REPO}/actions/runs/{run_id}/job/{9000 + i}"} for i, c in enumerate(cells)]}
+
+
+def check(name, results, plan, before, after, cells, wheels, jobs):
+    """What is wrong with scenario `name`'s outcome (empty: it is as it should be)."""
+    targets = list(dict.fromkeys(c.target.name for c in cells))
+    names = sorted(publish.wheel_files(wheels))
+    manifests = {f"manifest-{t}.json" for t in plan.get("published", [])}
+    expected_assets = {n for n in names if publish.cell_of_wheel(n, cells).target.name in plan.get("published", [])}
+    problems = []
+
+    def want(ok, text):
+        if not ok:
+            problems.append(text)
+
+    out = "\n".join(r["output"] for r in results.values())
+    if name == "tampered":
+        want(results["release"]["ok"] is False, "the release job did not stop on an asset with other bytes")
+        rebuilt = [n for n in names if before["assets"].get(n) and before["assets"][n] != sha256(os.path.join(wheels, n))]
+        want(len(rebuilt) == 1, f"one rebuilt wheel expected, found {rebuilt}")
+        for n in rebuilt:
+            want(n in out and before["assets"][n] in out and sha256(os.path.join(wheels, n)) in out,
+                 f"the failure does not name {n} with both sha256")
+        want(after == before, "the stopped run changed the release, PyPI or the pages")
+        return problems
+    failed = [(j, r["output"][-3000:]) for j, r in results.items() if not r["ok"]]
+    want(not failed, f"jobs failed: {failed}")
+    summary = open(os.path.join(results["release"]["dir"], "summary.md")).read()
+    notes = after["notes"] or ""
+    should_miss = [MISSING_TARGET] if name == "one target missing" else []
+    want(plan.get("published") == [t for t in targets if t not in should_miss],
+         f"published {plan.get('published')}, expected every target but {should_miss}")
+    want([m["target"] for m in plan.get("missing", [])] == should_miss, f"missing {plan.get('missing')}")
+    want(set(after["assets"]) == expected_assets | manifests,
+         f"release assets {sorted(after['assets'])}, expected {sorted(expected_assets | manifests)}")
+    want(all(after["assets"][n] == d for n, d in before["assets"].items()), "an asset was replaced")
+    pypi_expected = {n for n in expected_assets if not publish.WHEEL_NAME.fullmatch(n).group("local")}
+    want(set(after["pypi"]) == pypi_expected, f"PyPI has {sorted(after['pypi'])}, expected {sorted(pypi_expected)}")
+    want(bool(after["pages"]) and "whl/simple/prerast/index.html" in after["pages"], "no pages deployed")
+    want(f"is {compat.REPOSITORY}'s Pages site" in results["pages"]["output"],
+         "the pages job did not check that its Pages site is the one the loader names")
+    if name == "same run again":
+        want(after == before, "the same run again changed the release, PyPI or the pages")
+    for c in cells:
+        if c.target.name in should_miss:
+            url = next(j["html_url"] for j in jobs["jobs"] if j["name"] == publish.job_name(c))
+            want(all(f"[{c.id}]({url})" in text for text in (summary, notes)),
+                 f"the summary or the notes do not name {c.id} with its job's link")
+    want(("Re-run the failed jobs" in notes) == bool(should_miss), "the notes' re-run line")
+    return problems
+
+
+def rehearse(given, work, version=None):
+    """Run the scenarios; returns the report."""
+    version = version or release.package_version()
+    tag = f"v{version}"
+    cells = matrix.select(matrix.load(), published=True)
+    full, partial, rebuilt = (os.path.join(work, n) for n in ("wheels-all", "wheels-partial", "wheels-rebuilt"))
+    base = wheel_set(given, cells, version, full)
+    shutil.copytree(full, partial, ignore=lambda d, names: [
+        n for n in names if n.endswith(".whl") and publish.cell_of_wheel(n, cells).target.name == MISSING_TARGET])
+    shutil.copytree(full, rebuilt)
+    mac = next(c for c in cells if c.target.name == "macos-arm64")
+    synthetic_wheel(base, mac, version, rebuilt, extra=b"built again, not byte for byte")
+    torch_site = shared_torch.shared_torch()
+    def of_target(target):
+        return {n for n in publish.wheel_files(full) if publish.cell_of_wheel(n, cells).target.name == target}
+
+    # Each run attempt with the wheels its wheel jobs built (None: the first attempt, all of them). The same run
+    # again re-runs only the publishing jobs; the re-run rebuilds the failed target; the tampered attempt one wheel.
+    runs = [("clean", "a", full, 1001, 1, (), None), ("same run again", "a", full, 1001, 2, (), set()),
+            ("one target missing", "c", partial, 2001, 1, (MISSING_TARGET,), None),
+            ("re-run with it present", "c", full, 2001, 2, (), of_target(MISSING_TARGET)),
+            ("tampered", "c", rebuilt, 2001, 3, (), of_target(mac.target.name))]
+    worlds, report = {}, []
+    try:
+        for i, (name, world_name, wheels, run_id, attempt, failed, fresh) in enumerate(runs):
+            start = time.monotonic()
+            if world_name not in worlds:
+                worlds[world_name] = World(os.path.join(work, f"world-{world_name}"))
+            world = worlds[world_name]
+            log(f"scenario {name!r}: run {run_id} attempt {attempt}, {len(publish.wheel_files(wheels))} wheels")
+            before = world.state(tag)
+            jobs = jobs_api(cells, world.server_url, run_id, failed)
+            results = run_jobs(world, wheels, tag, run_id, attempt, os.path.join(work, f"run-{i}"), jobs, fresh)
+            after = world.state(tag)
+            plan_path = os.path.join(results["release"]["dir"], "plan.json")
+            plan = json.load(open(plan_path)) if os.path.exists(plan_path) else {}
+            problems = check(name, results, plan, before, after, cells, wheels, jobs)
+            installs = []
+            if name != "tampered":
+                for kind, url in (("pypi", world.pypi_url + "/simple/"),
+                                  ("pages", f"{world.server_url}/site/whl/{torch_page()}")):
+                    ok, output = install(kind, url, version, os.path.join(work, f"run-{i}"), torch_site)
+                    installs.append({"from": kind, "ok": ok})
+                    if not ok:
+                        problems.append(f"pip install from {kind} ({url}) failed:\n{output[-3000:]}")
+            for p in problems:
+                log(f"  PROBLEM: {p}")
+            report.append({"name": name, "ok": not problems, "published": plan.get("published", []),
+                           "missing": [m["target"] for m in plan.get("missing", [])],
+                           "pypi_files": sorted(after["pypi"]), "release_assets": sorted(after["assets"]),
+                           "installs": installs})
+            log(f"scenario {name!r}: {'ok' if not problems else 'FAILED'} ({time.monotonic() - start:.1f} s)")
+    finally:
+        for w in worlds.values():
+            w.close()
+    return {"scenarios": report}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m ci rehearse", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--wheels", help="a folder with the Linux x86-64 stable wheel (default: build it here)")
+    ap.add_argument("--report", help="write the scenarios' outcome here, JSON")
+    ap.add_argument("--work", help="the working folder (default: a temporary one)")
+    ap.add_argument("--keep", action="store_true", help="keep the working folder")
+    a = ap.parse_args(argv)
+    work = os.path.abspath(a.work) if a.work else tempfile.mkdtemp(prefix="prerast-rehearse-")
+    os.makedirs(work, exist_ok=True)
+    start = time.monotonic()
+    try:
+        given = a.wheels
+        if not given:
+            given = os.path.join(work, "built")
+            subprocess.run([sys.executable, "-m", "ci", "wheel", "build", "--out", given], cwd=ROOT, check=True)
+        report = rehearse(os.path.abspath(given), work)
+    finally:
+        if not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            log(f"kept {work}")
+    if a.report:
+        with open(a.report, "w") as f:
+            json.dump(report, f, indent=2)
+    bad = [s["name"] for s in report["scenarios"] if not s["ok"]]
+    log(f"{len(report['scenarios']) - len(bad)}/{len(report['scenarios'])} scenarios ok in "
+        f"{time.monotonic() - start:.0f} s" + (f"; failed: {', '.join(bad)}" if bad else ""))
+    return 1 if bad else 0

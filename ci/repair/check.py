@@ -1,0 +1,73 @@
+"""cibuildwheel's repair command (python -m ci repair): the repair tool of the wheel's target with the package's
+policy, then the checks of the repaired wheel (no torch or CUDA library grafted in, the exact platform tag, only
+torch's C shims imported by a stable-ABI plugin: ci/repair/symbols.py).
+"""
+import argparse
+import os
+import sys
+
+from ci import matrix
+from ci.build import wheel
+from ci.repair import symbols
+
+
+def policy_platform(path=matrix.MATRIX_FILE, machine=None, system=None):
+    """The platform tag a CI wheel of this machine's target carries, from the matrix's [target.*] tables
+    (manylinux_2_28_<machine> on Linux, win_amd64, ...); `machine`, `system`: platform.machine(), sys.platform.
+    A machine no target builds for is an error, not another machine's tag."""
+    import platform
+
+    target = running_target(path, system, machine)
+    if target is None:
+        raise matrix.MatrixError(f"no [target.*] of {path} is {system or sys.platform} on "
+                                 f"{machine or platform.machine()}: add one to build wheels here")
+    return target.plat
+
+
+def running_target(path=matrix.MATRIX_FILE, system=None, machine=None):
+    """The target of this OS and machine (sys.platform, platform.machine()); None if no target has them."""
+    return next((t for t in matrix.targets(path).values() if t.runs_here(system, machine)), None)
+
+
+def repair_and_check(raw_wheel, dest_dir, plat=None):
+    """cibuildwheel's repair step: the repair tool of the wheel's target (its platform tag picks it: auditwheel
+    on Linux, delvewheel on Windows, delocate on macOS) with the package's exclude list, tagged exactly `plat`
+    (the target's tag unless given), then the checks that no torch or CUDA library was grafted in and that the
+    tag is that one."""
+    try:
+        raw_tag = ".".join(wheel.wheel_tags(raw_wheel)[2])
+    except ValueError:  # not a wheel file name: the running OS decides
+        raw_tag = ""
+    target = matrix.target_of_tag(raw_tag) or running_target()
+    if target is None:
+        raise SystemExit(f"repair: {os.path.basename(raw_wheel)} is for no target of ci/matrix.toml")
+    plat = plat or target.plat
+    if target.os == "linux":
+        image = os.environ.get("AUDITWHEEL_PLAT")  # what the manylinux image itself is built for
+        if image and image != plat:
+            raise SystemExit(f"repair: the image is {image}, but the wheels must be tagged {plat}: change the image")
+    # The one build route's repair step: the tool of the wheel's platform tag, delocate's archs from it too.
+    repaired = wheel.repair(raw_wheel, dest_dir, sys.executable, plat, only_plat=True)
+    found = wheel.inspect(repaired)
+    if found["forbidden"]:
+        raise SystemExit(f"repair: torch/CUDA libraries were grafted into {repaired}: {found['forbidden']}")
+    if wheel.wheel_tags(repaired)[2] != [plat]:
+        raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged exactly {plat}")
+    if target.os == "linux" and found.get("build_info", {}).get("abi") == "stable":
+        # The audit reads ELF symbol tables (nm -D): Linux wheels only.
+        bad = {lib: kinds["other"] for lib, kinds in symbols.audit_wheel(repaired).items() if kinds.get("other")}
+        if bad:
+            raise SystemExit(f"repair: the stable-ABI wheel {os.path.basename(repaired)} imports symbols outside "
+                             f"torch's stable C shims (it would load into one torch release only): {bad}")
+    return repaired
+
+
+def main(argv=None):
+    r = argparse.ArgumentParser(prog="python -m ci repair",
+                                description="Repair a wheel with the package's policy and check the result.")
+    r.add_argument("wheel")
+    r.add_argument("dest_dir")
+    r.add_argument("--plat", help="the exact platform tag (default: the tag of the wheel's target in ci/matrix.toml)")
+    a = r.parse_args(argv)
+    print(repair_and_check(a.wheel, a.dest_dir, a.plat))
+    return 0

@@ -1,0 +1,105 @@
+"""The repaired wheel that ci/test.sh builds (one GPU arch) is what the matrix promises: nothing of torch or CUDA
+grafted in (those libraries stay external, resolved from torch at run time), the manylinux tag auditwheel derives
+from its symbol versions, the name of its cell, and build metadata for the torch it is tested with. The smoke test
+of the same wheel is in test_runtime_wheel.py."""
+import fnmatch
+import os
+import re
+import sys
+import zipfile
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from ci import matrix
+from ci.repair import symbols
+from ci.build import wheel  # noqa: E402
+from wheel_under_test import find_test_wheel  # noqa: E402
+
+pytestmark = pytest.mark.wheel
+
+
+@pytest.fixture(scope="module")
+def built():
+    return find_test_wheel()
+
+
+def needed_libraries(wheel_path, tmp_path, library="_C"):
+    """DT_NEEDED of one plugin library inside the wheel, read with pyelftools (auditwheel's own dependency)."""
+    elffile = pytest.importorskip("elftools.elf.elffile")
+    with zipfile.ZipFile(wheel_path) as z:
+        (name,) = [n for n in z.namelist() if re.search(rf"prerast/{library}\.[^/]*so$", n)]
+        target = tmp_path / f"{library}.so"
+        target.write_bytes(z.read(name))
+    with open(target, "rb") as f:
+        dynamic = elffile.ELFFile(f).get_section_by_name(".dynamic")
+        return [t.needed for t in dynamic.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+
+
+def test_no_torch_or_cuda_library_inside(built, tmp_path):
+    found = wheel.inspect(built)
+    info = found["build_info"]
+    assert found["grafted"] == [], f"auditwheel grafted libraries into the wheel: {found['grafted']}"
+    assert found["forbidden"] == []
+    expected = ["_C.abi3.so"] + (["_C_cuda.abi3.so"] if info.get("cuda_version") else [])
+    assert sorted(os.path.basename(n) for n in found["libraries"]) == expected
+    assert info["library"] == "_C.abi3.so" and info["cuda_library"] == (expected[1:] or [None])[0]
+    # The plugin links torch's libraries: they must be left for torch to provide, not copied. The CPU library
+    # never needs CUDA, so that it loads into a CPU-only torch.
+    needed = needed_libraries(built, tmp_path)
+    assert any(n.startswith("libtorch") for n in needed)
+    assert not any("cuda" in n for n in needed), needed
+    if info.get("cuda_version"):
+        cuda_needed = needed_libraries(built, tmp_path, "_C_cuda")
+        assert any(fnmatch.fnmatch(n, "libcudart.so.*") for n in cuda_needed)
+
+
+def test_stable_plugin_imports_only_torchs_c_shims(built):
+    """The stable-ABI wheel's libraries import nothing of torch but its C shims: no at::/c10::/torch:: symbol
+    that would tie it to one torch release."""
+    if wheel.inspect(built)["build_info"].get("abi") != "stable":
+        pytest.skip("a classic (per-release) wheel links torch's C++ API by design")
+    report = symbols.audit_wheel(built)
+    assert set(report) == {os.path.basename(n) for n in wheel.inspect(built)["libraries"]}
+    for lib, kinds in report.items():
+        assert kinds.get("other", []) == [], f"{lib} imports symbols outside torch's stable C shims"
+        assert kinds["torch-shim"], lib
+
+
+def test_abi3_tag_holds(built):
+    """abi3audit --strict: no library of the wheel uses Python API beyond the limited API of its cp310 floor."""
+    import shutil
+    import subprocess
+
+    tool = shutil.which("abi3audit", path=os.path.dirname(sys.executable)) or shutil.which("abi3audit")
+    if not tool:
+        pytest.skip("abi3audit is not installed (ci/requirements-ci.txt)")
+    out = subprocess.run([tool, "--strict", "--report", built], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_manylinux_tag_is_the_one_its_symbols_allow(built):
+    pytest.importorskip("auditwheel")
+    tag, text = wheel.auditwheel_show(built)
+    plat_tags = wheel.wheel_tags(built)[2]
+    assert tag in plat_tags, text
+    m = re.fullmatch(r"manylinux_(\d+)_(\d+)_x86_64", tag)
+    assert m, f"not a manylinux tag: {tag}"
+    glibc = tuple(int(x) for x in os.confstr("CS_GNU_LIBC_VERSION").split()[1].split(".")[:2])
+    assert (int(m.group(1)), int(m.group(2))) <= glibc
+    if os.environ.get("AUDITWHEEL_PLAT"):  # inside a manylinux image: exactly the matrix's policy
+        assert tag == f"{matrix.load()[0].manylinux}_x86_64"
+
+
+def test_named_after_its_cell_and_built_for_this_torch(built):
+    info = wheel.inspect(built)["build_info"]
+    assert info["torch_version"] == torch.__version__
+    cell = matrix.cell_for_build(info)
+    assert cell is not None and cell.kind == info["abi"]
+    version = info["prerast_version"].split("+")[0]
+    assert os.path.basename(built) == cell.wheel_name(version, ".".join(wheel.wheel_tags(built)[2]))
+    archs = os.environ.get("PRERAST_CUDA_ARCH_LIST")
+    if info.get("cuda_version") and archs:
+        assert info["cuda_archs"] == archs.replace(",", ";").split(";")

