@@ -62,7 +62,13 @@ def _resolve(dotted):
     return False
 
 
+# Folders that builds make and git ignores (.gitignore): the pages may name them whether or not a build ran yet.
+GENERATED = ("docs/gallery", "docs/_build", "dist", "build", ".venv")
+
+
 def _path_exists(path, function, root):
+    if not function and path.rstrip("/").startswith(GENERATED):
+        return True
     full = os.path.join(root, path)
     matches = glob.glob(full) if "*" in path else ([full] if os.path.exists(full) else [])
     if not matches:

@@ -8,6 +8,8 @@ import re
 import sys
 import tomllib
 
+import pytest
+
 import prerast
 from prerast import _loader
 from prerast_meta import build_info, compat
@@ -35,6 +37,7 @@ def test_installed_binary_carries_the_shared_facts():
         assert os.path.basename(wheel).startswith(f"prerast-{info['prerast_version']}-")
 
 
+@pytest.mark.wheel  # the metadata is an installed wheel's: the in-place build of the quick loop has none
 def test_the_package_and_its_metadata_agree_on_the_version():
     # What pip installed (the wheel's METADATA, read by importlib), not the module the package imports it from.
     assert importlib.metadata.version("prerast").partition("+")[0] == prerast.__version__
