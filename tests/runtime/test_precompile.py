@@ -99,8 +99,11 @@ def run(script, cwd, env, *args, python=sys.executable):
     return out.stdout
 
 
+PYTHONPATH = os.environ.get("PYTHONPATH")  # the package under test, where it is not installed
+
+
 def precompile_then_load_without_compiler(tmp_path, device, precompile, load, python=sys.executable,
-                                          pythonpath=os.environ.get("PYTHONPATH")):
+                                          pythonpath=PYTHONPATH):
     """Runs precompile (a script) in a devel process and load in a runtime one (runtime_env), both with python.
     Checks that the runtime saw no compiler and called none, and that the module's render equals eager."""
     devel = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SUPPORT, pythonpath])))
