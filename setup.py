@@ -13,6 +13,7 @@ Environment:
     PRERAST_FORCE_CPU=1        build the CPU-only plugin even when CUDA is available
     PRERAST_NO_LOCAL_VERSION=1 leave the local tag (+pt<torch><cuda> classic, +cu<major>/+cpu stable) off
 """
+
 import os
 import shutil
 import sys
@@ -39,8 +40,10 @@ try:
     import torch
     from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension
 except ImportError:
-    sys.exit("prerast: building needs torch in the build environment. Install the torch you will run with, "
-             "then: pip wheel --no-build-isolation .")
+    sys.exit(
+        "prerast: building needs torch in the build environment. Install the torch you will run with, "
+        "then: pip wheel --no-build-isolation ."
+    )
 
 # The CPU library (op schemas, bindings and CPU kernels; loads into any torch build) and the CUDA library (the same
 # bindings registering the CUDA kernels, loaded only into a CUDA build of torch of the same CUDA major, so that a
@@ -61,8 +64,9 @@ except ValueError as e:
     sys.exit(f"prerast: {e}")
 WITH_CUDA = use_cuda()
 LOCAL_TAG = compat.local_tag(torch.__version__, torch.version.cuda if WITH_CUDA else None, ABI)
-FULL_VERSION = VERSION if os.environ.get("PRERAST_NO_LOCAL_VERSION") == "1" or not LOCAL_TAG \
-    else f"{VERSION}+{LOCAL_TAG}"
+FULL_VERSION = (
+    VERSION if os.environ.get("PRERAST_NO_LOCAL_VERSION") == "1" or not LOCAL_TAG else f"{VERSION}+{LOCAL_TAG}"
+)
 ARCHS = build_env.arch_list(torch, CUDA_HOME) if WITH_CUDA else []
 if ABI == "stable":
     # Only torch's stable C shims are imported (libtorch_cpu and, for the CUDA library, libtorch_cuda).
@@ -93,8 +97,11 @@ def extensions():
             for inc in build_env.nvidia_pip_include_dirs():
                 cuda_cxx += ["-idirafter", inc]
         nvcc = flags.nvcc + build_env.gencode_flags(ARCHS)  # the version is the CPU library's alone
-        exts.append(CUDAExtension("prerast._C_cuda", CUDA_SOURCES,
-                                  extra_compile_args={"cxx": cuda_cxx, "nvcc": nvcc}, py_limited_api=True))
+        exts.append(
+            CUDAExtension(
+                "prerast._C_cuda", CUDA_SOURCES, extra_compile_args={"cxx": cuda_cxx, "nvcc": nvcc}, py_limited_api=True
+            )
+        )
     # The plugin registers ops through the dispatcher and never touches Python's C API, so it needs neither
     # libtorch_python nor a per-Python build: one abi3 binary serves every CPython.
     for ext, libs in zip(exts, (CPU_LIBS, CUDA_LIBS)):
@@ -124,8 +131,12 @@ class BuildWithInfo(BuildExtension):
         info["source_hash"] = sources.digest(ROOT)
         # A build from a copy of the sources (python -m prerast build-wheel) names the commit they came from.
         info["git_commit"] = info["git_commit"] or os.environ.get("PRERAST_SOURCE_COMMIT")
-        build_info.write(out_dir, info, os.path.basename(self.get_ext_fullpath("prerast._C")),
-                         os.path.basename(self.get_ext_fullpath("prerast._C_cuda")) if WITH_CUDA else None)
+        build_info.write(
+            out_dir,
+            info,
+            os.path.basename(self.get_ext_fullpath("prerast._C")),
+            os.path.basename(self.get_ext_fullpath("prerast._C_cuda")) if WITH_CUDA else None,
+        )
 
 
 class BuildPyWithSources(build_py):
@@ -146,7 +157,9 @@ setup(
     package_dir={"": "package", "prerast_meta": "prerast_meta"},
     packages=["prerast", "prerast_meta"],
     ext_modules=extensions(),
-    cmdclass={"build_ext": BuildWithInfo.with_options(use_ninja=shutil.which("ninja") is not None),
-              "build_py": BuildPyWithSources},
+    cmdclass={
+        "build_ext": BuildWithInfo.with_options(use_ninja=shutil.which("ninja") is not None),
+        "build_py": BuildPyWithSources,
+    },
     options={"bdist_wheel": {"py_limited_api": compat.PYTHON_TAG}},
 )

@@ -1,5 +1,6 @@
 """antialias benchmarks on the rasterize scenes (1k / 100k / 1M triangles at 256², 1024², 4096², batch 1 and 8),
 with 3 and 32 colour channels; the topology hash is built once per scene, as a training loop would."""
+
 import os
 import sys
 
@@ -22,6 +23,7 @@ def cases(device, quick):
             yield {
                 "name": f"antialias {label} c{ch}",
                 "forward": lambda color=color, p=p, rast=rast, tri=tri, topo=topo: prerast.antialias(
-                    color, rast, p, tri, topo),
+                    color, rast, p, tri, topo
+                ),
                 "inputs": [color, p],
             }

@@ -1,5 +1,6 @@
 """interpolate benchmarks on the rasterize scenes (1k / 100k / 1M triangles at 256², 1024², 4096², batch 1 and
 8), with 3 attributes (and their screen-space derivatives) and with 32 attributes."""
+
 import os
 import sys
 

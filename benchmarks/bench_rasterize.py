@@ -3,6 +3,7 @@
 Triangles are sized so that the screen is covered about four times over whatever the count, so every scene does
 comparable shading work and the count mostly stresses setup and binning.
 """
+
 import math
 
 import torch

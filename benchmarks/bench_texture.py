@@ -1,6 +1,7 @@
 """texture: every filter mode on 1024^2 and 4096^2 textures with 3 and 4 channels, at 1024^2 output
 (quick: 1024^2 textures, 256^2 output). The mipmapped modes build the chain inside each call, as a training
 step that changes the texture would; backward includes folding the level gradients back into the texture."""
+
 import torch
 
 import prerast

@@ -6,6 +6,7 @@ first CPU frame, with the size/SHA-256/ELF checks and with them replaced by a no
 torch is imported before the clock starts (its import is the same either way and dwarfs the rest). The libraries
 are in the page cache after the first run, as they are for every import but a machine's first.
 """
+
 import argparse
 import json
 import statistics
@@ -51,12 +52,19 @@ def main():
     med = {mode: statistics.median(r["first_frame_s"] for r in rs) * 1000 for mode, rs in results.items()}
     check = statistics.median(r["check_s"] for r in results["checked"]) * 1000
     size = results["checked"][0]["bytes"] / 1e6
-    summary = {"runs": args.runs, "library_mb": size, "check_ms": check,
-               "import_to_first_frame_ms": med, "difference_ms": med["checked"] - med["unchecked"]}
+    summary = {
+        "runs": args.runs,
+        "library_mb": size,
+        "check_ms": check,
+        "import_to_first_frame_ms": med,
+        "difference_ms": med["checked"] - med["unchecked"],
+    }
     print(f"libraries checked: {size:.1f} MB ({', '.join(results['checked'][0]['libraries'])})")
     print(f"size + SHA-256 + ELF check: {check:.2f} ms (median of {args.runs} fresh processes)")
-    print(f"import prerast -> first CPU frame: {med['checked']:.1f} ms checked, {med['unchecked']:.1f} ms "
-          f"unchecked (difference {summary['difference_ms']:+.1f} ms)")
+    print(
+        f"import prerast -> first CPU frame: {med['checked']:.1f} ms checked, {med['unchecked']:.1f} ms "
+        f"unchecked (difference {summary['difference_ms']:+.1f} ms)"
+    )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(summary, f, indent=2)

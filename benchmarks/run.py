@@ -15,6 +15,7 @@ the op, so that the time is the op's backward and not that of building a loss's 
 out.sum() is a broadcast scalar that must first be written out in full, as large as the output). Each figure is
 the median over at least 1 s of calls (0.2 s with --quick).
 """
+
 import argparse
 import glob
 import importlib.util
@@ -103,6 +104,7 @@ def restrict_scenes(which):
     """Narrows the rasterize scenes that bench_rasterize and the ops built on it use."""
     sys.path.insert(0, HERE)
     import bench_rasterize
+
     if which == "vs-llvmpipe":
         bench_rasterize.TRIS = {k: v for k, v in bench_rasterize.TRIS.items() if k in ("1k", "100k", "1M")}
         bench_rasterize.BATCH = [1]
@@ -129,12 +131,17 @@ def main():
                 rows.append(row)
                 bwd = row.get("backward_ms")
                 fwd = row.get("forward_ms")
-                print(f"{row['name']:<52} {device:<6} {fwd if fwd is None else f'{fwd:9.2f}':>9} "
-                      f"{'-' if bwd is None else f'{bwd:9.2f}':>9}" + (f"  {row['error']}" if "error" in row else ""),
-                      flush=True)
-    meta = {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
-            "threads": torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None}
+                print(
+                    f"{row['name']:<52} {device:<6} {fwd if fwd is None else f'{fwd:9.2f}':>9} "
+                    f"{'-' if bwd is None else f'{bwd:9.2f}':>9}" + (f"  {row['error']}" if "error" in row else ""),
+                    flush=True,
+                )
+    meta = {
+        "torch": torch.__version__,
+        "cpu": platform.processor() or platform.machine(),
+        "threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+    }
     with open(a.json, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=2)
     print(f"wrote {a.json}")

@@ -10,6 +10,7 @@ prerast's is that of a context made with output_db=False, which writes the same 
 its output; the "+ rast_db" column is the default context's, which also computes and writes the image-space
 derivatives (a second output of the same size). The floor column is allocating and writing one output alone.
 """
+
 import argparse
 import json
 import os
@@ -102,8 +103,9 @@ class Llvmpipe:
         ctx = self.ctx
         vbo = ctx.buffer(pos.detach().cpu().numpy().astype("f4").tobytes())
         vao = ctx.vertex_array(self.prog, [(vbo, "4f", "pos")])
-        fbo = ctx.framebuffer(color_attachments=[ctx.texture((res, res), 4, dtype="f4")],
-                              depth_attachment=ctx.depth_texture((res, res)))
+        fbo = ctx.framebuffer(
+            color_attachments=[ctx.texture((res, res), 4, dtype="f4")], depth_attachment=ctx.depth_texture((res, res))
+        )
 
         def draw():
             fbo.use()
@@ -127,8 +129,10 @@ def main():
     p.add_argument("--json", help="also write the rows here")
     a = p.parse_args()
     gl = Llvmpipe()
-    print(f"cpu: {cpu_name()}, {os.cpu_count()} logical cores, "
-          f"torch {torch.__version__} with {torch.get_num_threads()} threads")
+    print(
+        f"cpu: {cpu_name()}, {os.cpu_count()} logical cores, "
+        f"torch {torch.__version__} with {torch.get_num_threads()} threads"
+    )
     print(f"llvmpipe: {gl.renderer if gl.ctx else 'skipped, ' + gl.reason}")
     same = prerast.RasterizeCpuContext(output_db=False)  # the values llvmpipe writes, and no more
     with_db = prerast.RasterizeCpuContext()
@@ -137,18 +141,28 @@ def main():
     for tname in a.tris:
         for res in a.res:
             pos, tri = bench_rasterize.scene(TRIS[tname])
-            fns = [lambda pos=pos, tri=tri, res=res: prerast.rasterize(same, pos, tri, (res, res)),
-                   lambda pos=pos, tri=tri, res=res: prerast.rasterize(with_db, pos, tri, (res, res))]
+            fns = [
+                lambda pos=pos, tri=tri, res=res: prerast.rasterize(same, pos, tri, (res, res)),
+                lambda pos=pos, tri=tri, res=res: prerast.rasterize(with_db, pos, tri, (res, res)),
+            ]
             if gl.ctx:
                 fns.append(gl.frame(pos[0], res)[0])
             with torch.no_grad():
                 ours, ours_db, theirs = (timeit(*fns) + [None])[:3]
-            row = {"scene": f"{tname} {res}^2", "prerast_ms": ours, "llvmpipe_ms": theirs, "floor_ms": floor_ms(res),
-                   "prerast_with_rast_db_ms": ours_db}
+            row = {
+                "scene": f"{tname} {res}^2",
+                "prerast_ms": ours,
+                "llvmpipe_ms": theirs,
+                "floor_ms": floor_ms(res),
+                "prerast_with_rast_db_ms": ours_db,
+            }
             rows.append(row)
             ratio = f"{ours / theirs:7.2f}" if theirs else f"{'-':>7}"
-            print(f"{row['scene']:<16} {ours:11.1f} {'-' if theirs is None else f'{theirs:.1f}':>12} {ratio} "
-                  f"{row['floor_ms']:9.1f} {ours_db:13.1f}", flush=True)
+            print(
+                f"{row['scene']:<16} {ours:11.1f} {'-' if theirs is None else f'{theirs:.1f}':>12} {ratio} "
+                f"{row['floor_ms']:9.1f} {ours_db:13.1f}",
+                flush=True,
+            )
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"cpu": cpu_name(), "threads": torch.get_num_threads(), "rows": rows}, f, indent=2)

@@ -4,59 +4,106 @@ Each command is a main(argv) of a module of ci's subpackages, by job: ci/matrix 
 matrix), ci/toolkit (Windows's CUDA toolkit and compiler), ci/build (building cells and wheels here), ci/repair
 (cibuildwheel's repair step and the checks of a repaired wheel), ci/publish (index, release and its rehearsal).
 """
+
 import importlib
 import sys
 
 # command -> ("module:function", help). The names are the workflow's and the docs' contract: never rename one.
 COMMANDS = {
-    "matrix": ("ci.build.commands:matrix_main",
-               "list the cells of ci/matrix.toml (--local: which this machine can build, and why not)"),
-    "build": ("ci.build.commands:build_main",
-              "build, repair and smoke-test cells: --cell 2.14.1+cu130 [--cell 2.14.1+cu130@3.12] or --all-local"),
+    "matrix": (
+        "ci.build.commands:matrix_main",
+        "list the cells of ci/matrix.toml (--local: which this machine can build, and why not)",
+    ),
+    "build": (
+        "ci.build.commands:build_main",
+        "build, repair and smoke-test cells: --cell 2.14.1+cu130 [--cell 2.14.1+cu130@3.12] or --all-local",
+    ),
     "summary": ("ci.build.commands:summary_main", "the summary table of the cells built so far (dist/cells)"),
     "index": ("ci.publish.index:main", "find-links pages and a PEP 503 index from a folder of wheels"),
-    "cibw-env": ("ci.matrix.cibw:env_main",
-                 "the cibuildwheel environment of one cell (the CI workflow appends it to $GITHUB_ENV)"),
+    "cibw-env": (
+        "ci.matrix.cibw:env_main",
+        "the cibuildwheel environment of one cell (the CI workflow appends it to $GITHUB_ENV)",
+    ),
     "gh-matrix": ("ci.matrix.cibw:gh_matrix_main", "the CI workflow's job matrix, as JSON"),
-    "toolkit-redist": ("ci.toolkit.redist:main",
-                       "a Windows CUDA cell's toolkit from NVIDIA's redistributable archives (into its CUDA_HOME)"),
-    "pin-torch": ("ci.matrix.cibw:pin_torch_main",
-                  "write the cell's torch pin to $PIP_CONSTRAINT (cibuildwheel's before-all on Windows and macOS)"),
-    "msvc-env": ("ci.toolkit.msvc_env:main",
-                 "Visual Studio's developer environment (vswhere, vcvarsall.bat) as NAME=VALUE lines for $GITHUB_ENV"),
-    "preflight": ("ci.matrix.preflight:main",
-                  "ask each cell's index whether its exact torch build exists, for each of its Pythons"),
-    "release-check": ("ci.publish.release:main", "before tagging: the tag matches the version, the matrix the "
-                      "published builds, and the repository settings to tick"),
-    "tag-check": ("ci.publish.release:tag_main",
-                  "the tag is v + the package version (the workflow's first step on a tag)"),
-    "release-manifests": ("ci.publish.release:manifests_main",
-                          "every release's manifests merged (the Pages job builds the index from them)"),
-    "publish-plan": ("ci.publish.plan:plan_main", "which targets of a tag run publish (every cell of the target "
-                     "passed), the summary and notes"),
-    "pypi-dir": ("ci.publish.plan:pypi_main",
-                 "the plan's wheels that PyPI takes (no local version), into a folder for the upload"),
-    "release-upload": ("ci.publish.upload:upload_main",
-                       "the plan's wheels and per-target manifests as release assets, never replacing one"),
-    "rehearse": ("ci.publish.rehearse:main",
-                 "the tag run's publishing path here, with stand-ins for GitHub only (README: Cutting a release)"),
-    "pages-url-check": ("ci.publish.pages_url:main",
-                        "this repository's Pages URL is the one the loader's index URL is under (the Pages job)"),
-    "repair": ("ci.repair.check:main",
-               "repair one wheel with the package's policy and check it (cibuildwheel's repair command)"),
-    "smoke": ("ci.build.smoke:main",
-              "smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)"),
-    "symbols": ("ci.repair.symbols:main",
-                "audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)"),
-    "abi-proof": ("ci.repair.abi_proof:main",
-                  "install one wheel next to other torch releases and run the op tests there"),
+    "toolkit-redist": (
+        "ci.toolkit.redist:main",
+        "a Windows CUDA cell's toolkit from NVIDIA's redistributable archives (into its CUDA_HOME)",
+    ),
+    "pin-torch": (
+        "ci.matrix.cibw:pin_torch_main",
+        "write the cell's torch pin to $PIP_CONSTRAINT (cibuildwheel's before-all on Windows and macOS)",
+    ),
+    "msvc-env": (
+        "ci.toolkit.msvc_env:main",
+        "Visual Studio's developer environment (vswhere, vcvarsall.bat) as NAME=VALUE lines for $GITHUB_ENV",
+    ),
+    "preflight": (
+        "ci.matrix.preflight:main",
+        "ask each cell's index whether its exact torch build exists, for each of its Pythons",
+    ),
+    "release-check": (
+        "ci.publish.release:main",
+        "before tagging: the tag matches the version, the matrix the "
+        "published builds, and the repository settings to tick",
+    ),
+    "tag-check": (
+        "ci.publish.release:tag_main",
+        "the tag is v + the package version (the workflow's first step on a tag)",
+    ),
+    "release-manifests": (
+        "ci.publish.release:manifests_main",
+        "every release's manifests merged (the Pages job builds the index from them)",
+    ),
+    "publish-plan": (
+        "ci.publish.plan:plan_main",
+        "which targets of a tag run publish (every cell of the target passed), the summary and notes",
+    ),
+    "pypi-dir": (
+        "ci.publish.plan:pypi_main",
+        "the plan's wheels that PyPI takes (no local version), into a folder for the upload",
+    ),
+    "release-upload": (
+        "ci.publish.upload:upload_main",
+        "the plan's wheels and per-target manifests as release assets, never replacing one",
+    ),
+    "rehearse": (
+        "ci.publish.rehearse:main",
+        "the tag run's publishing path here, with stand-ins for GitHub only (README: Cutting a release)",
+    ),
+    "pages-url-check": (
+        "ci.publish.pages_url:main",
+        "this repository's Pages URL is the one the loader's index URL is under (the Pages job)",
+    ),
+    "repair": (
+        "ci.repair.check:main",
+        "repair one wheel with the package's policy and check it (cibuildwheel's repair command)",
+    ),
+    "smoke": (
+        "ci.build.smoke:main",
+        "smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)",
+    ),
+    "symbols": (
+        "ci.repair.symbols:main",
+        "audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)",
+    ),
+    "abi-proof": (
+        "ci.repair.abi_proof:main",
+        "install one wheel next to other torch releases and run the op tests there",
+    ),
     "wheel": ("ci.build.wheel:main", "build/venv/smoke helpers of the quick start"),
-    "cross": ("ci.build.cross:main",
-              "cross-build the aarch64 CPU wheel here and run it under qemu (fetch, build, python, cuda-probe)"),
-    "dev": ("ci.build.dev:main", "the dev loop: build the plugin in place into package/prerast (--cpu: the CPU "
-            "library only), recompiling only what changed, then (after --) run pytest against it"),
-    "fact": ("ci.matrix.facts:main",
-             "print one fact the code owns (stable-floor, plat) for the workflow's shell steps"),
+    "cross": (
+        "ci.build.cross:main",
+        "cross-build the aarch64 CPU wheel here and run it under qemu (fetch, build, python, cuda-probe)",
+    ),
+    "dev": (
+        "ci.build.dev:main",
+        "the dev loop: build the plugin in place into package/prerast (--cpu: the CPU "
+        "library only), recompiling only what changed, then (after --) run pytest against it",
+    ),
+    "fact": (
+        "ci.matrix.facts:main",
+        "print one fact the code owns (stable-floor, plat) for the workflow's shell steps",
+    ),
 }
 
 

@@ -5,6 +5,7 @@ Windows the test runs from a temporary folder on C: while the checkout is on D:,
 change drive (pypa/cibuildwheel#1448), so `cd {project} && python -m ci ...` never finds `ci`. Given the path of
 this file, Python finds the package from here instead. Standard library only (it runs inside cibuildwheel).
 """
+
 import os
 import sys
 

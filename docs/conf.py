@@ -8,6 +8,7 @@ fails the build when a docstring's arguments drift from its signature or a publi
 docs/_ext/prerast_names when a page names code (a dotted name, a path, a `python -m ci` command) that is gone, and
 docs/_ext/prerast_gallery runs the example programs on the CPU to make the gallery.
 """
+
 import os
 import sys
 
@@ -16,9 +17,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ex
 try:
     import prerast
 except ImportError as e:  # BinaryMismatchError is an ImportError too
-    raise RuntimeError("the documentation is built from an installed prerast (its docstrings, and the gallery "
-                       "runs the examples): install the wheel first, e.g. `bash ci/quickstart.sh` or "
-                       f"`pip install prerast` ({e})") from e
+    raise RuntimeError(
+        "the documentation is built from an installed prerast (its docstrings, and the gallery "
+        "runs the examples): install the wheel first, e.g. `bash ci/quickstart.sh` or "
+        f"`pip install prerast` ({e})"
+    ) from e
 
 from prerast import _checks, _constants  # noqa: E402
 from prerast_meta import compat  # noqa: E402  (installed with prerast)

@@ -1,5 +1,6 @@
 """What the example programs share: command-line options, a context for the chosen device, camera matrices,
 meshes, a progress line and a PNG writer (standard library only)."""
+
 import argparse
 import math
 import os
@@ -35,11 +36,13 @@ def context(device):
 
 # --- cameras ---------------------------------------------------------------------------------------------------
 
+
 def perspective(fovy=0.8, near=0.1, far=20.0):
     """OpenGL-style projection for a square image: camera looks down -z."""
     f = 1.0 / math.tan(fovy / 2)
-    return torch.tensor([[f, 0, 0, 0], [0, f, 0, 0],
-                         [0, 0, (far + near) / (near - far), 2 * far * near / (near - far)], [0, 0, -1, 0]])
+    return torch.tensor(
+        [[f, 0, 0, 0], [0, f, 0, 0], [0, 0, (far + near) / (near - far), 2 * far * near / (near - far)], [0, 0, -1, 0]]
+    )
 
 
 def translate(x, y, z):
@@ -51,9 +54,13 @@ def translate(x, y, z):
 def rotation(quat):
     """3x3 rotation of a (w, x, y, z) quaternion (normalised here); differentiable."""
     w, x, y, z = quat / quat.norm()
-    return torch.stack([torch.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)]),
-                        torch.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)]),
-                        torch.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)])])
+    return torch.stack(
+        [
+            torch.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)]),
+            torch.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)]),
+            torch.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)]),
+        ]
+    )
 
 
 def random_rotation(generator=None):
@@ -73,11 +80,27 @@ def to_clip(mvp, vertices):
 
 # --- meshes ----------------------------------------------------------------------------------------------------
 
+
 def cube():
     """Unit cube around the origin: 8 corners [8, 3] and 12 triangles [12, 3], wound counter-clockwise."""
     v = torch.tensor([[x, y, z] for x in (-0.5, 0.5) for y in (-0.5, 0.5) for z in (-0.5, 0.5)])
-    tri = torch.tensor([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
-                        [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]], dtype=torch.int32)
+    tri = torch.tensor(
+        [
+            [0, 1, 3],
+            [0, 3, 2],
+            [4, 6, 7],
+            [4, 7, 5],
+            [0, 4, 5],
+            [0, 5, 1],
+            [2, 3, 7],
+            [2, 7, 6],
+            [0, 2, 6],
+            [0, 6, 4],
+            [1, 5, 7],
+            [1, 7, 3],
+        ],
+        dtype=torch.int32,
+    )
     return v, tri
 
 
@@ -86,10 +109,17 @@ def sphere(rings=16, segments=32):
     The seam column is doubled so that u runs 0..1 without wrapping inside a triangle."""
     theta = torch.linspace(0, math.pi, rings + 1)[:, None]
     phi = torch.linspace(0, 2 * math.pi, segments + 1)[None, :]
-    pos = torch.stack([torch.sin(theta) * torch.cos(phi), torch.cos(theta).expand(-1, segments + 1),
-                       -torch.sin(theta) * torch.sin(phi)], -1).reshape(-1, 3)
-    uv = torch.stack([(phi / (2 * math.pi)).expand(rings + 1, -1), (theta / math.pi).expand(-1, segments + 1)],
-                     -1).reshape(-1, 2)
+    pos = torch.stack(
+        [
+            torch.sin(theta) * torch.cos(phi),
+            torch.cos(theta).expand(-1, segments + 1),
+            -torch.sin(theta) * torch.sin(phi),
+        ],
+        -1,
+    ).reshape(-1, 3)
+    uv = torch.stack(
+        [(phi / (2 * math.pi)).expand(rings + 1, -1), (theta / math.pi).expand(-1, segments + 1)], -1
+    ).reshape(-1, 2)
     i = torch.arange(rings)[:, None] * (segments + 1) + torch.arange(segments)[None, :]
     a, b, c, d = i, i + 1, i + segments + 1, i + segments + 2
     tri = torch.cat([torch.stack([a, c, b], -1).reshape(-1, 3), torch.stack([b, c, d], -1).reshape(-1, 3)])
@@ -97,6 +127,7 @@ def sphere(rings=16, segments=32):
 
 
 # --- output ----------------------------------------------------------------------------------------------------
+
 
 class Progress:
     """Prints the loss every few steps: one bar redrawn in place on a terminal, one line per report otherwise."""
@@ -113,8 +144,7 @@ class Progress:
         done = (step + 1) / self.steps
         bar = "#" * int(30 * done) + "." * (30 - int(30 * done))
         line = f"[{bar}] {step + 1}/{self.steps}  loss {loss:.6f}  {time.time() - self.start:.1f}s"
-        print("\r" + line if self.tty else line, end="" if self.tty and step != self.steps - 1 else "\n",
-              flush=True)
+        print("\r" + line if self.tty else line, end="" if self.tty and step != self.steps - 1 else "\n", flush=True)
 
 
 def save_png(path, images):
@@ -129,6 +159,10 @@ def save_png(path, images):
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-                + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+        f.write(
+            b"\x89PNG\r\n\x1a\n"
+            + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw))
+            + chunk(b"IEND", b"")
+        )
     return path

@@ -5,13 +5,24 @@ difference of the images. Antialiasing is what lets the silhouette pull the vert
 
     python examples/cube.py [--device cuda] [--steps 400] [--out cube.png]
 """
+
 import sys
 
 import torch
+from common import (
+    Progress,
+    context,
+    cube,
+    homogeneous,
+    parse_args,
+    perspective,
+    random_rotation,
+    save_png,
+    to_clip,
+    translate,
+)
 
 import prerast
-from common import Progress, context, cube, homogeneous, parse_args, perspective, random_rotation, save_png, to_clip
-from common import translate
 
 
 def render(ctx, mvp, vertices, colours, tri, resolution, edges):
@@ -45,8 +56,12 @@ def main(argv=None):
         progress(step, losses[-1])
     view = (camera @ homogeneous(random_rotation()))[None].to(dev)
     with torch.no_grad():
-        pair = torch.cat([render(ctx, view, target_v, target_c, tri, args.resolution, edges),
-                          render(ctx, view, fit_v, fit_c, tri, args.resolution, edges)])
+        pair = torch.cat(
+            [
+                render(ctx, view, target_v, target_c, tri, args.resolution, edges),
+                render(ctx, view, fit_v, fit_c, tri, args.resolution, edges),
+            ]
+        )
     print(f"wrote {save_png(args.out, pair)} (target | fit)")
     return losses
 

@@ -7,20 +7,36 @@ reveals all of it.
 
     python examples/envmap.py [--device cuda] [--steps 300] [--out envmap.png]
 """
+
 import sys
 
 import torch
 import torch.nn.functional as F
+from common import (
+    Progress,
+    context,
+    homogeneous,
+    parse_args,
+    perspective,
+    random_rotation,
+    save_png,
+    sphere,
+    to_clip,
+    translate,
+)
 
 import prerast
-from common import Progress, context, homogeneous, parse_args, perspective, random_rotation, save_png, sphere
-from common import to_clip, translate
 
 LIGHT = F.normalize(torch.tensor([0.5, 0.8, 0.6]), dim=0)
 # Cube faces +x, -x, +y, -y, +z, -z: the direction of texel (s, t) is N + (2s - 1) S + (2t - 1) T (OpenGL layout).
-FACES = [([1, 0, 0], [0, 0, -1], [0, -1, 0]), ([-1, 0, 0], [0, 0, 1], [0, -1, 0]),
-         ([0, 1, 0], [1, 0, 0], [0, 0, 1]), ([0, -1, 0], [1, 0, 0], [0, 0, -1]),
-         ([0, 0, 1], [1, 0, 0], [0, -1, 0]), ([0, 0, -1], [-1, 0, 0], [0, -1, 0])]
+FACES = [
+    ([1, 0, 0], [0, 0, -1], [0, -1, 0]),
+    ([-1, 0, 0], [0, 0, 1], [0, -1, 0]),
+    ([0, 1, 0], [1, 0, 0], [0, 0, 1]),
+    ([0, -1, 0], [1, 0, 0], [0, 0, -1]),
+    ([0, 0, 1], [1, 0, 0], [0, -1, 0]),
+    ([0, 0, -1], [-1, 0, 0], [0, -1, 0]),
+]
 
 
 def target_environment(size=32):
@@ -34,8 +50,10 @@ def target_environment(size=32):
         up = d[..., 1:2]
         sky = torch.tensor([0.3, 0.5, 0.9]) * (0.5 + 0.5 * up) + 0.2
         ground = torch.tensor([0.25, 0.2, 0.15]) * (1 + up)
-        sun = torch.tensor([1.0, 0.7, 0.3]) * torch.exp(-20 * (1 - (d @ F.normalize(torch.tensor([-1.0, 0.3, 0.2]),
-                                                                                   dim=0))))[..., None]
+        sun = (
+            torch.tensor([1.0, 0.7, 0.3])
+            * torch.exp(-20 * (1 - (d @ F.normalize(torch.tensor([-1.0, 0.3, 0.2]), dim=0))))[..., None]
+        )
         faces.append(torch.where(up > 0, sky, ground) + sun)
     return torch.stack(faces)[None].clamp(0, 1)
 
@@ -46,8 +64,8 @@ def render(ctx, rotations, vertices, tri, env, resolution, edges):
     mvp = torch.stack([camera @ homogeneous(r) for r in rotations]).to(vertices.device)
     pos = to_clip(mvp, vertices)
     eye = torch.stack([r.T @ torch.tensor([0.0, 0.0, 4.0]) for r in rotations]).to(vertices.device)  # world space
-    view = F.normalize(eye[:, None] - vertices[None], dim=-1)                   # [N, V, 3] towards the eye
-    refl = 2 * (view * vertices).sum(-1, keepdim=True) * vertices - view      # mirror direction
+    view = F.normalize(eye[:, None] - vertices[None], dim=-1)  # [N, V, 3] towards the eye
+    refl = 2 * (view * vertices).sum(-1, keepdim=True) * vertices - view  # mirror direction
     rast, rast_db = prerast.rasterize(ctx, pos, tri, (resolution, resolution))
     r, r_da = prerast.interpolate(refl.contiguous(), rast, tri, rast_db, diff_attrs="all")
     n, _ = prerast.interpolate(vertices, rast, tri)
@@ -56,14 +74,15 @@ def render(ctx, rotations, vertices, tri, env, resolution, edges):
     diffuse = 0.3 * (n @ light).clamp(min=0)[..., None]
     specular = 0.5 * (F.normalize(r, dim=-1) @ light).clamp(min=0)[..., None] ** 30
     mirror = prerast.texture(env, r, r_da, filter_mode="linear-mipmap-linear", boundary_mode="cube")
-    colour = (diffuse * torch.tensor([0.8, 0.8, 0.8], device=n.device) + 0.7 * mirror + specular)
+    colour = diffuse * torch.tensor([0.8, 0.8, 0.8], device=n.device) + 0.7 * mirror + specular
     colour = colour * (rast[..., 3:] > 0)
     return prerast.antialias(colour, rast, pos, tri, edges)
 
 
 def main(argv=None):
-    args = parse_args("Fit a cube environment map with Phong shading.", argv, steps=300, resolution=96,
-                      out="envmap.png")
+    args = parse_args(
+        "Fit a cube environment map with Phong shading.", argv, steps=300, resolution=96, out="envmap.png"
+    )
     ctx, dev = context(args.device), args.device
     vertices, _, tri = sphere()
     vertices, tri = vertices.to(dev), tri.to(dev)
@@ -85,8 +104,9 @@ def main(argv=None):
         progress(step, losses[-1])
     with torch.no_grad():
         rotations = [random_rotation()]
-        pair = torch.cat([render(ctx, rotations, vertices, tri, e, args.resolution, edges)
-                          for e in (target_env, fit_env)])
+        pair = torch.cat(
+            [render(ctx, rotations, vertices, tri, e, args.resolution, edges) for e in (target_env, fit_env)]
+        )
     print(f"wrote {save_png(args.out, pair)} (target | fit)")
     return losses
 

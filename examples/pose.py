@@ -6,14 +6,14 @@ silhouettes match. Only antialias gives silhouettes a gradient with respect to t
 
     python examples/pose.py [--device cuda] [--steps 200] [--out pose.png]
 """
+
 import math
 import sys
 
 import torch
+from common import Progress, context, cube, homogeneous, parse_args, perspective, rotation, save_png, to_clip, translate
 
 import prerast
-from common import Progress, context, cube, homogeneous, parse_args, perspective, rotation, save_png, to_clip
-from common import translate
 
 
 def quat_about(axis, angle):
@@ -24,8 +24,14 @@ def quat_about(axis, angle):
 def quat_mul(a, b):
     w1, x1, y1, z1 = a
     w2, x2, y2, z2 = b
-    return torch.stack([w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2, w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
-                        w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2, w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2])
+    return torch.stack(
+        [
+            w1 * w2 - x1 * x2 - y1 * y2 - z1 * z2,
+            w1 * x2 + x1 * w2 + y1 * z2 - z1 * y2,
+            w1 * y2 - x1 * z2 + y1 * w2 + z1 * x2,
+            w1 * z2 + x1 * y2 - y1 * x2 + z1 * w2,
+        ]
+    )
 
 
 def silhouettes(ctx, cameras, vertices, quat, tri, resolution, edges):
@@ -48,8 +54,12 @@ def main(argv=None):
     box, tri = (box * torch.tensor([1.2, 0.7, 0.35])).to(dev), tri.to(dev)
     edges = prerast.antialias_construct_topology_hash(tri)  # built once, reused by every antialias call
     project = perspective() @ translate(0, 0, -3.0)
-    cameras = torch.stack([project @ homogeneous(rotation(quat_about(a, t)))
-                           for a, t in (([0, 1, 0], 0.0), ([0, 1, 0], 1.3), ([1, 0, 0], 1.2))]).to(dev)
+    cameras = torch.stack(
+        [
+            project @ homogeneous(rotation(quat_about(a, t)))
+            for a, t in (([0, 1, 0], 0.0), ([0, 1, 0], 1.3), ([1, 0, 0], 1.2))
+        ]
+    ).to(dev)
     target_q = quat_about([0.3, 1.0, 0.2], 0.9)
     fit_q = quat_mul(target_q, quat_about([1.0, -0.5, 0.4], math.radians(40))).clone().requires_grad_(True)
     with torch.no_grad():

@@ -6,14 +6,25 @@ every texel through the mip chain.
 
     python examples/textured_sphere.py [--device cuda] [--steps 300] [--out textured_sphere.png]
 """
+
 import math
 import sys
 
 import torch
+from common import (
+    Progress,
+    context,
+    homogeneous,
+    parse_args,
+    perspective,
+    random_rotation,
+    save_png,
+    sphere,
+    to_clip,
+    translate,
+)
 
 import prerast
-from common import Progress, context, homogeneous, parse_args, perspective, random_rotation, save_png, sphere
-from common import to_clip, translate
 
 
 def target_texture(height=128, width=256):
@@ -34,8 +45,9 @@ def render(ctx, mvp, vertices, uv, tri, tex, resolution, edges):
 
 
 def main(argv=None):
-    args = parse_args("Fit a texture with mipmaps on a sphere.", argv, steps=300, resolution=96,
-                      out="textured_sphere.png")
+    args = parse_args(
+        "Fit a texture with mipmaps on a sphere.", argv, steps=300, resolution=96, out="textured_sphere.png"
+    )
     ctx, dev = context(args.device), args.device
     vertices, uv, tri = (t.to(dev) for t in sphere())
     edges = prerast.antialias_construct_topology_hash(tri)  # built once, reused by every antialias call
@@ -59,8 +71,9 @@ def main(argv=None):
         progress(step, losses[-1])
     view = (camera @ homogeneous(random_rotation()))[None].to(dev)
     with torch.no_grad():
-        pair = torch.cat([render(ctx, view, vertices, uv, tri, t, args.resolution, edges)
-                          for t in (target_tex, fit_tex)])
+        pair = torch.cat(
+            [render(ctx, view, vertices, uv, tri, t, args.resolution, edges) for t in (target_tex, fit_tex)]
+        )
     print(f"wrote {save_png(args.out, pair)} (target | fit)")
     return losses
 

@@ -1,13 +1,14 @@
 """Render one triangle with a colour at each corner, antialias its edges and write it to a PNG.
 
-    python examples/triangle.py [--device cuda] [--out triangle.png]
+python examples/triangle.py [--device cuda] [--out triangle.png]
 """
+
 import sys
 
 import torch
+from common import context, parse_args, save_png
 
 import prerast
-from common import context, parse_args, save_png
 
 
 def render(ctx, resolution, device):

@@ -3,6 +3,7 @@ is, which GPU archs to compile for, and where the headers a partial toolkit lack
 
 Standard library only (torch is passed in where its arch list is needed), so it also runs where torch is absent.
 """
+
 import glob
 import os
 import re
@@ -42,8 +43,9 @@ def nvcc_version(cuda_home):
     if not cuda_home:
         return None
     try:
-        out = subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--version"], capture_output=True, text=True,
-                             timeout=60).stdout
+        out = subprocess.run(
+            [os.path.join(cuda_home, "bin", "nvcc"), "--version"], capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     m = re.search(r"release (\d+\.\d+), V([\d.]+)", out)
@@ -53,8 +55,9 @@ def nvcc_version(cuda_home):
 def nvcc_archs(cuda_home):
     """Real archs this nvcc can compile for, as (major, minor) pairs."""
     try:
-        out = subprocess.run([os.path.join(cuda_home, "bin", "nvcc"), "--list-gpu-arch"], capture_output=True,
-                             text=True, timeout=60).stdout
+        out = subprocess.run(
+            [os.path.join(cuda_home, "bin", "nvcc"), "--list-gpu-arch"], capture_output=True, text=True, timeout=60
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return None
     found = set()

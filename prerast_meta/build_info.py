@@ -14,6 +14,7 @@ Keys (every build writes all of them):
     libraries          {file name: {"size", "sha256"}} of each (prerast_meta.integrity)
 Standard library only.
 """
+
 import datetime
 import glob
 import json
@@ -23,9 +24,24 @@ import sys
 from . import compat, integrity, platforms, sources
 
 INFO_FILE = "_build_info.json"
-KEYS = ("abi", "torch_floor", "prerast_version", "torch_version", "cuda_version", "nvcc_version", "cuda_archs",
-        "cxx11_abi", "python_tag", "python_built_with", "git_commit", "built_at", "source_hash", "library",
-        "cuda_library", "libraries")
+KEYS = (
+    "abi",
+    "torch_floor",
+    "prerast_version",
+    "torch_version",
+    "cuda_version",
+    "nvcc_version",
+    "cuda_archs",
+    "cxx11_abi",
+    "python_tag",
+    "python_built_with",
+    "git_commit",
+    "built_at",
+    "source_hash",
+    "library",
+    "cuda_library",
+    "libraries",
+)
 # The plugin's libraries in a package folder: _C.abi3.so and _C_cuda.abi3.so (Linux, macOS), _C.pyd and
 # _C_cuda.pyd (Windows); platforms.PLATFORMS says which.
 LIBRARY_GLOB = platforms.library_glob()
@@ -81,8 +97,10 @@ def misnamed(name):
     others = [p.name for p in platforms.platform_of_library_name(name)]
     if name.endswith(here.library_ext) or not others:  # ours, or a name no OS's build gives (left to the header)
         return None
-    return (f"{name} is the file name of a {' or '.join(others)} library, but this Python runs on "
-            f"{platforms.describe_running()}, whose plugin is {platforms.library_name()}")
+    return (
+        f"{name} is the file name of a {' or '.join(others)} library, but this Python runs on "
+        f"{platforms.describe_running()}, whose plugin is {platforms.library_name()}"
+    )
 
 
 def read(directory):
@@ -94,10 +112,14 @@ def read(directory):
         if libs:
             why = foreign_library(libs[0])
             if why is not None:  # e.g. a wheel of another OS installed by force, whose names differ from ours
-                return None, (f"{libs[0]} is not a library for this machine: {why} (a wheel for another platform "
-                              f"installed by force, or a copied folder?)")
-            return None, (f"{path} is missing: it records the size and SHA-256 of {libs[0]}, which is not loaded "
-                          "without them (a copy of the package cut short?)")
+                return None, (
+                    f"{libs[0]} is not a library for this machine: {why} (a wheel for another platform "
+                    f"installed by force, or a copied folder?)"
+                )
+            return None, (
+                f"{path} is missing: it records the size and SHA-256 of {libs[0]}, which is not loaded "
+                "without them (a copy of the package cut short?)"
+            )
         return None, f"no {INFO_FILE} in {directory}: this prerast has no compiled plugin (a source checkout?)"
     try:
         with open(path, "rb") as f:
@@ -107,13 +129,17 @@ def read(directory):
     libraries = info.get("libraries") if isinstance(info, dict) else None
     names = [info.get("library"), info.get("cuda_library")] if isinstance(libraries, dict) else []
     if not names or not isinstance(names[0], str) or not all(n is None or n in libraries for n in names):
-        return None, (f"{path} is malformed: expected the build metadata with \"library\" and the size and SHA-256 "
-                      f"of each library under \"libraries\", found "
-                      + (f"the keys {sorted(info)}" if isinstance(info, dict) else f"a JSON {type(info).__name__}"))
+        return None, (
+            f'{path} is malformed: expected the build metadata with "library" and the size and SHA-256 '
+            f'of each library under "libraries", found '
+            + (f"the keys {sorted(info)}" if isinstance(info, dict) else f"a JSON {type(info).__name__}")
+        )
     wrong = [misnamed(n) for n in names if n and misnamed(n)]
     if wrong:  # a build for another OS: its libraries cannot be loaded here, whatever their content
-        return None, (f"{path} describes a build for another platform: {wrong[0]} (a wheel for another platform "
-                      "installed by force, or a copied folder?)")
+        return None, (
+            f"{path} describes a build for another platform: {wrong[0]} (a wheel for another platform "
+            "installed by force, or a copied folder?)"
+        )
     info["path"] = os.path.join(directory, names[0])
     info["cuda_path"] = os.path.join(directory, names[1]) if names[1] else None
     return info, None

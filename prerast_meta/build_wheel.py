@@ -10,6 +10,7 @@ here with the tool its platform tag calls for (prerast_meta/repair.py: auditwhee
 Standard library only and free of prerast imports (tests/builder/test_import_tree.py): ci/ and the installed package
 (`python -m prerast build-wheel`, the first-use build) both import it, and importing it loads no plugin.
 """
+
 import dataclasses
 import glob
 import os
@@ -29,21 +30,21 @@ LOG_TAIL_LINES = 60
 class BuildSpec:
     """What one build makes, and for what. The torch (and so the Python) is the one `python` imports."""
 
-    source: str                      # the tree with setup.py (a checkout, or a copy made by sources.materialize)
-    out_dir: str                     # the repaired wheel ("wheel"), or the built package folder ("library")
-    python: str = sys.executable     # the interpreter whose torch the plugin is built for
-    kind: str = "wheel"              # "wheel"; "in-place": build_ext --inplace --force (the dev loop);
+    source: str  # the tree with setup.py (a checkout, or a copy made by sources.materialize)
+    out_dir: str  # the repaired wheel ("wheel"), or the built package folder ("library")
+    python: str = sys.executable  # the interpreter whose torch the plugin is built for
+    kind: str = "wheel"  # "wheel"; "in-place": build_ext --inplace --force (the dev loop);
     #                                  "library": build_ext -b out_dir (the first-use build)
-    abi: str = ""                    # PRERAST_ABI: "stable", "classic"; "" lets setup.py choose for the torch
-    cuda_home: str = None            # the CUDA toolkit of a CUDA build; None builds the CPU library only
-    archs: tuple = ()                # GPU archs (PRERAST_CUDA_ARCH_LIST), fixed; () leaves the environment's
-    plat: str = None                 # the platform tag to repair to (auditwheel --plat); None: the tool's choice
-    only_plat: bool = False          # exactly `plat` (auditwheel would otherwise pick an older manylinux)
-    repair: bool = True              # False: the raw wheel is copied into out_dir as it is
-    env: tuple = ()                  # more (name, value) pairs (a cross compiler, ccache); value None removes it
-    commit: str = None               # PRERAST_SOURCE_COMMIT, for sources that are no git checkout
-    build_temp: str = None           # setup.py's object folder (default: <source>/build/temp)
-    log_path: str = None             # the build's whole output (default: <out_dir>/build.log)
+    abi: str = ""  # PRERAST_ABI: "stable", "classic"; "" lets setup.py choose for the torch
+    cuda_home: str = None  # the CUDA toolkit of a CUDA build; None builds the CPU library only
+    archs: tuple = ()  # GPU archs (PRERAST_CUDA_ARCH_LIST), fixed; () leaves the environment's
+    plat: str = None  # the platform tag to repair to (auditwheel --plat); None: the tool's choice
+    only_plat: bool = False  # exactly `plat` (auditwheel would otherwise pick an older manylinux)
+    repair: bool = True  # False: the raw wheel is copied into out_dir as it is
+    env: tuple = ()  # more (name, value) pairs (a cross compiler, ccache); value None removes it
+    commit: str = None  # PRERAST_SOURCE_COMMIT, for sources that are no git checkout
+    build_temp: str = None  # setup.py's object folder (default: <source>/build/temp)
+    log_path: str = None  # the build's whole output (default: <out_dir>/build.log)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -92,8 +93,19 @@ def environment(spec, base=None):
 def command(spec, raw_dir=None):
     """The command line of the build, run in spec.source."""
     if spec.kind == "wheel":
-        return [spec.python, "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
-                "--disable-pip-version-check", "-w", raw_dir, os.path.abspath(spec.source)]
+        return [
+            spec.python,
+            "-m",
+            "pip",
+            "wheel",
+            "-v",
+            "--no-build-isolation",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-w",
+            raw_dir,
+            os.path.abspath(spec.source),
+        ]
     temp = spec.build_temp or os.path.join(spec.source, "build", "temp")
     if spec.kind == "in-place":
         # --force hands every extension to ninja, which recompiles only what changed (setuptools alone would
@@ -110,8 +122,9 @@ def run_build(spec, raw_dir=None, log=print, show=_progress.compile_step, label=
     """Run the build of the spec (its output appended to log_path(spec), what it compiles echoed through log);
     returns the seconds it took. Raises BuildFailed with the end of the log."""
     path = log_path(spec)
-    rc, took = _progress.run_logged(command(spec, raw_dir), path, label, log, show=show, env=environment(spec),
-                                    cwd=spec.source)
+    rc, took = _progress.run_logged(
+        command(spec, raw_dir), path, label, log, show=show, env=environment(spec), cwd=spec.source
+    )
     if rc != 0:
         with open(path, errors="replace") as f:
             tail = "".join(f.readlines()[-LOG_TAIL_LINES:])
@@ -132,7 +145,7 @@ def raw_wheel(spec, raw_dir, log=print, **kw):
 
 def platform_tag(wheel):
     """'prerast-0.2.0-cp310-abi3-win_amd64.whl' -> 'win_amd64'."""
-    return os.path.basename(wheel)[:-len(".whl")].rsplit("-", 1)[-1]
+    return os.path.basename(wheel)[: -len(".whl")].rsplit("-", 1)[-1]
 
 
 def delocate_archs(plat_tag):
@@ -155,8 +168,9 @@ def repaired(raw, spec, log=print):
         return shutil.copy(raw, spec.out_dir)
     tool = repair_tool(raw, spec)
     archs = delocate_archs(spec.plat or platform_tag(raw)) if tool == "delocate" else None
-    return _repair.repair(raw, spec.out_dir, spec.python, spec.plat, log=log, only_plat=spec.only_plat, tool=tool,
-                          archs=archs)
+    return _repair.repair(
+        raw, spec.out_dir, spec.python, spec.plat, log=log, only_plat=spec.only_plat, tool=tool, archs=archs
+    )
 
 
 def build(spec, log=print, **kw):

@@ -5,6 +5,7 @@ Pure functions of plain values. `run` is what a binary has to fit, as the loader
 {"python": "3.11.9", "torch_version": "2.14.1+cu130", "cuda_version": "13.0" or None, "cxx11_abi": True}.
 `info` is a binary's build metadata (prerast_meta.build_info).
 """
+
 import itertools
 import os
 import sys
@@ -101,8 +102,10 @@ def abi_kind(torch_version, requested=""):
     if requested not in ABIS:
         raise ValueError(f"PRERAST_ABI={requested!r}: expected one of {', '.join(ABIS)}")
     if requested == "stable" and not above:
-        raise ValueError(f"PRERAST_ABI=stable needs torch >= {floor_text()} in the build environment (found "
-                         f"{torch_version}); torch's stable ABI does not cover older releases")
+        raise ValueError(
+            f"PRERAST_ABI=stable needs torch >= {floor_text()} in the build environment (found "
+            f"{torch_version}); torch's stable ABI does not cover older releases"
+        )
     return requested
 
 
@@ -169,8 +172,10 @@ def describe(info):
     else:
         cuda = "CUDA " + info["cuda_version"] if info.get("cuda_version") else "CPU only"
     archs = ", GPU archs " + " ".join(info["cuda_archs"]) if info.get("cuda_archs") else ""
-    return (f"prerast {info.get('prerast_version')} for {serves(info)}, built with torch "
-            f"{info.get('torch_version')} ({cuda}{archs})")
+    return (
+        f"prerast {info.get('prerast_version')} for {serves(info)}, built with torch "
+        f"{info.get('torch_version')} ({cuda}{archs})"
+    )
 
 
 def describe_running(run):
@@ -184,17 +189,22 @@ def problems(info, run):
     if is_stable(info):
         oldest = floor(info)
         if release(run["torch_version"])[:2] < release(oldest)[:2]:
-            found.append(f"torch {run['torch_version']} (running) is older than {oldest}, the oldest torch this "
-                         "stable-ABI binary serves")
+            found.append(
+                f"torch {run['torch_version']} (running) is older than {oldest}, the oldest torch this "
+                "stable-ABI binary serves"
+            )
     else:
         if minor(info.get("torch_version", "0.0")) != minor(run["torch_version"]):
-            found.append(f"torch {info.get('torch_version')} (built; serves torch {minor(info['torch_version'])}.x)"
-                         f" != torch {run['torch_version']} (running)")
+            found.append(
+                f"torch {info.get('torch_version')} (built; serves torch {minor(info['torch_version'])}.x)"
+                f" != torch {run['torch_version']} (running)"
+            )
         if info.get("cuda_version") and run["cuda_version"] and info["cuda_version"] != run["cuda_version"]:
             found.append(f"CUDA {info['cuda_version']} (built) != CUDA {run['cuda_version']} (running torch)")
         if bool(info.get("cxx11_abi")) != run["cxx11_abi"]:
-            found.append(f"C++11 ABI {int(bool(info.get('cxx11_abi')))} (built) != {int(run['cxx11_abi'])} "
-                         "(running torch)")
+            found.append(
+                f"C++11 ABI {int(bool(info.get('cxx11_abi')))} (built) != {int(run['cxx11_abi'])} (running torch)"
+            )
     if base_version(info.get("prerast_version", "?")) != base_version(__version__):
         found.append(f"prerast {info.get('prerast_version')} (binary) != prerast {__version__} (Python package)")
     return found
@@ -213,20 +223,26 @@ def mismatch_message(info, reasons, run):
 
 def damaged_message(path, found, fix):
     """The refusal of a library that is not the one its build stamped: which file, what was expected and found."""
-    return (f"prerast will not load {path}: {found['what']}, so loading it could crash Python.\n"
-            f"  expected: {found['expected']}\n"
-            f"  found:    {found['found']}\n{fix}")
+    return (
+        f"prerast will not load {path}: {found['what']}, so loading it could crash Python.\n"
+        f"  expected: {found['expected']}\n"
+        f"  found:    {found['found']}\n{fix}"
+    )
 
 
 def why_fits(info, run):
     """In words: what kind of binary this is and why it serves the running torch."""
     if is_stable(info):
-        return (f"stable-ABI binary (torch's stable C ABI): serves every torch from "
-                f"{floor(info)} on; torch {run['torch_version']} is one")
+        return (
+            f"stable-ABI binary (torch's stable C ABI): serves every torch from "
+            f"{floor(info)} on; torch {run['torch_version']} is one"
+        )
     cuda = f" with CUDA {info['cuda_version']}" if info.get("cuda_version") else ""
-    return (f"classic binary built with torch {info.get('torch_version')}: serves every torch "
-            f"{minor(info.get('torch_version', '0.0'))}.x{cuda} (C++11 ABI {int(bool(info.get('cxx11_abi')))}); "
-            f"torch {run['torch_version']} is one")
+    return (
+        f"classic binary built with torch {info.get('torch_version')}: serves every torch "
+        f"{minor(info.get('torch_version', '0.0'))}.x{cuda} (C++11 ABI {int(bool(info.get('cxx11_abi')))}); "
+        f"torch {run['torch_version']} is one"
+    )
 
 
 def cuda_skip_reason(info, run):
@@ -237,8 +253,10 @@ def cuda_skip_reason(info, run):
     if not run["cuda_version"]:
         return f"the running torch {run['torch_version']} is a CPU-only build"
     if cuda_major(info.get("cuda_version")) != cuda_major(run["cuda_version"]):
-        return (f"its CUDA kernels are built for CUDA {cuda_major(info.get('cuda_version'))}.x but torch "
-                f"{run['torch_version']} runs CUDA {run['cuda_version']}")
+        return (
+            f"its CUDA kernels are built for CUDA {cuda_major(info.get('cuda_version'))}.x but torch "
+            f"{run['torch_version']} runs CUDA {run['cuda_version']}"
+        )
     return None
 
 

@@ -18,6 +18,7 @@ from torch 2.14; /std:c++20 with MSVC) only where none was given, so a /std:c++1
 against a torch whose headers need C++20. No flag asks for OpenMP: the CPU loops run on torch's intra-op thread
 pool (at::parallel_for / the stable ABI's parallel_for), never on OpenMP of their own.
 """
+
 import collections
 import os
 
@@ -30,8 +31,13 @@ COMPILERS = {"linux": ("gcc", "clang"), "darwin": ("apple-clang",), "win32": ("m
 GNU_STYLE = ("gcc", "clang", "apple-clang")  # take -O3, -f..., -W...; MSVC takes /O2, /fp:..., /EH...
 
 # What turns off the contraction of a * b + c into a fused multiply-add, per compiler family (tests check it).
-CONTRACTION_OFF = {"gcc": "-ffp-contract=off", "clang": "-ffp-contract=off", "apple-clang": "-ffp-contract=off",
-                   "msvc": "/fp:precise", "nvcc": "--fmad=false"}
+CONTRACTION_OFF = {
+    "gcc": "-ffp-contract=off",
+    "clang": "-ffp-contract=off",
+    "apple-clang": "-ffp-contract=off",
+    "msvc": "/fp:precise",
+    "nvcc": "--fmad=false",
+}
 
 
 def compiler_for(platform_key, cxx=None):
@@ -49,8 +55,10 @@ def flags(platform_key, compiler, deployment_target=None):
     COMPILERS[platform_key]). deployment_target: macOS only, the oldest macOS to run on (MACOSX_DEPLOYMENT_TARGET,
     e.g. '11.0'), passed to compiler and linker as -mmacosx-version-min."""
     if compiler not in COMPILERS.get(platform_key, ()):
-        raise ValueError(f"no flags for compiler {compiler!r} on {platform_key!r}: expected one of "
-                         f"{', '.join(COMPILERS.get(platform_key, ())) or 'nothing (unknown OS)'}")
+        raise ValueError(
+            f"no flags for compiler {compiler!r} on {platform_key!r}: expected one of "
+            f"{', '.join(COMPILERS.get(platform_key, ())) or 'nothing (unknown OS)'}"
+        )
     # nvcc: no contraction in device code either, whatever the host compiler.
     nvcc = ["-O3", CONTRACTION_OFF["nvcc"]]
     if compiler == "msvc":
@@ -59,8 +67,9 @@ def flags(platform_key, compiler, deployment_target=None):
         # __declspec(dllexport), and cl emits no debug information unless asked (/Zi), so no -g0 either.
         # /permissive- is not needed (csrc uses no alternative tokens or other MSVC-permissive constructs) and is
         # left to torch, whose headers it would also apply to.
-        return Flags(cxx=["/O2", CONTRACTION_OFF["msvc"], "/EHsc"],
-                     nvcc=nvcc + ["-Xcompiler", CONTRACTION_OFF["msvc"]], link=[])
+        return Flags(
+            cxx=["/O2", CONTRACTION_OFF["msvc"], "/EHsc"], nvcc=nvcc + ["-Xcompiler", CONTRACTION_OFF["msvc"]], link=[]
+        )
     # -g0 after Python's own -g: debug info would triple the libraries' size in every wheel. -fvisibility=hidden:
     # the plugin's symbols stay its own (it exports only what torch's registration macros mark visible).
     cxx = ["-O3", "-g0", "-fvisibility=hidden", CONTRACTION_OFF[compiler]]
@@ -90,5 +99,6 @@ def version_define(version):
 def build_flags(platform_key, environ=None):
     """flags() for the machine setup.py runs on: its OS, the compiler $CXX names, $MACOSX_DEPLOYMENT_TARGET."""
     environ = os.environ if environ is None else environ
-    return flags(platform_key, compiler_for(platform_key, environ.get("CXX")),
-                 environ.get("MACOSX_DEPLOYMENT_TARGET") or None)
+    return flags(
+        platform_key, compiler_for(platform_key, environ.get("CXX")), environ.get("MACOSX_DEPLOYMENT_TARGET") or None
+    )

@@ -8,6 +8,7 @@ what the running interpreter loads (ELF class, byte order and machine on Linux, 
 machine on Windows; a library of another OS is named as such), then the hash. Standard
 library only: setup.py imports it to stamp what it built.
 """
+
 import hashlib
 import os
 import stat
@@ -22,14 +23,30 @@ ELF_MAGIC = b"\x7fELF"
 ELF_CLASS = {1: "32-bit", 2: "64-bit"}
 ELF_DATA = {1: "little-endian", 2: "big-endian"}
 # e_machine values of the architectures one is likely to meet (the ELF specification and its processor supplements).
-ELF_MACHINE = {3: "x86", 8: "MIPS", 20: "PowerPC", 21: "PowerPC64", 22: "s390", 40: "ARM", 62: "x86-64",
-               183: "AArch64", 243: "RISC-V", 258: "LoongArch"}
+ELF_MACHINE = {
+    3: "x86",
+    8: "MIPS",
+    20: "PowerPC",
+    21: "PowerPC64",
+    22: "s390",
+    40: "ARM",
+    62: "x86-64",
+    183: "AArch64",
+    243: "RISC-V",
+    258: "LoongArch",
+}
 # Mach-O (<mach-o/loader.h>): the magic in the file's byte order, and cputype values (<mach/machine.h>).
-MACHO_MAGIC = {b"\xcf\xfa\xed\xfe": "<", b"\xce\xfa\xed\xfe": "<", b"\xfe\xed\xfa\xcf": ">",
-               b"\xfe\xed\xfa\xce": ">"}
+MACHO_MAGIC = {b"\xcf\xfa\xed\xfe": "<", b"\xce\xfa\xed\xfe": "<", b"\xfe\xed\xfa\xcf": ">", b"\xfe\xed\xfa\xce": ">"}
 MACHO_FAT_MAGIC = b"\xca\xfe\xba\xbe"  # a universal binary: big-endian fat_header, then 20-byte fat_arch entries
-MACHO_CPU = {7: "x86", 0x01000007: "x86-64", 12: "ARM", 0x0100000C: "arm64", 0x0200000C: "arm64_32",
-             18: "PowerPC", 0x01000012: "PowerPC64"}
+MACHO_CPU = {
+    7: "x86",
+    0x01000007: "x86-64",
+    12: "ARM",
+    0x0100000C: "arm64",
+    0x0200000C: "arm64_32",
+    18: "PowerPC",
+    0x01000012: "PowerPC64",
+}
 # PE/COFF (Microsoft's PE format specification): IMAGE_FILE_HEADER.Machine and the DLL characteristic.
 PE_MACHINE = {0x14C: "x86", 0x8664: "x86-64", 0xAA64: "arm64", 0x1C4: "ARM", 0xA641: "arm64EC"}
 PE_DLL = 0x2000
@@ -70,8 +87,10 @@ def elf_header(head):
 
 def describe_elf(header):
     cls, data, machine = header
-    return (f"a Linux {ELF_MACHINE.get(machine, f'e_machine {machine}')} library (ELF {ELF_CLASS.get(cls, f'class-{cls}')} "
-            f"{ELF_DATA.get(data, '?')})")
+    return (
+        f"a Linux {ELF_MACHINE.get(machine, f'e_machine {machine}')} library (ELF {ELF_CLASS.get(cls, f'class-{cls}')} "
+        f"{ELF_DATA.get(data, '?')})"
+    )
 
 
 def _macho(head):
@@ -82,8 +101,9 @@ def _macho(head):
     if head[:4] == MACHO_FAT_MAGIC and len(head) >= 8:
         count = struct.unpack_from(">I", head, 4)[0]
         if 0 < count <= 32 and len(head) >= 8 + 20 * count:  # a Java class file shares the magic: its count is huge
-            return tuple(MACHO_CPU.get(struct.unpack_from(">i", head, 8 + 20 * i)[0], "unknown CPU")
-                         for i in range(count))
+            return tuple(
+                MACHO_CPU.get(struct.unpack_from(">i", head, 8 + 20 * i)[0], "unknown CPU") for i in range(count)
+            )
     return None
 
 
@@ -94,10 +114,10 @@ def _pe(head):
     if len(head) < 0x40:
         return None, None
     at = struct.unpack_from("<I", head, 0x3C)[0]
-    if at + 24 > len(head) or head[at:at + 4] != b"PE\0\0":
+    if at + 24 > len(head) or head[at : at + 4] != b"PE\0\0":
         return None, None
-    machine, = struct.unpack_from("<H", head, at + 4)
-    characteristics, = struct.unpack_from("<H", head, at + 22)
+    (machine,) = struct.unpack_from("<H", head, at + 4)
+    (characteristics,) = struct.unpack_from("<H", head, at + 22)
     return PE_MACHINE.get(machine, f"machine 0x{machine:04X}"), bool(characteristics & PE_DLL)
 
 
@@ -130,8 +150,10 @@ def describe_running(running):
     fmt, what = running
     if fmt == "ELF":
         cls, data, machine = what
-        return (f"Linux {ELF_MACHINE.get(machine, f'e_machine {machine}')} (it loads ELF "
-                f"{ELF_CLASS.get(cls, f'class-{cls}')} {ELF_DATA.get(data, '?')} libraries)")
+        return (
+            f"Linux {ELF_MACHINE.get(machine, f'e_machine {machine}')} (it loads ELF "
+            f"{ELF_CLASS.get(cls, f'class-{cls}')} {ELF_DATA.get(data, '?')} libraries)"
+        )
     return f"{FORMAT_OS.get(fmt, fmt)} {what} (it loads {fmt} {what} libraries)"
 
 
@@ -177,8 +199,11 @@ def foreign(head, running=None):
     found = identify(head)
     if found is None:  # named by the format this OS loads: "not an ELF library", "not a PE library"
         fmt = running[0] if running is not None else platforms.current().binary_format
-        return "not %s %s library (first bytes %s)" % ("an" if fmt[0] in "AEIOU" else "a", fmt,
-                                                        head[:8].hex(" ") or "none: the file is empty")
+        return "not %s %s library (first bytes %s)" % (
+            "an" if fmt[0] in "AEIOU" else "a",
+            fmt,
+            head[:8].hex(" ") or "none: the file is empty",
+        )
     key, what = found
     if running is None:
         return f"{what}, not an ELF library" if key[0] != "ELF" else None
@@ -190,10 +215,16 @@ def foreign(head, running=None):
 def problem(path, expected):
     """What is wrong with the library at path, compared with its stamp {"size", "sha256"}; None when it is the
     file that was built. Never raises for a damaged or missing file."""
-    if not isinstance(expected, dict) or not isinstance(expected.get("size"), int) \
-            or not isinstance(expected.get("sha256"), str):
-        return {"expected": "a size and SHA-256 in _build_info.json", "found": f"{expected!r}",
-                "what": "its build metadata records no size and SHA-256 for it"}
+    if (
+        not isinstance(expected, dict)
+        or not isinstance(expected.get("size"), int)
+        or not isinstance(expected.get("sha256"), str)
+    ):
+        return {
+            "expected": "a size and SHA-256 in _build_info.json",
+            "found": f"{expected!r}",
+            "what": "its build metadata records no size and SHA-256 for it",
+        }
     want = f"{expected['size']} bytes, SHA-256 {expected['sha256']}"
     try:
         st = os.stat(path)
@@ -210,8 +241,11 @@ def problem(path, expected):
         why = foreign(head)
         if why is not None:
             running = running_binary()
-            return {"expected": want + (f", a library for {describe_running(running)}" if running else ""),
-                    "found": why, "what": "the file is not a library for this machine"}
+            return {
+                "expected": want + (f", a library for {describe_running(running)}" if running else ""),
+                "found": why,
+                "what": "the file is not a library for this machine",
+            }
         size, sha = digest(path)
     except OSError as e:
         return {"expected": want, "found": f"an unreadable file ({e.strerror})", "what": "the file cannot be read"}

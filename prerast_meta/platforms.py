@@ -8,13 +8,15 @@ before the interpreter's shared-library suffix on Linux and macOS (_C.abi3.so), 
 setuptools releases that read Python 3.13's SOABI_PLATFORM put the platform in too (_C.abi3-x86_64-linux-gnu.so),
 so libraries are looked for by their extension (library_ext), and library_suffix is what a 3.11 build gives.
 """
+
 import collections
 import os
 import platform as _platform
 import sys
 
-Platform = collections.namedtuple("Platform", "key name library_suffix library_ext binary_format cache_parts "
-                                               "posix_permissions torch_cuda")
+Platform = collections.namedtuple(
+    "Platform", "key name library_suffix library_ext binary_format cache_parts posix_permissions torch_cuda"
+)
 
 # key: sys.platform with the version digits dropped ("linux", "darwin", "win32").
 # cache_parts: (environment variable or None, path under it or under the home folder when it is unset).
@@ -29,8 +31,18 @@ CACHE_LEAF = {"win32": ("prerast", "Cache")}
 LIBRARY_STEMS = ("_C", "_C_cuda")  # the CPU library and the CUDA kernels
 
 # platform.machine() spellings of one architecture, and the name messages use.
-MACHINES = {"x86_64": "x86-64", "amd64": "x86-64", "aarch64": "AArch64", "arm64": "arm64", "i386": "x86",
-            "i686": "x86", "x86": "x86", "ppc64le": "PowerPC64", "s390x": "s390", "riscv64": "RISC-V"}
+MACHINES = {
+    "x86_64": "x86-64",
+    "amd64": "x86-64",
+    "aarch64": "AArch64",
+    "arm64": "arm64",
+    "i386": "x86",
+    "i686": "x86",
+    "x86": "x86",
+    "ppc64le": "PowerPC64",
+    "s390x": "s390",
+    "riscv64": "RISC-V",
+}
 
 
 def key(system=None):

@@ -4,6 +4,7 @@ are echoed, and while the command is quiet a heartbeat line says that it still r
 Standard library only and free of prerast imports: the wheel builder (ci/build/progress.py) and the first-use build
 share it, and importing it loads no plugin.
 """
+
 import os
 import re
 import subprocess
@@ -39,8 +40,16 @@ def run_logged(cmd, log_path, label, say, show=None, env=None, cwd=None, heartbe
     with open(log_path, "a") as out:
         out.write(f"$ {' '.join(cmd)}\n")
         out.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                text=True, env=env, cwd=cwd, errors="replace")
+        proc = subprocess.Popen(
+            cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=cwd,
+            errors="replace",
+        )
         beat = threading.Thread(target=heartbeat, daemon=True)
         beat.start()
         try:
@@ -69,7 +78,7 @@ def compile_step(line):
     source = _SOURCE.search(line)
     if source:
         path = source.group(1)
-        return "compiling " + (path[path.rindex("csrc/"):] if "csrc/" in path else os.path.basename(path)) + suffix
+        return "compiling " + (path[path.rindex("csrc/") :] if "csrc/" in path else os.path.basename(path)) + suffix
     if " -shared " in line:
         target = re.search(r"\s-o\s+(\S+)", line)
         return "linking " + (os.path.basename(target.group(1)) if target else "the plugin") + suffix

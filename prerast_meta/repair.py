@@ -1,6 +1,7 @@
 """Wheel repair policy: the platform's repair tool (auditwheel on Linux, delvewheel on Windows, delocate on macOS)
 with every torch and CUDA library excluded, so that the wheel uses the ones torch brings at run time. Standard library only, and free of prerast imports, so that build tooling imports
 it without loading the plugin (see ci/build/wheel.py)."""
+
 import base64
 import fnmatch
 import glob
@@ -14,18 +15,47 @@ import zipfile
 
 # Libraries that torch (and its nvidia-* dependencies) provide at run time: never grafted into the wheel.
 AUDITWHEEL_EXCLUDES = [
-    "libtorch.so", "libtorch_cpu.so", "libtorch_cuda.so", "libtorch_python.so", "libtorch_global_deps.so",
-    "libc10.so", "libc10_cuda.so", "libcudart.so.*", "libcuda.so.*", "libnvrtc*.so*", "libnvToolsExt*.so*",
-    "libcublas*.so*", "libcudnn*.so*", "libcusparse*.so*", "libgomp*.so*", "libshm.so",
+    "libtorch.so",
+    "libtorch_cpu.so",
+    "libtorch_cuda.so",
+    "libtorch_python.so",
+    "libtorch_global_deps.so",
+    "libc10.so",
+    "libc10_cuda.so",
+    "libcudart.so.*",
+    "libcuda.so.*",
+    "libnvrtc*.so*",
+    "libnvToolsExt*.so*",
+    "libcublas*.so*",
+    "libcudnn*.so*",
+    "libcusparse*.so*",
+    "libgomp*.so*",
+    "libshm.so",
 ]
 
 # The same for delvewheel (Windows): file-name patterns, case-insensitive; delvewheel takes them as one list.
 # torch's own DLLs (torch/lib), the CUDA runtime and libraries of the nvidia-* wheels or a CUDA install, and the
 # driver's nvcuda.dll.
 DELVEWHEEL_EXCLUDES = [
-    "torch*.dll", "c10*.dll", "shm.dll", "caffe2_nvrtc.dll", "libiomp5md.dll", "uv.dll", "asmjit.dll",
-    "fbgemm.dll", "cudart64_*.dll", "nvcuda.dll", "nvrtc*.dll", "nvToolsExt*.dll", "cublas*.dll", "cudnn*.dll",
-    "cusparse*.dll", "cufft*.dll", "curand*.dll", "cusolver*.dll", "nvJitLink*.dll",
+    "torch*.dll",
+    "c10*.dll",
+    "shm.dll",
+    "caffe2_nvrtc.dll",
+    "libiomp5md.dll",
+    "uv.dll",
+    "asmjit.dll",
+    "fbgemm.dll",
+    "cudart64_*.dll",
+    "nvcuda.dll",
+    "nvrtc*.dll",
+    "nvToolsExt*.dll",
+    "cublas*.dll",
+    "cudnn*.dll",
+    "cusparse*.dll",
+    "cufft*.dll",
+    "curand*.dll",
+    "cusolver*.dll",
+    "nvJitLink*.dll",
 ]
 # The same for delocate (macOS): delocate-wheel --exclude skips every library whose path contains the string.
 # torch for macOS has no CUDA: its libraries and the OpenMP runtime it ships. delocate applies --exclude to a
@@ -40,9 +70,11 @@ TOOLS = {"linux": "auditwheel", "win32": "delvewheel", "darwin": "delocate"}
 def is_excluded(name):
     """Is the library file `name` (a base name) one that some repair tool's policy leaves to torch?"""
     low = name.lower()
-    return (any(fnmatch.fnmatch(name, p) for p in AUDITWHEEL_EXCLUDES)
-            or any(fnmatch.fnmatch(low, p.lower()) for p in DELVEWHEEL_EXCLUDES)
-            or (low.endswith(".dylib") and any(p in low for p in DELOCATE_EXCLUDES)))
+    return (
+        any(fnmatch.fnmatch(name, p) for p in AUDITWHEEL_EXCLUDES)
+        or any(fnmatch.fnmatch(low, p.lower()) for p in DELVEWHEEL_EXCLUDES)
+        or (low.endswith(".dylib") and any(p in low for p in DELOCATE_EXCLUDES))
+    )
 
 
 def tool_for(plat_tag):
@@ -70,8 +102,17 @@ def repair_command(tool, wheel, out_dir, python=sys.executable, plat=None, only_
     if tool == "delvewheel":
         # One --exclude, the names joined by os.pathsep: delvewheel splits it there (";" on Windows, ":" where the
         # tests run delvewheel on Linux), so a fixed ";" would be one unknown name there.
-        return [python, "-m", "delvewheel", "repair", "-w", out_dir, "--exclude", os.pathsep.join(DELVEWHEEL_EXCLUDES),
-                wheel]
+        return [
+            python,
+            "-m",
+            "delvewheel",
+            "repair",
+            "-w",
+            out_dir,
+            "--exclude",
+            os.pathsep.join(DELVEWHEEL_EXCLUDES),
+            wheel,
+        ]
     if tool == "delocate":
         script = os.path.join(os.path.dirname(os.path.abspath(python)), "delocate-wheel")
         cmd = [script if os.path.exists(script) else "delocate-wheel", "-v", "-w", out_dir]
@@ -95,9 +136,17 @@ def torch_library_path(python=sys.executable):
     way delocate still fails on a library that neither the wheel nor the cell's torch provides, and a torch
     library the plugin links must exist in the torch it was built for."""
     if os.path.abspath(python) != os.path.abspath(sys.executable):
-        out = subprocess.run([python, "-c", "import importlib.util as u; s = u.find_spec('torch'); "
-                              "print(list(s.submodule_search_locations)[0] if s else '')"],
-                             capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [
+                python,
+                "-c",
+                "import importlib.util as u; s = u.find_spec('torch'); "
+                "print(list(s.submodule_search_locations)[0] if s else '')",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         package = out.stdout.strip()
     else:
         spec = importlib.util.find_spec("torch")
@@ -118,19 +167,20 @@ def tool_env(tool, python=sys.executable, environ=None):
             raise RuntimeError(
                 f"delocate must find the plugin's torch libraries (@rpath/libtorch_cpu.dylib, @rpath/libc10.dylib"
                 f"...) to leave them out of the wheel, but {python} has no torch with a lib folder: install the "
-                f"cell's torch into the environment that runs the repair (cibuildwheel's before-build does)")
+                f"cell's torch into the environment that runs the repair (cibuildwheel's before-build does)"
+            )
         env["DYLD_FALLBACK_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (lib, environ.get("DYLD_FALLBACK_LIBRARY_PATH")) if p)
+            p for p in (lib, environ.get("DYLD_FALLBACK_LIBRARY_PATH")) if p
+        )
     return env
 
 
 def _stem(wheel):
     """'prerast-0.1.0+cu12-cp310-abi3-linux_x86_64.whl' -> 'prerast-0.1.0+cu12-cp310-abi3' (no platform tag)."""
-    return os.path.basename(wheel)[:-len(".whl")].rsplit("-", 1)[0]
+    return os.path.basename(wheel)[: -len(".whl")].rsplit("-", 1)[0]
 
 
-def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_plat=False, tool="auditwheel",
-           archs=None):
+def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_plat=False, tool="auditwheel", archs=None):
     """Repair `wheel` into out_dir with `tool` (replacing an older build of the same name); returns the path.
     only_plat: tag exactly `plat` (auditwheel otherwise retags to an older manylinux the symbols would allow)."""
     os.makedirs(out_dir, exist_ok=True)
@@ -185,8 +235,10 @@ def restamp(wheel):
             if item.filename == INFO:
                 data = new_info
             elif item.filename.endswith(".dist-info/RECORD"):
-                lines = [f"{INFO},{_record_hash(new_info)},{len(new_info)}" if line.startswith(INFO + ",") else line
-                         for line in data.decode().splitlines()]
+                lines = [
+                    f"{INFO},{_record_hash(new_info)},{len(new_info)}" if line.startswith(INFO + ",") else line
+                    for line in data.decode().splitlines()
+                ]
                 data = ("\n".join(lines) + "\n").encode()
             out.writestr(item, data)
     os.replace(tmp, wheel)

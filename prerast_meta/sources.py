@@ -4,6 +4,7 @@ of them to build from.
 Wheels carry these files under prerast/_src, so that `python -m prerast build-wheel` and the opt-in first-use
 build work from an installed prerast as well as from a checkout. Standard library only.
 """
+
 import fnmatch
 import hashlib
 import json
@@ -55,13 +56,17 @@ def library_sources(root, library):
 def uncompiled_sources(root):
     """Files under csrc/ with a compiled suffix that no library compiles: a name that misses the rules above."""
     compiled = {rel for library in LIBRARY_SOURCES for rel in library_sources(root, library)}
-    return [rel for rel in source_files(root)
-            if rel.startswith(SOURCE_DIR + "/") and rel.endswith(COMPILED_SUFFIXES) and rel not in compiled]
+    return [
+        rel
+        for rel in source_files(root)
+        if rel.startswith(SOURCE_DIR + "/") and rel.endswith(COMPILED_SUFFIXES) and rel not in compiled
+    ]
 
 
 def is_source_root(root):
-    return bool(root) and os.path.isfile(os.path.join(root, "setup.py")) \
-        and os.path.isdir(os.path.join(root, SOURCE_DIR))
+    return (
+        bool(root) and os.path.isfile(os.path.join(root, "setup.py")) and os.path.isdir(os.path.join(root, SOURCE_DIR))
+    )
 
 
 def source_root():
@@ -112,10 +117,12 @@ def materialize(dest, root=None, package_dir=PACKAGE_DIR):
     if not is_source_root(root):
         raise FileNotFoundError(
             f"prerast's sources are not here: neither {SHIPPED_DIR} nor a checkout at {CHECKOUT_DIR} has "
-            f"setup.py and {SOURCE_DIR}/. Install a prerast wheel or sdist (they carry the sources), or use a clone.")
+            f"setup.py and {SOURCE_DIR}/. Install a prerast wheel or sdist (they carry the sources), or use a clone."
+        )
     copy_sources(root, dest)
-    shutil.copytree(package_dir, os.path.join(dest, "package", "prerast"),
-                    ignore=shutil.ignore_patterns(*PACKAGE_IGNORE))
+    shutil.copytree(
+        package_dir, os.path.join(dest, "package", "prerast"), ignore=shutil.ignore_patterns(*PACKAGE_IGNORE)
+    )
     return dest
 
 
@@ -134,8 +141,9 @@ def source_commit(root):
 def git_commit(root):
     """HEAD of the git checkout at root, or None (no git, no checkout)."""
     try:
-        out = subprocess.run(["git", "-C", root, "rev-parse", "--verify", "-q", "HEAD"], capture_output=True,
-                             text=True, timeout=30)
+        out = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, text=True, timeout=30
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else None

@@ -54,8 +54,11 @@ def assert_same_sums(a, b):
 
 def pytest_configure(config):
     # Registered here rather than in pyproject.toml's list, where the other markers are.
-    config.addinivalue_line("markers", "platforms: builds the core with cross and emulated toolchains (mingw-w64 "
-                            "under wine, aarch64 under qemu; 20-40 s each); skipped unless -m selects it")
+    config.addinivalue_line(
+        "markers",
+        "platforms: builds the core with cross and emulated toolchains (mingw-w64 "
+        "under wine, aarch64 under qemu; 20-40 s each); skipped unless -m selects it",
+    )
 
 
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and a CUDA build of prerast")

@@ -2,6 +2,7 @@
 cross-compiling (ci/build/cross.py). Above both ci/build/local.py (what this machine has) and cross.py, which
 imports local.py's tools check: with the verdict in local.py, local, cells and cross imported each other.
 """
+
 import platform
 import sys
 
@@ -51,8 +52,10 @@ def can_cross_build(cell):
     if target.cross.lower() != platform.machine().lower() or not sys.platform.startswith("linux"):
         return False, f"cross-built on Linux {target.cross} only"
     if cell.cuda:
-        return False, (f"its CUDA library does not cross-compile here (python -m ci cross cuda-probe says why): "
-                       f"built on {target.runner} in the workflow")
+        return False, (
+            f"its CUDA library does not cross-compile here (python -m ci cross cuda-probe says why): "
+            f"built on {target.runner} in the workflow"
+        )
     if target.machine != cross.TARGET:
         return False, f"python -m ci cross builds for {cross.TARGET}, not {target.machine}"
     try:

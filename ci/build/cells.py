@@ -11,6 +11,7 @@
 Each (cell, Python) gets a folder <work>/<cell>-py<X.Y> (virtualenvs, source copy, compiler cache, logs) and a
 result.json next to its wheel in <out>/<cell>-py<X.Y>/, which the summary table reads.
 """
+
 import dataclasses
 import glob
 import json
@@ -21,8 +22,8 @@ import sys
 import time
 
 from ci.build import local, progress, smoke, tools, wheel
-from prerast_meta import build_env, build_wheel
 from ci.build.progress import CommandFailed, Steps, log, run_logged
+from prerast_meta import build_env, build_wheel
 
 ROOT = wheel.ROOT
 STEPS = ["torch", "env", "cold", "warm", "repair", "smoke"]
@@ -55,8 +56,11 @@ def fetch_torch(cell, python_version, downloads, log_path, requirement=None):
         log(f"  torch wheels already in {folder}")
         return folder
     requirement, extra = requirement or cell.torch_requirement()
-    if (extra and python_version == "%d.%d" % sys.version_info[:2]
-            and requirement.split("=")[-1] in local.torch_versions()):
+    if (
+        extra
+        and python_version == "%d.%d" % sys.version_info[:2]
+        and requirement.split("=")[-1] in local.torch_versions()
+    ):
         # pip's own indexes (a mirror, a find-links folder) have that build: asking torch's index too would cost a
         # round trip per package, or a timeout per package where it cannot be reached.
         log(f"  {requirement} is on pip's configured indexes: {extra[-1]} is not asked")
@@ -75,17 +79,23 @@ def make_env(venv, python_version, torch_wheels, tools, log_path):
     python = os.path.join(venv, "bin", "python")
     requirement = next(f for f in os.listdir(torch_wheels) if f.startswith("torch-"))
     version = requirement.split("-")[1]
-    _pip(python, ["install", "--no-compile", "--no-index", "--find-links", torch_wheels, f"torch==={version}",
-                  "numpy"], log_path, "install torch")
+    _pip(
+        python,
+        ["install", "--no-compile", "--no-index", "--find-links", torch_wheels, f"torch==={version}", "numpy"],
+        log_path,
+        "install torch",
+    )
     if tools:
         _pip(python, ["install"] + [x for t in tools for x in ("-r", t)], log_path, "install build tools")
     return python
 
 
 def torch_facts(python):
-    code = ("import json, torch, torch.utils.cpp_extension as e, inspect; "
-            "src = inspect.getsource(e); print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
-            "'wraps_compiler': '_wrap_compiler' in src, 'nvcc_env': 'PYTORCH_NVCC' in src}))")
+    code = (
+        "import json, torch, torch.utils.cpp_extension as e, inspect; "
+        "src = inspect.getsource(e); print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+        "'wraps_compiler': '_wrap_compiler' in src, 'nvcc_env': 'PYTORCH_NVCC' in src}))"
+    )
     return json.loads(subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout)
 
 
@@ -99,8 +109,13 @@ def copy_source(dest):
     subprocess.run(["git", "-C", dest, "fetch", "-q", ROOT, head.strip()], check=True)
     subprocess.run(["git", "-C", dest, "checkout", "-q", "--detach", "-f", head.strip()], check=True)
     subprocess.run(["git", "-C", dest, "clean", "-qfdx"], check=True)
-    listed = subprocess.run(["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True,
-                            check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "-C", ROOT, "ls-files", "-co", "--exclude-standard", "-z"], capture_output=True, check=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         src, dst = os.path.join(ROOT, rel), os.path.join(dest, rel)
         if os.path.isfile(src):
@@ -134,14 +149,24 @@ def build_spec(cell, venv, work, facts, archs, src):
             if not os.path.lexists(link):
                 os.symlink(ccache, link)
         first.append(masquerade)
-    extra = {"PATH": os.pathsep.join(first + [os.environ.get("PATH", "")]), "CCACHE_DIR": os.path.join(work, "ccache"),
-             "TORCH_CUDA_ARCH_LIST": None}
+    extra = {
+        "PATH": os.pathsep.join(first + [os.environ.get("PATH", "")]),
+        "CCACHE_DIR": os.path.join(work, "ccache"),
+        "TORCH_CUDA_ARCH_LIST": None,
+    }
     cuda_home = local.nvcc()[0] if cell.cuda else None
     if ccache and not facts["wraps_compiler"] and cell.cuda and facts["nvcc_env"]:
         extra["PYTORCH_NVCC"] = ccache + " " + os.path.join(cuda_home, "bin", "nvcc")
     archs = build_env.parse_arch_list(archs or cell.arch_list()) if cell.cuda else ()
-    return build_wheel.BuildSpec(source=src, out_dir=os.path.join(work, "raw"), cuda_home=cuda_home, archs=archs,
-                                 python=os.path.join(venv, "bin", "python"), plat=expected_plat(cell), env=extra)
+    return build_wheel.BuildSpec(
+        source=src,
+        out_dir=os.path.join(work, "raw"),
+        cuda_home=cuda_home,
+        archs=archs,
+        python=os.path.join(venv, "bin", "python"),
+        plat=expected_plat(cell),
+        env=extra,
+    )
 
 
 def compile_once(spec, log_path, label, **env):
@@ -186,12 +211,28 @@ def checked_wheel(cell, repaired, plat_tag):
     return facts_in
 
 
-def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WORK, downloads=DEFAULT_DOWNLOADS,
-               archs=None, keep_build_env=False, keep_runtime_env=True, device="auto"):
+def build_cell(
+    cell,
+    python_version,
+    out_root=DEFAULT_OUT,
+    work_root=DEFAULT_WORK,
+    downloads=DEFAULT_DOWNLOADS,
+    archs=None,
+    keep_build_env=False,
+    keep_runtime_env=True,
+    device="auto",
+):
     """Build, repair and smoke-test one cell with one Python. Returns the result dict (also in result.json)."""
     name, work, out, logs = cell_folders(cell, python_version, work_root, out_root)
-    result = {"cell": cell.id, "python": python_version, "status": "failed", "step": None, "times": {},
-              "archs_requested": (archs or cell.arch_list()) if cell.cuda else "", "log_dir": logs}
+    result = {
+        "cell": cell.id,
+        "python": python_version,
+        "status": "failed",
+        "step": None,
+        "times": {},
+        "archs_requested": (archs or cell.arch_list()) if cell.cuda else "",
+        "log_dir": logs,
+    }
     steps = Steps(STEPS, name)
     build_venv, runtime_venv = os.path.join(work, "build-venv"), os.path.join(work, "runtime-venv")
     try:
@@ -200,17 +241,22 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             torch_wheels = fetch_torch(cell, python_version, downloads, os.path.join(logs, "torch.log"))
         with steps("env"):
             result["step"] = "env"
-            python = make_env(build_venv, python_version, torch_wheels, [tools.CELL_REQUIREMENTS],
-                              os.path.join(logs, "env.log"))
+            python = make_env(
+                build_venv, python_version, torch_wheels, [tools.CELL_REQUIREMENTS], os.path.join(logs, "env.log")
+            )
             lacking = tools.venv_problems(build_venv)
             if lacking:
-                raise CellFailed(f"the build virtualenv has no {', '.join(lacking)} after installing "
-                                 f"{tools.CELL_REQUIREMENTS} (see {os.path.join(logs, 'env.log')})")
+                raise CellFailed(
+                    f"the build virtualenv has no {', '.join(lacking)} after installing "
+                    f"{tools.CELL_REQUIREMENTS} (see {os.path.join(logs, 'env.log')})"
+                )
             facts = torch_facts(python)
             want_cuda = cell.cuda
             if facts["cuda"] != want_cuda and not (want_cuda is None and facts["cuda"] is None):
-                raise CellFailed(f"the torch installed for {cell.id} is {facts['version']} (CUDA {facts['cuda']}), "
-                                 f"not a CUDA {want_cuda or 'none'} build: fix `pypi`/`platforms` in ci/matrix.toml")
+                raise CellFailed(
+                    f"the torch installed for {cell.id} is {facts['version']} (CUDA {facts['cuda']}), "
+                    f"not a CUDA {want_cuda or 'none'} build: fix `pypi`/`platforms` in ci/matrix.toml"
+                )
             src = os.path.join(work, "src")
             spec = build_spec(cell, build_venv, work, facts, archs, src)
             env = build_wheel.environment(spec)
@@ -244,9 +290,16 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
             if tag not in plat_tags:
                 raise CellFailed(f"auditwheel show says {tag}, the wheel is tagged {plat_tag}")
             facts_in = checked_wheel(cell, repaired, plat_tag)
-            result.update(wheel=repaired, size=os.path.getsize(repaired), platform_tag=plat_tag, auditwheel_show=tag,
-                          plat_requested=plat, archs=facts_in["build_info"].get("cuda_archs") or [],
-                          grafted=facts_in["grafted"], build_info=facts_in["build_info"])
+            result.update(
+                wheel=repaired,
+                size=os.path.getsize(repaired),
+                platform_tag=plat_tag,
+                auditwheel_show=tag,
+                plat_requested=plat,
+                archs=facts_in["build_info"].get("cuda_archs") or [],
+                grafted=facts_in["grafted"],
+                build_info=facts_in["build_info"],
+            )
             with open(os.path.join(logs, "auditwheel-show.txt"), "w") as f:
                 f.write(show_text)
         if not keep_build_env:
@@ -277,8 +330,14 @@ def build_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WOR
 CROSS_STEPS = ["torch", "env", "cold", "smoke"]
 
 
-def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAULT_WORK, downloads=DEFAULT_DOWNLOADS,
-                     keep_build_env=False):
+def build_cross_cell(
+    cell,
+    python_version,
+    out_root=DEFAULT_OUT,
+    work_root=DEFAULT_WORK,
+    downloads=DEFAULT_DOWNLOADS,
+    keep_build_env=False,
+):
     """Build, repair and smoke-test a cell of another machine by cross-compiling (ci/build/cross.py): the cell's torch for
     this machine in a build virtualenv (its headers; the library links against the target's torch of the stable
     floor, downloaded once with the target's numpy and Python sysroot), then under qemu the render of
@@ -286,19 +345,29 @@ def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAU
     from ci.build import cross
 
     name, work, out, logs = cell_folders(cell, python_version, work_root, out_root)
-    result = {"cell": cell.id, "python": python_version, "status": "failed", "step": None, "times": {},
-              "archs_requested": "", "log_dir": logs, "cross": f"{cell.target.cross} -> {cell.target.machine}"}
+    result = {
+        "cell": cell.id,
+        "python": python_version,
+        "status": "failed",
+        "step": None,
+        "times": {},
+        "archs_requested": "",
+        "log_dir": logs,
+        "cross": f"{cell.target.cross} -> {cell.target.machine}",
+    }
     steps = Steps(CROSS_STEPS, name)
     build_venv = os.path.join(work, "build-venv")
     try:
         with steps("torch"):
             result["step"] = "torch"
-            torch_wheels = fetch_torch(cell, python_version, downloads, os.path.join(logs, "torch.log"),
-                                       cell.host_torch_requirement())
+            torch_wheels = fetch_torch(
+                cell, python_version, downloads, os.path.join(logs, "torch.log"), cell.host_torch_requirement()
+            )
         with steps("env"):
             result["step"] = "env"
-            python = make_env(build_venv, python_version, torch_wheels, [tools.CELL_REQUIREMENTS],
-                              os.path.join(logs, "env.log"))
+            python = make_env(
+                build_venv, python_version, torch_wheels, [tools.CELL_REQUIREMENTS], os.path.join(logs, "env.log")
+            )
             src = os.path.join(work, "src")
             copy_source(src)
         with steps("cold"):
@@ -306,17 +375,36 @@ def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAU
             for old in glob.glob(os.path.join(out, "*.whl")):
                 os.remove(old)
             # In the build virtualenv: its torch gives the headers, its packages torch's pure-Python dependencies.
-            cmd = [python, "-c", "import sys; from ci.build import cross; print(cross.build(sys.argv[1], source=sys.argv[2]))",
-                   out, src]
-            run_logged(cmd, os.path.join(logs, "build-cross.log"), "cross build", cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT), show=progress.echo_compiler)
+            cmd = [
+                python,
+                "-c",
+                "import sys; from ci.build import cross; print(cross.build(sys.argv[1], source=sys.argv[2]))",
+                out,
+                src,
+            ]
+            run_logged(
+                cmd,
+                os.path.join(logs, "build-cross.log"),
+                "cross build",
+                cwd=ROOT,
+                env=dict(os.environ, PYTHONPATH=ROOT),
+                show=progress.echo_compiler,
+            )
             (repaired,) = glob.glob(os.path.join(out, "prerast-*.whl"))
             plat_tag = ".".join(wheel.wheel_tags(repaired)[2])
             if not plat_tag.endswith("_" + cell.target.machine):
                 raise CellFailed(f"the cross-built wheel is tagged {plat_tag}, not for {cell.target.machine}")
             facts_in = checked_wheel(cell, repaired, plat_tag)
-            result.update(wheel=repaired, size=os.path.getsize(repaired), platform_tag=plat_tag, auditwheel_show=plat_tag,
-                          plat_requested=None, archs=[], grafted=facts_in["grafted"], build_info=facts_in["build_info"])
+            result.update(
+                wheel=repaired,
+                size=os.path.getsize(repaired),
+                platform_tag=plat_tag,
+                auditwheel_show=plat_tag,
+                plat_requested=None,
+                archs=[],
+                grafted=facts_in["grafted"],
+                build_info=facts_in["build_info"],
+            )
         with steps("smoke"):
             result["step"] = "smoke"
             cmd, env = cross.python_command(installed=cross.install(repaired))
@@ -330,9 +418,19 @@ def build_cross_cell(cell, python_version, out_root=DEFAULT_OUT, work_root=DEFAU
                 raise CellFailed(f"the render under qemu failed:\n{r.stderr[-3000:]}")
             render = json.loads(r.stdout)
             if render["machine"] != cell.target.machine or not all(render["nonzero"].values()):
-                raise CellFailed(f"the render under qemu ran on {render['machine']} with empty outputs: {render['nonzero']}")
-            result.update(smoke={"device": "cpu (qemu-user)", "machine": render["machine"], "torch": render["torch"],
-                                 "hashes": render["hashes"], "qemu_run_s": took}, runtime_venv=None)
+                raise CellFailed(
+                    f"the render under qemu ran on {render['machine']} with empty outputs: {render['nonzero']}"
+                )
+            result.update(
+                smoke={
+                    "device": "cpu (qemu-user)",
+                    "machine": render["machine"],
+                    "torch": render["torch"],
+                    "hashes": render["hashes"],
+                    "qemu_run_s": took,
+                },
+                runtime_venv=None,
+            )
         result.update(status="ok", step=None, times=dict(steps.times))
     except (CommandFailed, CellFailed, RuntimeError, subprocess.CalledProcessError, cross.ToolsMissing) as e:
         result["error"] = str(e)
@@ -363,8 +461,9 @@ def serves(wheel_cell, runtime_cell):
     w, rt = matrix.find(wheel_cell), matrix.find(runtime_cell)
     if w.kind == "stable":  # its floor is the oldest release it serves
         return matrix._vkey(rt.torch)[:2] >= min(matrix._vkey(r)[:2] for r, _ in w.serves)
-    return matrix.minor(w.torch) == matrix.minor(rt.torch) and (w.platform == rt.platform or
-                                                                "cpu" in (w.platform, rt.platform))
+    return matrix.minor(w.torch) == matrix.minor(rt.torch) and (
+        w.platform == rt.platform or "cpu" in (w.platform, rt.platform)
+    )
 
 
 def cross_check_all(results, out_root=DEFAULT_OUT):
@@ -388,11 +487,22 @@ def cross_check_all(results, out_root=DEFAULT_OUT):
                 continue
             expect_load = serves(r["cell"], rt["cell"])
             ok, message = smoke.cross_check(rt["runtime_venv"], r["wheel"], expect_load)
-            verdict = {(True, True): "loads, as it serves that torch", (True, False): "FAILED TO LOAD",
-                       (False, True): "refused as expected", (False, False): "NOT REFUSED"}[expect_load, ok]
+            verdict = {
+                (True, True): "loads, as it serves that torch",
+                (True, False): "FAILED TO LOAD",
+                (False, True): "refused as expected",
+                (False, False): "NOT REFUSED",
+            }[expect_load, ok]
             log(f"cross-check: {r['cell']} wheel (py{r['python']}) under torch {rt['cell']}: {verdict}")
-            rows.append({"wheel_cell": f"{r['cell']} (built with py{r['python']})", "expect_load": expect_load,
-                         "runtime": f"{rt['cell']} py{rt['python']}", "ok": ok, "message": message})
+            rows.append(
+                {
+                    "wheel_cell": f"{r['cell']} (built with py{r['python']})",
+                    "expect_load": expect_load,
+                    "runtime": f"{rt['cell']} py{rt['python']}",
+                    "ok": ok,
+                    "message": message,
+                }
+            )
         smoke.install(rt["runtime_venv"], rt["wheel"])  # leave each runtime with its own wheel
     with open(os.path.join(out_root, "crosscheck.json"), "w") as f:
         json.dump(rows, f, indent=2)

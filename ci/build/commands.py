@@ -7,6 +7,7 @@ not), `build` (build, repair and smoke-test cells) and `summary` (the table of t
         before anything is downloaded or built)
     python -m ci summary
 """
+
 import argparse
 import json
 import os
@@ -29,18 +30,38 @@ def matrix_main(argv=None):
     a = m.parse_args(argv)
     cells = matrix.select(matrix.load(), published=a.published, pr=a.pr)
     if a.json:
-        print(json.dumps([{"id": c.id, "kind": c.kind, "torch": c.torch, "platform": c.platform,
-                           "pythons": list(c.pythons), "archs": list(c.archs), "published": c.published, "pr": c.pr,
-                           "local_tag": c.local_tag, "serves": [f"{r}+{p}" for r, p in c.serves],
-                           "target": c.target.name, "os": c.target.os, "machine": c.target.machine,
-                           "platform_tag": c.target.plat} for c in cells],
-                         indent=2))
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": c.id,
+                        "kind": c.kind,
+                        "torch": c.torch,
+                        "platform": c.platform,
+                        "pythons": list(c.pythons),
+                        "archs": list(c.archs),
+                        "published": c.published,
+                        "pr": c.pr,
+                        "local_tag": c.local_tag,
+                        "serves": [f"{r}+{p}" for r, p in c.serves],
+                        "target": c.target.name,
+                        "os": c.target.os,
+                        "machine": c.target.machine,
+                        "platform_tag": c.target.plat,
+                    }
+                    for c in cells
+                ],
+                indent=2,
+            )
+        )
         return 0
     width = max(len(c.id) for c in cells) if cells else 14
     for c in cells:
         flags = ("published" if c.published else "unpublished") + (", pr" if c.pr else "")
-        line = (f"{c.id:{width}} {c.kind:8} {c.target.os + ' ' + c.target.machine:15} py {' '.join(c.pythons):20} "
-                f"{c.arch_list() or 'cpu':40} {flags}")
+        line = (
+            f"{c.id:{width}} {c.kind:8} {c.target.os + ' ' + c.target.machine:15} py {' '.join(c.pythons):20} "
+            f"{c.arch_list() or 'cpu':40} {flags}"
+        )
         if a.local:
             ok, why = buildable.verdict(c, a.python if a.python in c.pythons else None)
             line += "  -> " + ("buildable here" if ok else why)
@@ -103,8 +124,9 @@ def build_main(argv=None):
     for i, (c, py) in enumerate(runs, 1):
         log(f"=== cell {i}/{len(runs)}: {c.id} with Python {py}")
         if c.target.runs_here():
-            r = builder.build_cell(c, py, a.out, a.work, a.downloads, a.archs, a.keep_build_env,
-                                   not a.drop_runtime_env, a.device)
+            r = builder.build_cell(
+                c, py, a.out, a.work, a.downloads, a.archs, a.keep_build_env, not a.drop_runtime_env, a.device
+            )
         else:  # verdict() said this machine cross-builds it
             r = builder.build_cross_cell(c, py, a.out, a.work, a.downloads, a.keep_build_env)
         log(f"=== {c.id} py{py}: {r['status']} (" + ", ".join(f"{k} {clock(v)}" for k, v in r["times"].items()) + ")")

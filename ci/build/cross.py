@@ -25,6 +25,7 @@ Downloads and the sysroot are kept in ~/.cache/prerast-platforms/aarch64 ($PRERA
 repository; every step is skipped when its result is there. The sysroot comes from Debian's arm64 packages with a
 private apt state (no `dpkg --add-architecture` on the machine): apt-get update/download with APT_CONFIG, dpkg -x.
 """
+
 import argparse
 import contextlib
 import glob
@@ -60,32 +61,83 @@ NUMPY = "2.4.6"
 PYTHON = "3.11"
 # Debian 12's arm64 python3.11 and the libraries it, torch and numpy load (apt-cache depends --recurse, less the
 # packages only maintainer scripts use: perl, dpkg, tar, mime-support).
-DEBS = ["python3.11", "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib", "libc6", "libgcc-s1",
-        "libstdc++6", "libgomp1", "zlib1g", "libexpat1", "libffi8", "libbz2-1.0", "liblzma5", "libssl3",
-        "libsqlite3-0", "libncursesw6", "libtinfo6", "libuuid1", "libcrypt1", "libzstd1", "libreadline8",
-        "libdb5.3", "libgdbm6", "libnsl2", "libtirpc3"]
+DEBS = [
+    "python3.11",
+    "python3.11-minimal",
+    "libpython3.11-minimal",
+    "libpython3.11-stdlib",
+    "libc6",
+    "libgcc-s1",
+    "libstdc++6",
+    "libgomp1",
+    "zlib1g",
+    "libexpat1",
+    "libffi8",
+    "libbz2-1.0",
+    "liblzma5",
+    "libssl3",
+    "libsqlite3-0",
+    "libncursesw6",
+    "libtinfo6",
+    "libuuid1",
+    "libcrypt1",
+    "libzstd1",
+    "libreadline8",
+    "libdb5.3",
+    "libgdbm6",
+    "libnsl2",
+    "libtirpc3",
+]
 # Pure-Python packages torch imports and the tests run with, copied from this interpreter's environment (their
 # compiled speed-ups, x86-64 code, are left out: markupsafe falls back to Python without its own). The test
 # runner's are copied where this environment has them (a cell's build virtualenv has torch's only).
-PURE = ["filelock", "typing_extensions", "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "fsspec", "pytest",
-        "_pytest", "pluggy", "iniconfig", "packaging", "py", "pygments"]
+PURE = [
+    "filelock",
+    "typing_extensions",
+    "sympy",
+    "mpmath",
+    "networkx",
+    "jinja2",
+    "markupsafe",
+    "fsspec",
+    "pytest",
+    "_pytest",
+    "pluggy",
+    "iniconfig",
+    "packaging",
+    "py",
+    "pygments",
+]
 PURE_FOR_TESTS = {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "pygments"}
 # program -> the Debian package that provides it
-TOOLS = {"aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu", "aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu",
-         "qemu-aarch64-static": "qemu-user-static", "apt-get": "apt", "dpkg": "dpkg", "readelf": "binutils"}
+TOOLS = {
+    "aarch64-linux-gnu-g++": "g++-aarch64-linux-gnu",
+    "aarch64-linux-gnu-gcc": "gcc-aarch64-linux-gnu",
+    "qemu-aarch64-static": "qemu-user-static",
+    "apt-get": "apt",
+    "dpkg": "dpkg",
+    "readelf": "binutils",
+}
 
 
 def cache_dir():
-    base = os.environ.get("PRERAST_PLATFORMS_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                     "prerast-platforms")
+    base = os.environ.get("PRERAST_PLATFORMS_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "prerast-platforms"
+    )
     return os.path.join(base, TARGET)
 
 
 def paths(cache=None):
     cache = cache or cache_dir()
-    return {"cache": cache, "downloads": os.path.join(cache, "downloads"), "site": os.path.join(cache, "site"),
-            "sysroot": os.path.join(cache, "sysroot"), "apt": os.path.join(cache, "apt"),
-            "wheels": os.path.join(cache, "wheels"), "torch_lib": os.path.join(cache, "site", "torch", "lib")}
+    return {
+        "cache": cache,
+        "downloads": os.path.join(cache, "downloads"),
+        "site": os.path.join(cache, "site"),
+        "sysroot": os.path.join(cache, "sysroot"),
+        "apt": os.path.join(cache, "apt"),
+        "wheels": os.path.join(cache, "wheels"),
+        "torch_lib": os.path.join(cache, "site", "torch", "lib"),
+    }
 
 
 def check_tools(programs=TOOLS):
@@ -114,9 +166,27 @@ def fetch_wheels(p, python=sys.executable):
         return
     os.makedirs(p["downloads"], exist_ok=True)
     log(f"downloading torch {TORCH} and numpy {NUMPY} for {PLATFORM} into {p['downloads']}")
-    subprocess.run([python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                    "--only-binary=:all:", "--platform", PLATFORM, "--python-version", PYTHON, "-d", p["downloads"],
-                    f"torch=={TORCH}", f"numpy=={NUMPY}"], check=True)
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            PLATFORM,
+            "--python-version",
+            PYTHON,
+            "-d",
+            p["downloads"],
+            f"torch=={TORCH}",
+            f"numpy=={NUMPY}",
+        ],
+        check=True,
+    )
     shutil.rmtree(p["site"], ignore_errors=True)
     os.makedirs(p["site"])
     for pattern in (f"torch-{TORCH}-*aarch64.whl", f"numpy-{NUMPY}-*aarch64*.whl"):
@@ -136,12 +206,15 @@ def copy_pure(site):
         if (spec is None or not spec.origin) and name in PURE_FOR_TESTS:
             continue
         if spec is None or not spec.origin:
-            raise ToolsMissing(f"{name} is not installed in {sys.executable}'s environment (the aarch64 site copies "
-                               f"it): pip install {name}")
+            raise ToolsMissing(
+                f"{name} is not installed in {sys.executable}'s environment (the aarch64 site copies "
+                f"it): pip install {name}"
+            )
         if spec.submodule_search_locations:
             src = list(spec.submodule_search_locations)[0]
-            shutil.copytree(src, os.path.join(site, name), dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+            shutil.copytree(
+                src, os.path.join(site, name), dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.so", "__pycache__")
+            )
         else:
             shutil.copy2(spec.origin, site)
         copied.append(name)
@@ -158,9 +231,11 @@ def fetch_sysroot(p):
         os.makedirs(os.path.join(apt, sub), exist_ok=True)
     conf = os.path.join(apt, "apt.conf")
     with open(conf, "w") as f:
-        f.write('APT::Architecture "arm64";\nAPT::Architectures { "arm64"; };\n'
-                + ('APT::Sandbox::User "root";\n' if os.geteuid() == 0 else "")
-                + f'Dir::State::Lists "{apt}/lists";\nDir::State::status "{apt}/status";\nDir::Cache "{apt}/cache";\n')
+        f.write(
+            'APT::Architecture "arm64";\nAPT::Architectures { "arm64"; };\n'
+            + ('APT::Sandbox::User "root";\n' if os.geteuid() == 0 else "")
+            + f'Dir::State::Lists "{apt}/lists";\nDir::State::status "{apt}/status";\nDir::Cache "{apt}/cache";\n'
+        )
     open(os.path.join(apt, "status"), "a").close()
     env = dict(os.environ, APT_CONFIG=conf)
     log("apt-get update (arm64 package lists, private state in " + apt + ")")
@@ -188,11 +263,14 @@ def fetch(cache=None, python=sys.executable):
 def cross_vars(p):
     """The variables that make setup.py's build an aarch64 build (see the module's docstring); None removes one."""
     return {
-        "CC": f"{TRIPLET}-gcc", "CXX": f"{TRIPLET}-g++", "LDSHARED": f"{TRIPLET}-g++ -shared",
+        "CC": f"{TRIPLET}-gcc",
+        "CXX": f"{TRIPLET}-g++",
+        "LDSHARED": f"{TRIPLET}-g++ -shared",
         "LDFLAGS": f"-L{p['torch_lib']} -Wl,-rpath-link,{p['torch_lib']} -Wl,--no-undefined",
         "_PYTHON_HOST_PLATFORM": f"linux-{TARGET}",
         "PRERAST_FORCE_CPU": "1",  # the CPU library: nvcc's cross build is cuda-probe's question
-        "CFLAGS": None, "CXXFLAGS": None,  # the host's flags (-march=...) are not the target's
+        "CFLAGS": None,
+        "CXXFLAGS": None,  # the host's flags (-march=...) are not the target's
     }
 
 
@@ -212,8 +290,13 @@ def build(out_dir, cache=None, python=sys.executable, source=ROOT):
     prerast_meta/build_wheel.py, with the cross compiler's variables); returns its path."""
     p = fetch(cache, python)
     os.makedirs(out_dir, exist_ok=True)
-    spec = build_wheel.BuildSpec(source=source, out_dir=out_dir, python=python, env=cross_vars(p),
-                                 log_path=os.path.join(out_dir, "build-aarch64.log"))
+    spec = build_wheel.BuildSpec(
+        source=source,
+        out_dir=out_dir,
+        python=python,
+        env=cross_vars(p),
+        log_path=os.path.join(out_dir, "build-aarch64.log"),
+    )
     open(spec.log_path, "w").close()
     log(f"cross-compiling the aarch64 CPU library (log: {spec.log_path})")
     repaired = build_wheel.build(spec, log=lambda text: log("  " + text))
@@ -225,7 +308,7 @@ def build(out_dir, cache=None, python=sys.executable, source=ROOT):
 def install(wheel, cache=None):
     """The wheel unpacked into its own folder of the cache (what pip install puts in site-packages); returns it."""
     p = paths(cache)
-    dest = os.path.join(p["wheels"], os.path.basename(wheel)[:-len(".whl")])
+    dest = os.path.join(p["wheels"], os.path.basename(wheel)[: -len(".whl")])
     stamp = os.path.join(dest, ".wheel-sha")
     digest = f"{os.path.getsize(wheel)}-{os.path.getmtime(wheel)}"
     if not (os.path.exists(stamp) and open(stamp).read() == digest):
@@ -262,48 +345,102 @@ def cuda_probe(cache=None, python=sys.executable, source="csrc/core/wide_sum_cud
         return {"ok": False, "steps": [{"step": "toolkit", "ok": False, "output": "no CUDA toolkit: set CUDA_HOME"}]}
     nvcc = os.path.join(home, "bin", "nvcc")
     steps = []
-    base = [nvcc, "-ccbin", f"{TRIPLET}-g++", "-std=c++17", "-O3", "--fmad=false",
-            "-gencode=arch=compute_90,code=sm_90", "-Xcompiler", "-fPIC", "-I", os.path.join(ROOT, "csrc", "core")]
+    base = [
+        nvcc,
+        "-ccbin",
+        f"{TRIPLET}-g++",
+        "-std=c++17",
+        "-O3",
+        "--fmad=false",
+        "-gencode=arch=compute_90,code=sm_90",
+        "-Xcompiler",
+        "-fPIC",
+        "-I",
+        os.path.join(ROOT, "csrc", "core"),
+    ]
     out = os.path.join(tempfile.mkdtemp(prefix="prerast-nvcc-aarch64-"), "probe.o")
-    dry = subprocess.run(base + ["--dryrun", "-c", os.path.join(ROOT, source), "-o", out], capture_output=True,
-                         text=True).stderr
+    dry = subprocess.run(
+        base + ["--dryrun", "-c", os.path.join(ROOT, source), "-o", out], capture_output=True, text=True
+    ).stderr
     target = ([m for m in re.findall(r"_TARGET_DIR_=(\S+)", dry) if m] or [None])[-1]
-    steps.append({"step": "nvcc's target folder for this host compiler", "ok": bool(target) and os.path.isdir(
-        os.path.join(home, target)), "output": f"{target} ({'present' if target and os.path.isdir(os.path.join(home, target)) else 'absent: NVIDIA ships it as cuda-cross-aarch64 / cuda-cross-sbsa'})"})
+    steps.append(
+        {
+            "step": "nvcc's target folder for this host compiler",
+            "ok": bool(target) and os.path.isdir(os.path.join(home, target)),
+            "output": f"{target} ({'present' if target and os.path.isdir(os.path.join(home, target)) else 'absent: NVIDIA ships it as cuda-cross-aarch64 / cuda-cross-sbsa'})",
+        }
+    )
     host = HOST_TOOLKIT_DIR.get(platform.machine().lower(), platform.machine().lower() + "-linux")
     host_inc = os.path.join(home, "targets", host, "include")
-    for label, extra in (("compile as nvcc sets itself up", []),
-                         (f"compile with the {host} toolkit's headers", ["-I", host_inc, "-isystem",
-                                                                         os.path.join(host_inc, "cccl")])):
+    for label, extra in (
+        ("compile as nvcc sets itself up", []),
+        (f"compile with the {host} toolkit's headers", ["-I", host_inc, "-isystem", os.path.join(host_inc, "cccl")]),
+    ):
         cmd = base + extra + ["-c", os.path.join(ROOT, source), "-o", out]
         r = subprocess.run(cmd, capture_output=True, text=True)
-        step = {"step": label, "ok": r.returncode == 0, "command": " ".join(cmd),
-                "output": (r.stdout + r.stderr).strip()}
+        step = {
+            "step": label,
+            "ok": r.returncode == 0,
+            "command": " ".join(cmd),
+            "output": (r.stdout + r.stderr).strip(),
+        }
         if r.returncode == 0:
-            machine = re.search(r"Machine:\s+(.*)", subprocess.run(["readelf", "-h", out], capture_output=True,
-                                                                   text=True).stdout)
+            machine = re.search(
+                r"Machine:\s+(.*)", subprocess.run(["readelf", "-h", out], capture_output=True, text=True).stdout
+            )
             step["output"] += f"object: {machine.group(1).strip() if machine else '?'}"
         steps.append(step)
     version = (build_env.nvcc_version(home) or "13.0").split(".")
-    spec = f"nvidia-cuda-runtime=={version[0]}.{version[1]}.*" if int(version[0]) >= 13 else \
-        f"nvidia-cuda-runtime-cu{version[0]}"
-    r = subprocess.run([python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps",
-                        "--only-binary=:all:", "--platform", PLATFORM, "--python-version", PYTHON, "-d",
-                        os.path.join(p["downloads"], "cuda-runtime"), spec], capture_output=True, text=True)
-    steps.append({"step": f"libcudart for aarch64 (pip download {spec})", "ok": r.returncode == 0,
-                  "output": "\n".join(line for line in (r.stdout + r.stderr).splitlines()
-                                       if not line.startswith("WARNING"))})
+    spec = (
+        f"nvidia-cuda-runtime=={version[0]}.{version[1]}.*"
+        if int(version[0]) >= 13
+        else f"nvidia-cuda-runtime-cu{version[0]}"
+    )
+    r = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--platform",
+            PLATFORM,
+            "--python-version",
+            PYTHON,
+            "-d",
+            os.path.join(p["downloads"], "cuda-runtime"),
+            spec,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    steps.append(
+        {
+            "step": f"libcudart for aarch64 (pip download {spec})",
+            "ok": r.returncode == 0,
+            "output": "\n".join(line for line in (r.stdout + r.stderr).splitlines() if not line.startswith("WARNING")),
+        }
+    )
     torch_cuda = os.path.join(p["torch_lib"], "libtorch_cuda.so")
-    steps.append({"step": "libtorch_cuda for aarch64", "ok": os.path.exists(torch_cuda),
-                  "output": f"torch {TORCH}'s aarch64 wheel on PyPI is a CPU build: "
-                            f"{'has' if os.path.exists(torch_cuda) else 'no'} libtorch_cuda.so (a CUDA build of torch "
-                            f"for aarch64 comes from download.pytorch.org/whl/cu{version[0]}0)"})
+    steps.append(
+        {
+            "step": "libtorch_cuda for aarch64",
+            "ok": os.path.exists(torch_cuda),
+            "output": f"torch {TORCH}'s aarch64 wheel on PyPI is a CPU build: "
+            f"{'has' if os.path.exists(torch_cuda) else 'no'} libtorch_cuda.so (a CUDA build of torch "
+            f"for aarch64 comes from download.pytorch.org/whl/cu{version[0]}0)",
+        }
+    )
     return {"ok": all(s["ok"] for s in steps[2:]), "steps": steps}
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m ci cross", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m ci cross", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("fetch")
     b = sub.add_parser("build")

@@ -19,6 +19,7 @@ wheel (setup.py's build_py ships no file that is not a package source) nor the s
 (prerast_meta/sources.py) take them. pytest runs with PYTHONPATH=package:., so `import prerast` is this
 checkout's package (and prerast_meta its own) even where a prerast wheel is installed.
 """
+
 import argparse
 import glob
 import os
@@ -70,22 +71,30 @@ def build_spec(root, cpu, python=sys.executable, arch=None):
     are relative (a copy of the checkout hits the same cache entries)."""
     archs = tuple(build_env.parse_arch_list(arch)) if arch and not cpu else ()
     temp = build_dir(root, cpu)
-    return build_wheel.BuildSpec(source=root, out_dir=os.path.join(root, PACKAGE), python=python, kind="in-place",
-                                 cuda_home=None if cpu else build_env.find_cuda_home(), archs=archs,
-                                 build_temp=temp, log_path=temp + ".log")
+    return build_wheel.BuildSpec(
+        source=root,
+        out_dir=os.path.join(root, PACKAGE),
+        python=python,
+        kind="in-place",
+        cuda_home=None if cpu else build_env.find_cuda_home(),
+        archs=archs,
+        build_temp=temp,
+        log_path=temp + ".log",
+    )
 
 
 def check_tools(env):
     if not shutil.which("ninja", path=env["PATH"]):
-        raise ToolMissing("ninja is not on PATH nor next to this Python: without it every build recompiles "
-                          "everything. Install the build tools into this environment:\n"
-                          "    python -m pip install -r ci/requirements-build.txt")
+        raise ToolMissing(
+            "ninja is not on PATH nor next to this Python: without it every build recompiles "
+            "everything. Install the build tools into this environment:\n"
+            "    python -m pip install -r ci/requirements-build.txt"
+        )
 
 
 def visible_gpu_arch(python):
     """The first visible GPU's arch as "9.0", or None (no GPU, or a torch without CUDA)."""
-    code = ("import torch; print('%d.%d' % torch.cuda.get_device_capability() "
-            "if torch.cuda.is_available() else '')")
+    code = "import torch; print('%d.%d' % torch.cuda.get_device_capability() if torch.cuda.is_available() else '')"
     out = subprocess.run([python, "-c", code], capture_output=True, text=True)
     return (out.stdout.strip() or None) if out.returncode == 0 else None
 
@@ -112,13 +121,15 @@ def build(root=ROOT, cpu=False, python=sys.executable, arch=None):
     before = objects(temp)
     ccache = shutil.which("ccache", path=env["PATH"])
     what = "CPU library only" if cpu else "CPU and CUDA libraries, GPU archs " + (arch or "setup.py's default")
-    log(f"building in place ({what}) into {package}; "
-        f"objects in {temp}; ccache: {ccache or 'none found'}")
-    took = build_wheel.run_build(spec, log=lambda text: log("  " + text), show=echo_compiler_line,
-                                 label="in-place build")
+    log(f"building in place ({what}) into {package}; objects in {temp}; ccache: {ccache or 'none found'}")
+    took = build_wheel.run_build(
+        spec, log=lambda text: log("  " + text), show=echo_compiler_line, label="in-place build"
+    )
     changed = recompiled(before, objects(temp))
-    log(f"built in {clock(took)}: {len(changed)} object(s) recompiled"
-        + (": " + ", ".join(changed) if changed else " (nothing had changed)"))
+    log(
+        f"built in {clock(took)}: {len(changed)} object(s) recompiled"
+        + (": " + ", ".join(changed) if changed else " (nothing had changed)")
+    )
     return {"seconds": took, "recompiled": changed, "ccache": ccache}
 
 
@@ -131,13 +142,20 @@ def pytest_env(root, base=None):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci dev", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci dev", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--cpu", action="store_true", help="build the CPU library only (as PRERAST_FORCE_CPU=1)")
-    p.add_argument("--arch", help="GPU archs of the CUDA library, e.g. '8.0;9.0' (default: PRERAST_CUDA_ARCH_LIST, "
-                   "else the visible GPU's)")
-    p.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
-                   help="after --: run pytest with these arguments against the in-place package")
+    p.add_argument(
+        "--arch",
+        help="GPU archs of the CUDA library, e.g. '8.0;9.0' (default: PRERAST_CUDA_ARCH_LIST, else the visible GPU's)",
+    )
+    p.add_argument(
+        "pytest_args",
+        nargs="*",
+        metavar="-- PYTEST_ARGS",
+        help="after --: run pytest with these arguments against the in-place package",
+    )
     argv = list(sys.argv[1:] if argv is None else argv)
     args = p.parse_args(argv)
     cpu = args.cpu or os.environ.get("PRERAST_FORCE_CPU") == "1"

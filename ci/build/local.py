@@ -1,6 +1,7 @@
 """What this machine can build: the toolchain (nvcc version), the Pythons, and which torch builds pip can install
 here (its indexes, find-links and constraints). Every cell of the matrix gets a verdict with a reason, so that
 cells that cannot be built here are listed as such, not silently skipped."""
+
 import functools
 import os
 import re
@@ -13,15 +14,16 @@ from prerast_meta import build_env
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-
-
 def python_executable(version):
     """The interpreter for Python `version` ('3.12'), resolved through pyenv shims to its real path, or None."""
     candidates = [shutil.which(f"python{version}")]
     pyenv = os.path.expanduser("~/.pyenv/versions")
     if os.path.isdir(pyenv):
-        candidates += [os.path.join(pyenv, d, "bin", f"python{version}") for d in sorted(os.listdir(pyenv), reverse=True)
-                       if d.startswith(version + ".")]
+        candidates += [
+            os.path.join(pyenv, d, "bin", f"python{version}")
+            for d in sorted(os.listdir(pyenv), reverse=True)
+            if d.startswith(version + ".")
+        ]
     for exe in filter(None, candidates):
         if not os.path.exists(exe):
             continue
@@ -59,7 +61,9 @@ def torch_constraints():
     """torch specifiers from pip's constraint files (config or PIP_CONSTRAINT), e.g. [('<=', '2.14.1')]."""
     files = os.environ.get("PIP_CONSTRAINT", "").split()
     out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
-    files += [f for line in out.splitlines() if ".constraint=" in line for f in line.split("=", 1)[1].strip("'\"").split()]
+    files += [
+        f for line in out.splitlines() if ".constraint=" in line for f in line.split("=", 1)[1].strip("'\"").split()
+    ]
     specs = []
     for path in files:
         if os.path.isfile(path):

@@ -1,5 +1,6 @@
 """Progress for long builds: every step says what it is and how long it has run, and a quiet command gets a
 heartbeat instead of silence. The full output of each command goes to a log file."""
+
 import sys
 import time
 
@@ -23,14 +24,22 @@ def run_logged(cmd, log_path, label, env=None, cwd=None, show=None, prefix=None)
     """Run `cmd` with its output appended to `log_path`. Lines for which show(line) is true are echoed (a
     compiler's [3/7] lines, say); when nothing was echoed for HEARTBEAT_S seconds, a heartbeat line says the step
     is still running and how long it has taken. Raises CommandFailed with the log's tail on failure."""
-    rc, took = _shared.run_logged(cmd, log_path, label, lambda text: log("  " + text, prefix),
-                                  show=lambda line: line.strip()[:150] if show and show(line) else None,
-                                  env=env, cwd=cwd, heartbeat_s=HEARTBEAT_S)
+    rc, took = _shared.run_logged(
+        cmd,
+        log_path,
+        label,
+        lambda text: log("  " + text, prefix),
+        show=lambda line: line.strip()[:150] if show and show(line) else None,
+        env=env,
+        cwd=cwd,
+        heartbeat_s=HEARTBEAT_S,
+    )
     if rc != 0:
         with open(log_path) as f:
             tail = "".join(f.readlines()[-40:])
-        raise CommandFailed(f"{label} failed (exit {rc}) after {clock(took)}: {' '.join(cmd)}\n"
-                            f"--- last lines of {log_path} ---\n{tail}")
+        raise CommandFailed(
+            f"{label} failed (exit {rc}) after {clock(took)}: {' '.join(cmd)}\n--- last lines of {log_path} ---\n{tail}"
+        )
     return took
 
 

@@ -7,6 +7,7 @@ on the GPU when there is one and the wheel has CUDA code), and fails if a compil
 torch.utils.cpp_extension was imported, or if any file appeared in the venv, HOME or TMPDIR.
 Standard library only: it also runs inside cibuildwheel's test environment.
 """
+
 import json
 import os
 import shutil
@@ -57,9 +58,16 @@ def runtime_env(venv, home, compiler="/bin/false"):
     }
     if _windows():
         system_root = os.environ.get("SystemRoot", r"C:\Windows")
-        env.update({"SystemRoot": system_root, "USERPROFILE": home, "TEMP": env["TMPDIR"], "TMP": env["TMPDIR"],
-                    "LOCALAPPDATA": os.path.join(home, "AppData", "Local"),
-                    "PATH": env["PATH"] + os.pathsep + os.path.join(system_root, "System32")})
+        env.update(
+            {
+                "SystemRoot": system_root,
+                "USERPROFILE": home,
+                "TEMP": env["TMPDIR"],
+                "TMP": env["TMPDIR"],
+                "LOCALAPPDATA": os.path.join(home, "AppData", "Local"),
+                "PATH": env["PATH"] + os.pathsep + os.path.join(system_root, "System32"),
+            }
+        )
     os.makedirs(env["TMPDIR"], exist_ok=True)
     for key in ("CUDA_VISIBLE_DEVICES", "PRERAST_INDEX_URL"):
         if key in os.environ:
@@ -121,7 +129,12 @@ def _read_only_wrapper(venv):
     """A command prefix that runs the rest with `venv` mounted read-only, or [] where that is not possible
     (not root, no unshare, or a container that forbids mount namespaces)."""
     unshare = shutil.which("unshare") or "/usr/bin/unshare"
-    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not os.path.exists(unshare) or not os.path.exists("/bin/mount"):
+    if (
+        not hasattr(os, "geteuid")
+        or os.geteuid() != 0
+        or not os.path.exists(unshare)
+        or not os.path.exists("/bin/mount")
+    ):
         return []
     # Absolute paths: the PATH of the command that follows is the runtime's, with no /bin in it.
     script = '/bin/mount --bind "$0" "$0" && /bin/mount -o remount,bind,ro "$0" && exec "$@"'
@@ -133,8 +146,10 @@ def _read_only_wrapper(venv):
 
 def install(venv, wheel):
     python = venv_python(venv)
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
-                    "--disable-pip-version-check", wheel], check=True)
+    subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--disable-pip-version-check", wheel],
+        check=True,
+    )
 
 
 def smoke(venv, wheel, png, device="auto"):
@@ -157,8 +172,9 @@ def smoke(venv, wheel, png, device="auto"):
     wrapper = _read_only_wrapper(venv)
     before = _snapshot(venv)
     png = os.path.abspath(png)
-    out = subprocess.run(wrapper + [python, "-c", SMOKE_SCRIPT, png, device], env=env, cwd=home,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        wrapper + [python, "-c", SMOKE_SCRIPT, png, device], env=env, cwd=home, capture_output=True, text=True
+    )
     changed = sorted(p for p, st in _snapshot(venv).items() if before.get(p) != st)
     written = sorted(_snapshot(home))
     calls = open(marker).read().splitlines() if os.path.exists(marker) else []
@@ -166,10 +182,16 @@ def smoke(venv, wheel, png, device="auto"):
     if out.returncode != 0:
         raise RuntimeError(f"smoke render failed:\n{out.stdout}\n{out.stderr}\ncompiler calls: {calls}")
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    report.update(files_written=written, venv_files_changed=changed, compiler_calls=calls,
-                  venv_read_only=bool(wrapper))
-    bad = (report["cpp_extension_imported"] or report["tools_on_path"] or written or changed or calls
-           or report["nonblack_pixels"] == 0 or (report["gpu"] and not report["gpu"]["same_as_cpu"]))
+    report.update(files_written=written, venv_files_changed=changed, compiler_calls=calls, venv_read_only=bool(wrapper))
+    bad = (
+        report["cpp_extension_imported"]
+        or report["tools_on_path"]
+        or written
+        or changed
+        or calls
+        or report["nonblack_pixels"] == 0
+        or (report["gpu"] and not report["gpu"]["same_as_cpu"])
+    )
     if bad:
         raise RuntimeError(f"smoke test failed: {json.dumps(report, indent=2)}")
     return report
@@ -192,8 +214,12 @@ def cross_check(venv, wheel, expect_load=False):
     install(venv, wheel)
     python = venv_python(venv)
     home = tempfile.mkdtemp(prefix="prerast-cross-")
-    probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True,
-                           env=runtime_env(venv, home))
+    probe = subprocess.run(
+        [python, "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        env=runtime_env(venv, home),
+    )
     running = probe.stdout.strip()
     code = "import prerast" if not expect_load else CROSS_RENDER
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, env=runtime_env(venv, home), cwd=home)
@@ -202,16 +228,22 @@ def cross_check(venv, wheel, expect_load=False):
         return out.returncode == 0, (out.stdout.strip() or out.stderr.strip().splitlines()[-1:] or ["?"])[-1]
     message = out.stderr.strip().splitlines()
     text = "\n".join(message[-8:])
-    ok = (out.returncode == 1 and "BinaryMismatchError" in out.stderr and running in out.stderr
-          and "built for: prerast" in out.stderr and "pip install" in out.stderr)
+    ok = (
+        out.returncode == 1
+        and "BinaryMismatchError" in out.stderr
+        and running in out.stderr
+        and "built for: prerast" in out.stderr
+        and "pip install" in out.stderr
+    )
     return ok, text
 
 
 def main(argv=None):
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m ci smoke",
-                                description="Smoke-test an installed or given prerast wheel with no compiler.")
+    p = argparse.ArgumentParser(
+        prog="python -m ci smoke", description="Smoke-test an installed or given prerast wheel with no compiler."
+    )
     p.add_argument("--venv", default=sys.prefix, help="virtualenv with torch (default: this interpreter's)")
     p.add_argument("--wheel", help="install this wheel first (default: test what is installed)")
     p.add_argument("--png", default=os.path.join(tempfile.gettempdir(), "prerast-smoke.png"))

@@ -1,5 +1,6 @@
 """The summary table of a local run: one row per built (cell, Python), then the matrix cells this machine cannot
 build with the reason, then the wrong-torch cross-checks. Markdown, so that it pastes into a release note."""
+
 import os
 
 from ci.build import buildable
@@ -37,19 +38,25 @@ def _warm(r):
 
 
 def built_rows(results):
-    head = ("| cell | python | wheel | size | archs | platform tag | build cold | build warm (ccache) | smoke |\n"
-            "|---|---|---|---|---|---|---|---|---|")
+    head = (
+        "| cell | python | wheel | size | archs | platform tag | build cold | build warm (ccache) | smoke |\n"
+        "|---|---|---|---|---|---|---|---|---|"
+    )
     rows = [head]
     for r in results:
         t = r.get("times", {})
         if r.get("status") != "ok":
-            rows.append(f"| {r['cell']} | {r['python']} | FAILED at {r.get('step')} | | | | "
-                        f"{clock(t['cold']) if 'cold' in t else '-'} | | {r.get('error', '')[:120]!r} |")
+            rows.append(
+                f"| {r['cell']} | {r['python']} | FAILED at {r.get('step')} | | | | "
+                f"{clock(t['cold']) if 'cold' in t else '-'} | | {r.get('error', '')[:120]!r} |"
+            )
             continue
         archs = " ".join(r["archs"]) or "cpu"
-        rows.append(f"| {r['cell']} | {r['python']} | {os.path.basename(r['wheel'])} | {_size(r['size'])} | {archs} | "
-                    f"{r['platform_tag']} | {clock(t['cold'])} | {_warm(r)} | "
-                    f"{_smoke(r)} |")
+        rows.append(
+            f"| {r['cell']} | {r['python']} | {os.path.basename(r['wheel'])} | {_size(r['size'])} | {archs} | "
+            f"{r['platform_tag']} | {clock(t['cold'])} | {_warm(r)} | "
+            f"{_smoke(r)} |"
+        )
     return "\n".join(rows)
 
 

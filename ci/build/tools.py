@@ -8,6 +8,7 @@ Every external program the builder runs comes from one of three places:
   optional                      unshare and mount: the smoke test mounts the runtime venv read-only with them
                                 (as root); without them it watches the venv for writes instead
 """
+
 import os
 import re
 import shlex
@@ -52,8 +53,9 @@ def compiler():
 def missing_modules(python):
     """Which of the modules the build needs from `python` it lacks: pip downloads the cell's torch, venv and
     ensurepip make the cell's virtualenvs (Debian ships them apart, as python3.X-venv)."""
-    code = ("import importlib.util as u; "
-            "print(' '.join(m for m in ('pip', 'venv', 'ensurepip') if u.find_spec(m) is None))")
+    code = (
+        "import importlib.util as u; print(' '.join(m for m in ('pip', 'venv', 'ensurepip') if u.find_spec(m) is None))"
+    )
     probe = subprocess.run([python, "-c", code], capture_output=True, text=True)
     return probe.stdout.split() if probe.returncode == 0 else ["pip", "venv", "ensurepip"]
 
@@ -64,8 +66,10 @@ def problems(python_versions):
     listed = requirement_names()
     for program, requirement in VENV_TOOLS.items():
         if requirement not in listed:
-            missing.append(f"{program}: the build virtualenv gets it from ci/requirements-cell.txt, which does not "
-                           f"list it: add the line `{requirement}`")
+            missing.append(
+                f"{program}: the build virtualenv gets it from ci/requirements-cell.txt, which does not "
+                f"list it: add the line `{requirement}`"
+            )
     if not shutil.which("git"):
         missing.append("git (copies the working tree to build from): apt-get install git")
     cxx = compiler()
@@ -75,8 +79,10 @@ def problems(python_versions):
         python = local.python_executable(version)
         lacking = missing_modules(python) if python else []
         if lacking:
-            missing.append(f"python{version} ({python}) has no {', '.join(lacking)}: "
-                           f"apt-get install python{version}-venv, or python{version} -m ensurepip")
+            missing.append(
+                f"python{version} ({python}) has no {', '.join(lacking)}: "
+                f"apt-get install python{version}-venv, or python{version} -m ensurepip"
+            )
     return missing
 
 
@@ -86,10 +92,13 @@ def notes():
     listed = requirement_names()
     for program, requirement in VENV_OPTIONAL.items():
         if requirement not in listed:
-            found.append(f"{program}: not in ci/requirements-cell.txt (`{requirement}`): the warm build is not measured")
+            found.append(
+                f"{program}: not in ci/requirements-cell.txt (`{requirement}`): the warm build is not measured"
+            )
     if os.geteuid() != 0 or not shutil.which("unshare") or not os.path.exists("/bin/mount"):
-        found.append("the smoke test watches the runtime venv for writes (mounting it read-only needs root, "
-                     "unshare and mount)")
+        found.append(
+            "the smoke test watches the runtime venv for writes (mounting it read-only needs root, unshare and mount)"
+        )
     return found
 
 

@@ -1,9 +1,10 @@
 """Build, repair, inspect and install one prerast wheel; make virtualenvs. Standard library only.
 
-    python -m ci wheel build  --out dist          # pip wheel + repair (prerast_meta/build_wheel.py), this interpreter
-    python -m ci wheel venv   PATH -r REQS...     # a virtualenv with the given requirements
-    python -m ci wheel smoke  VENV WHEEL --png F  # install WHEEL into VENV and render there with no compiler
+python -m ci wheel build  --out dist          # pip wheel + repair (prerast_meta/build_wheel.py), this interpreter
+python -m ci wheel venv   PATH -r REQS...     # a virtualenv with the given requirements
+python -m ci wheel smoke  VENV WHEEL --png F  # install WHEEL into VENV and render there with no compiler
 """
+
 import argparse
 import json
 import os
@@ -18,8 +19,6 @@ if __name__ == "__main__":  # run as `python ci/build/wheel.py`: make the ci pac
     sys.path.insert(0, ROOT)
 
 from ci.build.smoke import BUILD_TOOLS, runtime_env, smoke, venv_python  # noqa: E402,F401  (re-exported: tests use them from here)
-
-
 from prerast_meta import build_env, build_wheel as _route, repair as _policy  # noqa: E402
 
 AUDITWHEEL_EXCLUDES = _policy.AUDITWHEEL_EXCLUDES
@@ -43,8 +42,9 @@ def build_wheel(out_dir, python=sys.executable, source=ROOT, plat=None):
     """pip wheel --no-build-isolation in `python`'s environment (the CUDA library too where its torch has CUDA and
     a toolkit is found), repaired into out_dir by the tool of its platform tag: the one build route
     (prerast_meta/build_wheel.py). Returns the repaired wheel's path."""
-    spec = _route.BuildSpec(source=source, out_dir=out_dir, python=python, cuda_home=build_env.find_cuda_home(),
-                            plat=plat)
+    spec = _route.BuildSpec(
+        source=source, out_dir=out_dir, python=python, cuda_home=build_env.find_cuda_home(), plat=plat
+    )
     log(f"compiling prerast (progress below; full log: {_route.log_path(spec)})")
     os.makedirs(out_dir, exist_ok=True)
     open(_route.log_path(spec), "w").close()
@@ -68,17 +68,22 @@ def auditwheel_show(wheel, python=sys.executable):
     show cannot be told to exclude torch's libraries, so it calls a torch extension "consistent with
     linux_x86_64" (libtorch is no system library); the tag that counts is the one the versioned symbols
     constrain it to, and when nothing constrains it, the consistent tag."""
-    out = subprocess.run([python, "-m", "auditwheel", "show", wheel], capture_output=True, text=True,
-                         env=dict(os.environ, PATH=tools_path(python)))
+    out = subprocess.run(
+        [python, "-m", "auditwheel", "show", wheel],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PATH=tools_path(python)),
+    )
     text = re.sub(r"\s+", " ", out.stdout + out.stderr)
-    m = (re.search(r'constrains the platform tag to "([^"]+)"', text)
-         or re.search(r'consistent with the following platform tag: "([^"]+)"', text))
+    m = re.search(r'constrains the platform tag to "([^"]+)"', text) or re.search(
+        r'consistent with the following platform tag: "([^"]+)"', text
+    )
     return (m.group(1) if m else None), out.stdout + out.stderr
 
 
 def wheel_tags(wheel):
     """'prerast-0.1.0+pt214cu130-cp310-abi3-manylinux_2_28_x86_64.whl' -> ('cp310', 'abi3', ['manylinux_2_28_x86_64'])."""
-    name = os.path.basename(wheel)[:-len(".whl")]
+    name = os.path.basename(wheel)[: -len(".whl")]
     py, abi, plat = name.split("-")[-3:]
     return py, abi, plat.split(".")
 
@@ -96,8 +101,12 @@ def inspect(wheel):
     grafted = [n for n in libs if ".libs/" in n or "/.dylibs/" in n]
     # auditwheel and delvewheel rename what they graft (libfoo-1a2b3c4d.so, foo-<32 hex>.dll): the original name
     # is checked too.
-    forbidden = [n for n in libs if _policy.is_excluded(os.path.basename(n))
-                 or _policy.is_excluded(re.sub(r"-[0-9a-f]{8,32}(?=\.(so|dll))", "", os.path.basename(n)))]
+    forbidden = [
+        n
+        for n in libs
+        if _policy.is_excluded(os.path.basename(n))
+        or _policy.is_excluded(re.sub(r"-[0-9a-f]{8,32}(?=\.(so|dll))", "", os.path.basename(n)))
+    ]
     return {"build_info": info, "libraries": libs, "grafted": grafted, "forbidden": forbidden}
 
 
@@ -109,8 +118,9 @@ def make_venv(path, requirements, python=sys.executable):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci wheel", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci wheel", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build")
     b.add_argument("--out", default=os.path.join(ROOT, "dist"))

@@ -8,6 +8,7 @@ torch minor below the floor and serves every patch release of that minor. `Cell.
 
 Everything that needs to know which wheels exist asks this module; nothing else reads the TOML file.
 """
+
 import dataclasses
 import os
 import re
@@ -48,18 +49,19 @@ SYSTEM = {"linux": "linux", "windows": "win32", "macos": "darwin"}
 @dataclasses.dataclass(frozen=True)
 class Target:
     """One (OS, machine) pair wheels are built for: a [target.*] table of ci/matrix.toml."""
-    name: str             # "linux-x86_64"
-    os: str               # "linux", "windows", "macos": cibuildwheel's --platform
-    machine: str          # "x86_64", "aarch64", "AMD64", "arm64": cibuildwheel's --archs
-    plat: str             # the wheel's platform tag: "manylinux_2_28_x86_64", "win_amd64", "macosx_11_0_arm64"
-    runner: str           # the GitHub runner of its jobs: a label of [runners]
-    repair: str           # "auditwheel", "delvewheel", "delocate"
-    platforms: tuple      # compute platforms torch publishes there, from the stable floor on
-    pypi: str             # the build plain `pip install torch` gets there
-    image: str = ""       # manylinux image (Linux): the target's manylinux policy
-    toolkit: str = ""     # NVIDIA's repository (Linux) or redistributable archives (Windows) of its CUDA toolkit
-    archs: tuple = ()     # ((CUDA version, (arch, ...)), ...) where they differ from [cuda."X"]
-    cross: str = ""       # the machine that cross-builds it (python -m ci cross), "" if built natively only
+
+    name: str  # "linux-x86_64"
+    os: str  # "linux", "windows", "macos": cibuildwheel's --platform
+    machine: str  # "x86_64", "aarch64", "AMD64", "arm64": cibuildwheel's --archs
+    plat: str  # the wheel's platform tag: "manylinux_2_28_x86_64", "win_amd64", "macosx_11_0_arm64"
+    runner: str  # the GitHub runner of its jobs: a label of [runners]
+    repair: str  # "auditwheel", "delvewheel", "delocate"
+    platforms: tuple  # compute platforms torch publishes there, from the stable floor on
+    pypi: str  # the build plain `pip install torch` gets there
+    image: str = ""  # manylinux image (Linux): the target's manylinux policy
+    toolkit: str = ""  # NVIDIA's repository (Linux) or redistributable archives (Windows) of its CUDA toolkit
+    archs: tuple = ()  # ((CUDA version, (arch, ...)), ...) where they differ from [cuda."X"]
+    cross: str = ""  # the machine that cross-builds it (python -m ci cross), "" if built natively only
 
     @property
     def system(self):
@@ -72,8 +74,7 @@ class Target:
 
         from prerast_meta import platforms
 
-        return (platforms.key(system) == self.system
-                and (machine or platform.machine()).lower() == self.machine.lower())
+        return platforms.key(system) == self.system and (machine or platform.machine()).lower() == self.machine.lower()
 
     @property
     def has_cuda(self):
@@ -108,16 +109,20 @@ def _load_runners(data):
     runners = {}
     for label, when in data.get("runners", {}).items():
         if when != NONE_ANNOUNCED and not isinstance(when, datetime.date):
-            raise MatrixError(f"[runners] {label} = {when!r}: expected its retirement date (e.g. 2026-11-02, no "
-                              f"quotes) or \"{NONE_ANNOUNCED}\"")
+            raise MatrixError(
+                f"[runners] {label} = {when!r}: expected its retirement date (e.g. 2026-11-02, no "
+                f'quotes) or "{NONE_ANNOUNCED}"'
+            )
         runners[label] = None if when == NONE_ANNOUNCED else when
     return runners
 
 
 def _check_runner(label, user, runners):
     if label not in runners:
-        raise MatrixError(f"{user}: runner {label!r} is not a label of [runners] ({', '.join(runners)}): add it "
-                          "there with its retirement date, or \"none announced\"")
+        raise MatrixError(
+            f"{user}: runner {label!r} is not a label of [runners] ({', '.join(runners)}): add it "
+            'there with its retirement date, or "none announced"'
+        )
 
 
 def _load_targets(data):
@@ -134,11 +139,14 @@ def _load_targets(data):
             raise MatrixError(f"[target.{name}] lacks {sorted(missing)}")
         if t["os"] == "linux":
             if not re.fullmatch(r"manylinux_\d+_\d+", t["manylinux"]):
-                raise MatrixError(f"[target.{name}]: manylinux {t['manylinux']!r} is not a policy such as "
-                                  "manylinux_2_28")
+                raise MatrixError(
+                    f"[target.{name}]: manylinux {t['manylinux']!r} is not a policy such as manylinux_2_28"
+                )
             if {"plat", "image"} & set(t):
-                raise MatrixError(f"[target.{name}]: a Linux target names its manylinux policy only "
-                                  f"(manylinux = \"manylinux_2_28\"): drop plat and image, which follow from it")
+                raise MatrixError(
+                    f"[target.{name}]: a Linux target names its manylinux policy only "
+                    f'(manylinux = "manylinux_2_28"): drop plat and image, which follow from it'
+                )
             t = dict(t, plat=f"{t['manylinux']}_{t['machine']}", image=t["manylinux"])
         if t["pypi"] not in t["platforms"]:
             raise MatrixError(f"[target.{name}]: pypi {t['pypi']!r} is not among its platforms {t['platforms']}")
@@ -148,9 +156,19 @@ def _load_targets(data):
             raise MatrixError(f"[target.{name}]: CUDA builds need a toolkit source")
         _check_runner(t["runner"], f"[target.{name}]", runners)
         targets[name] = Target(
-            name=name, os=t["os"], machine=t["machine"], plat=t["plat"], runner=t["runner"], repair=t["repair"],
-            platforms=tuple(t["platforms"]), pypi=t["pypi"], image=t.get("image", ""), toolkit=t.get("toolkit", ""),
-            archs=tuple((v, tuple(a)) for v, a in sorted(t.get("archs", {}).items())), cross=t.get("cross", ""))
+            name=name,
+            os=t["os"],
+            machine=t["machine"],
+            plat=t["plat"],
+            runner=t["runner"],
+            repair=t["repair"],
+            platforms=tuple(t["platforms"]),
+            pypi=t["pypi"],
+            image=t.get("image", ""),
+            toolkit=t.get("toolkit", ""),
+            archs=tuple((v, tuple(a)) for v, a in sorted(t.get("archs", {}).items())),
+            cross=t.get("cross", ""),
+        )
     default = data["policy"].get("default_target")
     if default not in targets:
         raise MatrixError(f"[policy] default_target {default!r} is not a [target.*] table")
@@ -159,19 +177,19 @@ def _load_targets(data):
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
-    torch: str            # torch release, e.g. "2.14.1"
-    platform: str         # "cpu" or "cu130"
-    pythons: tuple        # CPython versions torch ships wheels for, e.g. ("3.10", ..., "3.13")
-    archs: tuple          # GPU archs compiled ("" for cpu)
-    host_gcc: int         # newest gcc the CUDA version's nvcc accepts (0 for cpu)
-    on_pypi: bool         # plain `torch==<torch>` on PyPI is this build
+    torch: str  # torch release, e.g. "2.14.1"
+    platform: str  # "cpu" or "cu130"
+    pythons: tuple  # CPython versions torch ships wheels for, e.g. ("3.10", ..., "3.13")
+    archs: tuple  # GPU archs compiled ("" for cpu)
+    host_gcc: int  # newest gcc the CUDA version's nvcc accepts (0 for cpu)
+    on_pypi: bool  # plain `torch==<torch>` on PyPI is this build
     published: bool
     pr: bool
-    policy: dict          # the [policy] table
-    kind: str = "classic"     # "stable" (torch's stable C ABI) or "classic" (one torch minor)
-    serves: tuple = ()        # ((torch release, platform), ...) that the wheel serves
-    target: Target = None     # the OS and machine it is built for
-    default_target: bool = True   # its target is the matrix's default: the id names none
+    policy: dict  # the [policy] table
+    kind: str = "classic"  # "stable" (torch's stable C ABI) or "classic" (one torch minor)
+    serves: tuple = ()  # ((torch release, platform), ...) that the wheel serves
+    target: Target = None  # the OS and machine it is built for
+    default_target: bool = True  # its target is the matrix's default: the id names none
 
     @property
     def id(self):
@@ -263,7 +281,7 @@ def _cell_platform(rel, platform, cuda, target=None):
         return (), 0
     cv = f"{platform[2:-1]}.{platform[-1]}"
     if cv not in cuda:
-        raise MatrixError(f"torch {rel['version']}: platform {platform} needs a [cuda.\"{cv}\"] table")
+        raise MatrixError(f'torch {rel["version"]}: platform {platform} needs a [cuda."{cv}"] table')
     archs = dict(target.archs).get(cv, cuda[cv]["archs"]) if target else cuda[cv]["archs"]
     return tuple(archs), int(cuda[cv]["host_gcc"])
 
@@ -278,16 +296,22 @@ def _check_release(rel, policy, stable_floor):
             raise MatrixError(f"torch {version}: {key} names {sorted(unknown)}, not among platforms {platforms}")
     floor = compat.PYTHON_FLOOR
     if any(_vkey(p) < floor for p in rel["pythons"]):
-        raise MatrixError(f"torch {version}: Pythons {rel['pythons']} go below the abi3 floor {compat.python_floor_text()}")
+        raise MatrixError(
+            f"torch {version}: Pythons {rel['pythons']} go below the abi3 floor {compat.python_floor_text()}"
+        )
     patches = rel.get("patches", [version])
     if version not in patches or any(minor(p) != minor(version) for p in patches):
         raise MatrixError(f"torch {version}: patches {patches} must be releases of {minor(version)} including it")
     if _vkey(version)[:2] < stable_floor and version != min(patches, key=_vkey):
-        raise MatrixError(f"torch {version}: a classic cell is built against the lowest patch release of its minor "
-                          f"({min(patches, key=_vkey)}), so that it serves all of {patches}")
+        raise MatrixError(
+            f"torch {version}: a classic cell is built against the lowest patch release of its minor "
+            f"({min(patches, key=_vkey)}), so that it serves all of {patches}"
+        )
     if _vkey(version)[:2] >= stable_floor and (rel.get("publish") or rel.get("pr")):
-        raise MatrixError(f"torch {version}: releases from {'.'.join(map(str, stable_floor))} on are served by the "
-                          "[[stable.cell]] wheels; they have no cells of their own to publish or build")
+        raise MatrixError(
+            f"torch {version}: releases from {'.'.join(map(str, stable_floor))} on are served by the "
+            "[[stable.cell]] wheels; they have no cells of their own to publish or build"
+        )
     return patches
 
 
@@ -311,18 +335,31 @@ def load(path=MATRIX_FILE):
             continue
         for platform in rel["platforms"]:
             archs, gcc = _cell_platform(rel, platform, cuda)
-            cells.append(Cell(
-                torch=rel["version"], platform=platform, pythons=tuple(rel["pythons"]), archs=archs, host_gcc=gcc,
-                on_pypi=platform == rel["pypi"], published=platform in rel.get("publish", rel["platforms"]),
-                pr=platform in rel.get("pr", []), policy=policy, kind="classic",
-                serves=tuple((p, platform) for p in patches), target=default))
+            cells.append(
+                Cell(
+                    torch=rel["version"],
+                    platform=platform,
+                    pythons=tuple(rel["pythons"]),
+                    archs=archs,
+                    host_gcc=gcc,
+                    on_pypi=platform == rel["pypi"],
+                    published=platform in rel.get("publish", rel["platforms"]),
+                    pr=platform in rel.get("pr", []),
+                    policy=policy,
+                    kind="classic",
+                    serves=tuple((p, platform) for p in patches),
+                    target=default,
+                )
+            )
     classic = sorted(cells, key=lambda c: (_vkey(c.torch), c.platform != "cpu", _vkey(c.cuda or "0")))
     stable_cells = []
     for entry in stable["cell"]:
         rel = releases.get(entry["torch"])
         if rel is None or _vkey(entry["torch"])[:2] < stable_floor:
-            raise MatrixError(f"stable cell {entry['torch']}+{entry['platform']}: build with a torch release "
-                              f">= {compat.floor_text()} listed under [[torch]]")
+            raise MatrixError(
+                f"stable cell {entry['torch']}+{entry['platform']}: build with a torch release "
+                f">= {compat.floor_text()} listed under [[torch]]"
+            )
         platform = entry["platform"]
         target = targets.get(entry.get("target", default.name))
         name = f"{entry['torch']}+{platform}" + (f" ({entry['target']})" if "target" in entry else "")
@@ -334,14 +371,30 @@ def load(path=MATRIX_FILE):
         major = _cuda_major(platform)
         # A CUDA wheel serves the torch builds of its CUDA major there; the PyPI one (and a CPU-only one) CPU
         # torch too.
-        serves = tuple((r, p) for r, p in served_by_stable if p in target.platforms and
-                       ((p == "cpu" and major in (None, pypi_major)) or (major and _cuda_major(p) == major)))
+        serves = tuple(
+            (r, p)
+            for r, p in served_by_stable
+            if p in target.platforms
+            and ((p == "cpu" and major in (None, pypi_major)) or (major and _cuda_major(p) == major))
+        )
         pypi_here = rel["pypi"] if target is default else target.pypi
-        stable_cells.append(Cell(
-            torch=entry["torch"], platform=platform, pythons=tuple(rel["pythons"]), archs=archs, host_gcc=gcc,
-            on_pypi=platform == pypi_here and entry["torch"] == rel["version"],
-            published=entry.get("publish", True), pr=entry.get("pr", False), policy=policy, kind="stable",
-            serves=serves, target=target, default_target=target is default))
+        stable_cells.append(
+            Cell(
+                torch=entry["torch"],
+                platform=platform,
+                pythons=tuple(rel["pythons"]),
+                archs=archs,
+                host_gcc=gcc,
+                on_pypi=platform == pypi_here and entry["torch"] == rel["version"],
+                published=entry.get("publish", True),
+                pr=entry.get("pr", False),
+                policy=policy,
+                kind="stable",
+                serves=serves,
+                target=target,
+                default_target=target is default,
+            )
+        )
     cells = stable_cells + classic
     ids = [c.id for c in cells]
     if len(set(ids)) != len(ids):
@@ -351,8 +404,10 @@ def load(path=MATRIX_FILE):
 
 def releases(path=MATRIX_FILE):
     """{'2.4': {'patches': [...], 'platforms': [...]}, ...}: every torch release the matrix knows of."""
-    return {minor(r["version"]): {"patches": r.get("patches", [r["version"]]), "platforms": r["platforms"]}
-            for r in _load_toml(path)["torch"]}
+    return {
+        minor(r["version"]): {"patches": r.get("patches", [r["version"]]), "platforms": r["platforms"]}
+        for r in _load_toml(path)["torch"]
+    }
 
 
 def policy(path=MATRIX_FILE):
@@ -390,8 +445,10 @@ def retired_runners(labels, today=None, path=MATRIX_FILE):
         if label not in known:
             problems.append(f"{', '.join(users)}: runner {label!r} is not in ci/matrix.toml's [runners] table")
         elif known[label] and known[label] <= today:
-            problems.append(f"{', '.join(users)}: runner {label!r} was retired on {known[label]}: move to a label of "
-                            "[runners] that is not retired (ci/matrix.toml)")
+            problems.append(
+                f"{', '.join(users)}: runner {label!r} was retired on {known[label]}: move to a label of "
+                "[runners] that is not retired (ci/matrix.toml)"
+            )
     return problems
 
 
@@ -409,7 +466,7 @@ def target_of_tag(plat_tag, path=MATRIX_FILE, among=None):
             continue
         os_name = "linux" if m.group(1) else "windows" if m.group(2) else "macos"
         machine = (m.group(1) or m.group(2) or m.group(3)).lower()
-        for t in (targets(path).values() if among is None else among):
+        for t in targets(path).values() if among is None else among:
             if t.os == os_name and t.machine.lower() == machine:
                 return t
     return None
@@ -436,20 +493,33 @@ def find(name, cells=None):
     cells = load() if cells is None else cells
     m = re.fullmatch(r"(\d+\.\d+)(\.\d+)?\+(cpu|cu\d+)(?:-([a-z0-9_]+-[A-Za-z0-9_]+))?", name.strip())
     if not m:
-        raise MatrixError(f"bad cell name {name!r}: expected <torch release>+<platform>[-<target>], e.g. 2.14.1+cu130, "
-                          "2.12+cu130 or 2.14.1+cu130-linux-aarch64")
+        raise MatrixError(
+            f"bad cell name {name!r}: expected <torch release>+<platform>[-<target>], e.g. 2.14.1+cu130, "
+            "2.12+cu130 or 2.14.1+cu130-linux-aarch64"
+        )
     target = m.group(4)
     for c in cells:
-        if (c.platform == m.group(3) and (c.target.name == target if target else c.default_target)
-                and (c.torch == m.group(1) + (m.group(2) or "")
-                     or (not m.group(2) and c.torch.startswith(m.group(1) + ".")))):
+        if (
+            c.platform == m.group(3)
+            and (c.target.name == target if target else c.default_target)
+            and (
+                c.torch == m.group(1) + (m.group(2) or "") or (not m.group(2) and c.torch.startswith(m.group(1) + "."))
+            )
+        ):
             return c
     known = ", ".join(c.id for c in cells)
-    served = [c for c in cells if m.group(2) and (m.group(1) + m.group(2), m.group(3)) in c.serves
-              and (c.target.name == target if target else c.default_target)]
+    served = [
+        c
+        for c in cells
+        if m.group(2)
+        and (m.group(1) + m.group(2), m.group(3)) in c.serves
+        and (c.target.name == target if target else c.default_target)
+    ]
     if served:
-        raise MatrixError(f"no cell {name!r} in ci/matrix.toml: torch {m.group(1)}{m.group(2)}+{m.group(3)} is served "
-                          f"by the wheel of cell {served[0].id} ({served[0].kind}); cells: {known}")
+        raise MatrixError(
+            f"no cell {name!r} in ci/matrix.toml: torch {m.group(1)}{m.group(2)}+{m.group(3)} is served "
+            f"by the wheel of cell {served[0].id} ({served[0].kind}); cells: {known}"
+        )
     raise MatrixError(f"no cell {name!r} in ci/matrix.toml; cells: {known}")
 
 

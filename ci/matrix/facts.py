@@ -4,6 +4,7 @@ spells a value of its own.
     stable-floor    the oldest torch a stable wheel serves (prerast_meta.compat.STABLE_FLOOR), e.g. 2.10
     plat            the platform tag of this machine's wheels (its ci/matrix.toml target), e.g. manylinux_2_28_x86_64
 """
+
 import argparse
 import platform
 import sys
@@ -20,8 +21,10 @@ def plat():
 
     target = next((t for t in matrix.targets().values() if t.runs_here()), None)
     if target is None:
-        raise SystemExit(f"fact plat: no [target.*] of ci/matrix.toml is this machine ({sys.platform}, "
-                         f"{platform.machine()}): add one, or run this on a machine the matrix builds for")
+        raise SystemExit(
+            f"fact plat: no [target.*] of ci/matrix.toml is this machine ({sys.platform}, "
+            f"{platform.machine()}): add one, or run this on a machine the matrix builds for"
+        )
     return target.plat
 
 
@@ -29,8 +32,9 @@ FACTS = {"stable-floor": stable_floor, "plat": plat}
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci fact", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci fact", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("name", choices=sorted(FACTS))
     print(FACTS[p.parse_args(argv).name]())
     return 0

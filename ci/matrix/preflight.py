@@ -12,6 +12,7 @@ multi-GB download) which versions it has for that Python and the target's platfo
 Python, target), and names every (cell, Python) whose build is missing. It reads
 no pip configuration: the answer must come from the cell's index alone, not from a local mirror or constraint.
 """
+
 import argparse
 import concurrent.futures
 import os
@@ -81,8 +82,19 @@ def source_args(index):
 def available_versions(index, python, platforms, pip=(sys.executable, "-m", "pip")):
     """Versions of torch `index` has for CPython `python` on one of `platforms`: (versions, None), or (None, the
     error) when the index could not be asked."""
-    cmd = [*pip, "index", "versions", "torch", "--disable-pip-version-check", "--only-binary=:all:",
-           "--python-version", python, "--implementation", "cp", *source_args(index)]
+    cmd = [
+        *pip,
+        "index",
+        "versions",
+        "torch",
+        "--disable-pip-version-check",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--implementation",
+        "cp",
+        *source_args(index),
+    ]
     for p in platforms:
         cmd += ["--platform", p]
     out = subprocess.run(cmd, capture_output=True, text=True, env=pip_env(), timeout=300)
@@ -97,8 +109,9 @@ def parse_answer(returncode, stdout, stderr):
         return {v.strip() for v in m.group(1).split(",")}, None
     trouble = re.search(r"^.*(Retrying \(|Could not fetch URL|connection broken|ProxyError|SSLError).*$", stderr, re.M)
     if trouble:
-        cause = re.search(r"Name or service not known|Connection refused|timed out|\d{3} \w+ Error[^'\"]*|SSLError",
-                          trouble.group(0))
+        cause = re.search(
+            r"Name or service not known|Connection refused|timed out|\d{3} \w+ Error[^'\"]*|SSLError", trouble.group(0)
+        )
         return None, "index not reached" + (f" ({cause.group(0)})" if cause else "")
     if "No matching distribution" in stdout + stderr:
         return set(), None
@@ -122,24 +135,39 @@ def check(cells, index_for=index_of, ask=None, jobs=8):
             if error:
                 problems.append((cell.id, python, f"could not ask {index}: {error}"))
             elif wanted_version(cell) not in versions:
-                problems.append((cell.id, python, f"{index} has no torch {wanted_version(cell)} for Python {python} "
-                                                  f"on {tags[target][0]} or an older tag"))
+                problems.append(
+                    (
+                        cell.id,
+                        python,
+                        f"{index} has no torch {wanted_version(cell)} for Python {python} "
+                        f"on {tags[target][0]} or an older tag",
+                    )
+                )
     return sorted(problems, key=lambda p: (matrix._vkey(p[0]), p[0], matrix._vkey(p[1])))
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci preflight", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci preflight", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--published", action="store_true")
     p.add_argument("--pr", action="store_true", help="only the cells built on pull requests")
     p.add_argument("--cell", action="append", help="a cell name, e.g. 2.14.1+cu130 (repeatable)")
-    p.add_argument("--pypi", default=PYPI_SIMPLE, help=f"the index of PyPI's builds (default {PYPI_SIMPLE}); "
-                                                       "a local folder is read as a find-links folder")
-    p.add_argument("--torch-index", help="the index of the other builds, {platform} replaced by cpu, cu126, ... "
-                                         "(default: the matrix's, https://download.pytorch.org/whl/{platform})")
+    p.add_argument(
+        "--pypi",
+        default=PYPI_SIMPLE,
+        help=f"the index of PyPI's builds (default {PYPI_SIMPLE}); a local folder is read as a find-links folder",
+    )
+    p.add_argument(
+        "--torch-index",
+        help="the index of the other builds, {platform} replaced by cpu, cu126, ... "
+        "(default: the matrix's, https://download.pytorch.org/whl/{platform})",
+    )
     a = p.parse_args(argv)
     if a.torch_index and "{platform}" not in a.torch_index:
-        p.error(f"--torch-index {a.torch_index}: needs {{platform}}, e.g. https://download.pytorch.org/whl/{{platform}}")
+        p.error(
+            f"--torch-index {a.torch_index}: needs {{platform}}, e.g. https://download.pytorch.org/whl/{{platform}}"
+        )
     cells = matrix.load()
     cells = [matrix.find(n, cells) for n in a.cell] if a.cell else matrix.select(cells, a.published, a.pr)
     problems = check(cells, index_for=lambda c: index_of(c, a.pypi, a.torch_index))
@@ -150,6 +178,8 @@ def main(argv=None):
     for cell_id, python, why in problems:
         print(f"preflight: {cell_id} (Python {python}): {why}")
     missing = sorted({c for c, _, _ in problems}, key=lambda c: (matrix._vkey(c), c))
-    print(f"preflight: {len(problems)} of {pairs} torch builds missing or unconfirmed, in cells: {', '.join(missing)}",
-          file=sys.stderr)
+    print(
+        f"preflight: {len(problems)} of {pairs} torch builds missing or unconfirmed, in cells: {', '.join(missing)}",
+        file=sys.stderr,
+    )
     return 1

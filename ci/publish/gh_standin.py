@@ -10,6 +10,7 @@ What GitHub refuses, this refuses too: `release create` of an existing tag, `rel
 release has (unless --clobber, which replaces it), `release download` over an existing file. `release view --json
 assets` gives each asset's name, size and digest ("sha256:<hex>", as GitHub's REST API gives it; set
 GH_STANDIN_NO_DIGEST=1 for a CLI that does not pass it on). Standard library only."""
+
 import fnmatch
 import hashlib
 import json
@@ -71,8 +72,9 @@ def release(args):
         fields = option(rest, "--json", "tagName").split(",")
         print(json.dumps([{k: r.get(k) for k in fields} for r in reversed(rels)]))  # newest first, as gh lists
         return 0
-    (tag, *files) = positional(rest, {"--json", "--title", "--notes", "--notes-file", "--pattern", "--dir",
-                                      "--limit", "--target"})
+    (tag, *files) = positional(
+        rest, {"--json", "--title", "--notes", "--notes-file", "--pattern", "--dir", "--limit", "--target"}
+    )
     known = {r["tagName"]: r for r in rels}
     folder = os.path.join(ROOT, tag)
     if cmd == "create":
@@ -80,8 +82,18 @@ def release(args):
             return fail(f"HTTP 422: Validation Failed: tag_name already_exists (a release of {tag} exists)")
         notes = open(option(rest, "--notes-file")).read() if "--notes-file" in rest else option(rest, "--notes", "")
         os.makedirs(folder, exist_ok=True)
-        save(rels + [{"tagName": tag, "isDraft": "--draft" in rest, "createdAt": f"2026-12-{len(rels) + 1:02d}T00:00:00Z",
-                      "name": option(rest, "--title", tag), "body": notes}])
+        save(
+            rels
+            + [
+                {
+                    "tagName": tag,
+                    "isDraft": "--draft" in rest,
+                    "createdAt": f"2026-12-{len(rels) + 1:02d}T00:00:00Z",
+                    "name": option(rest, "--title", tag),
+                    "body": notes,
+                }
+            ]
+        )
         return 0
     if tag not in known:
         return fail("release not found")

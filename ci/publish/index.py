@@ -14,6 +14,7 @@ wheel itself (prerast/_build_info.json: its kind, the torch and CUDA it was buil
 platform) and the matrix's cell for it (ci/matrix/__init__.py); a wheel the matrix has no cell for is listed on the page
 of the torch it was built with. Standard library only.
 """
+
 import argparse
 import hashlib
 import html
@@ -70,9 +71,17 @@ def describe(path, cells=None):
     m = re.search(r"^Requires-Python: *(.+)$", meta, re.M)
     digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
     plat = ".".join(wheel.wheel_tags(path)[2])
-    return {"file": os.path.basename(path), "path": path, "sha256": digest, "size": os.path.getsize(path),
-            "pages": pages_for(info, cells, plat), "kind": info.get("abi", "classic"), "platform": plat,
-            "torch": info["torch_version"], "requires_python": m.group(1).strip() if m else None}
+    return {
+        "file": os.path.basename(path),
+        "path": path,
+        "sha256": digest,
+        "size": os.path.getsize(path),
+        "pages": pages_for(info, cells, plat),
+        "kind": info.get("abi", "classic"),
+        "platform": plat,
+        "torch": info["torch_version"],
+        "requires_python": m.group(1).strip() if m else None,
+    }
 
 
 def collect(paths, base_url=None, manifest=None):
@@ -111,9 +120,12 @@ def _anchor(entry, page_dir):
 
 
 def _page(title, lines):
-    return ("<!DOCTYPE html>\n<html>\n  <head>\n    <meta name=\"pypi:repository-version\" content=\"1.0\">\n"
-            f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
-            + "\n".join(lines) + "\n  </body>\n</html>\n")
+    return (
+        '<!DOCTYPE html>\n<html>\n  <head>\n    <meta name="pypi:repository-version" content="1.0">\n'
+        f"    <title>{html.escape(title)}</title>\n  </head>\n  <body>\n    <h1>{html.escape(title)}</h1>\n"
+        + "\n".join(lines)
+        + "\n  </body>\n</html>\n"
+    )
 
 
 def write(entries, out):
@@ -125,13 +137,14 @@ def write(entries, out):
         for page in e["pages"]:
             pages.setdefault(page, []).append(e)
     for page, group in pages.items():
-        torch = page[len("torch-"):-len(".html")]
+        torch = page[len("torch-") : -len(".html")]
         with open(os.path.join(out, page), "w") as f:
             f.write(_page(f"{PROJECT} wheels for torch {torch}", [_anchor(e, out) for e in group]))
     links = [f'    <a href="{html.escape(p)}">{html.escape(p[:-5])}</a><br>' for p in sorted(pages)]
     with open(os.path.join(out, "index.html"), "w") as f:
-        f.write(_page(f"{PROJECT} wheels, one page per torch build: pip install {PROJECT} -f <this folder>/<page>",
-                      links))
+        f.write(
+            _page(f"{PROJECT} wheels, one page per torch build: pip install {PROJECT} -f <this folder>/<page>", links)
+        )
     with open(os.path.join(out, "simple", "index.html"), "w") as f:
         f.write(_page("Simple index", [f'    <a href="{PROJECT}/">{PROJECT}</a>']))
     project_dir = os.path.join(out, "simple", PROJECT)
@@ -143,7 +156,9 @@ def write(entries, out):
 
 
 def main(argv=None):
-    i = argparse.ArgumentParser(prog="python -m ci index", description="Find-links pages and a PEP 503 index from wheels.")
+    i = argparse.ArgumentParser(
+        prog="python -m ci index", description="Find-links pages and a PEP 503 index from wheels."
+    )
     i.add_argument("wheels", nargs="*", help="folders (searched recursively) or wheel files")
     i.add_argument("--out", required=True)
     i.add_argument("--base-url", help="URL the wheels are served from (default: relative links to the files)")

@@ -11,6 +11,7 @@ them nothing publishes (they are the PyPI wheel most users get, and the document
 plan names each cell that did not publish with its job's link, for the run's summary and the release notes: a
 re-run of the failed jobs then completes the release.
 """
+
 import argparse
 import json
 import os
@@ -22,8 +23,10 @@ from ci import matrix
 from ci.publish import release
 
 SELECTIONS = {"published": {"published": True}, "pr": {"pr": True}, "all": {}}
-WHEEL_NAME = re.compile(r"prerast-(?P<version>[^-+]+)(?:\+(?P<local>[^-]+))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-"
-                        r"(?P<plat>[^-]+)\.whl")
+WHEEL_NAME = re.compile(
+    r"prerast-(?P<version>[^-+]+)(?:\+(?P<local>[^-]+))?-(?P<py>[^-]+)-(?P<abi>[^-]+)-"
+    r"(?P<plat>[^-]+)\.whl"
+)
 RERUN = "Re-run the failed jobs to complete the release."
 
 
@@ -72,8 +75,9 @@ def plan(wheel_names, cells, version, jobs=None):
         if cell and m.group("version") == version:
             present.setdefault(cell.id, name)
         else:
-            print(f"publish-plan: {name} is not the prerast {version} wheel of a selected cell: left out",
-                  file=sys.stderr)
+            print(
+                f"publish-plan: {name} is not the prerast {version} wheel of a selected cell: left out", file=sys.stderr
+            )
     targets = list(dict.fromkeys(c.target.name for c in cells))
     failed = {t: [c for c in cells if c.target.name == t and c.id not in present] for t in targets}
     required = [c.id for c in cells if c.default_target and c.kind == "stable" and c.id not in present]
@@ -86,12 +90,23 @@ def plan(wheel_names, cells, version, jobs=None):
         for c in cells:
             if c.target.name == t and c.id not in present:
                 job = jobs.get(job_name(c), {})
-                rows.append({"cell": c.id, "job": job_name(c), "job_url": job.get("html_url"),
-                             "conclusion": job.get("conclusion")})
+                rows.append(
+                    {
+                        "cell": c.id,
+                        "job": job_name(c),
+                        "job_url": job.get("html_url"),
+                        "conclusion": job.get("conclusion"),
+                    }
+                )
         missing.append({"target": t, "cells": rows})
     wheels = sorted(present[c.id] for c in cells if c.target.name in published)
-    return {"version": version, "published": published, "missing": missing, "wheels": wheels,
-            "required_missing": required}
+    return {
+        "version": version,
+        "published": published,
+        "missing": missing,
+        "wheels": wheels,
+        "required_missing": required,
+    }
 
 
 def _missing_lines(p, run_url=None):
@@ -101,9 +116,12 @@ def _missing_lines(p, run_url=None):
         if not failed:
             lines.append(f"- **{m['target']}**: its wheels passed, held back with the Linux x86-64 stable ones")
             continue
-        cells = ", ".join(f"[{c['cell']}]({c['job_url']})" if c["job_url"] else
-                          f"{c['cell']} (job `{c['job']}`{': ' + c['conclusion'] if c['conclusion'] else ''})"
-                          for c in failed)
+        cells = ", ".join(
+            f"[{c['cell']}]({c['job_url']})"
+            if c["job_url"]
+            else f"{c['cell']} (job `{c['job']}`{': ' + c['conclusion'] if c['conclusion'] else ''})"
+            for c in failed
+        )
         lines.append(f"- **{m['target']}**: no wheel from {cells}")
     if run_url:
         lines.append(f"\nThe run: {run_url}")
@@ -114,8 +132,11 @@ def summary(p, run_url=None):
     """Markdown for $GITHUB_STEP_SUMMARY."""
     head = [f"## Publishing prerast {p['version']}", ""]
     if p["required_missing"]:
-        head += [f"**Nothing publishes**: the Linux x86-64 stable wheels are required and "
-                 f"{', '.join(p['required_missing'])} did not pass.", ""]
+        head += [
+            f"**Nothing publishes**: the Linux x86-64 stable wheels are required and "
+            f"{', '.join(p['required_missing'])} did not pass.",
+            "",
+        ]
     else:
         head += [f"Published: {', '.join(p['published']) or 'nothing'} ({len(p['wheels'])} wheels).", ""]
     if p["missing"]:
@@ -154,8 +175,9 @@ def find_wheel(folder, name):
 
 
 def plan_main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m ci publish-plan", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m ci publish-plan", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--wheels", required=True, help="the folder of the wheels the run's jobs uploaded")
     ap.add_argument("--selection", choices=sorted(SELECTIONS), required=True, help="the cells the run built")
     ap.add_argument("--jobs", help="the run's jobs (gh api .../actions/runs/ID/jobs --paginate): links to failures")
@@ -165,8 +187,12 @@ def plan_main(argv=None):
     ap.add_argument("--summary", help="Markdown summary to append to (e.g. $GITHUB_STEP_SUMMARY)")
     ap.add_argument("--notes", help="the release notes to write")
     a = ap.parse_args(argv)
-    p = plan(wheel_files(a.wheels), select_cells(a.selection), a.version or release.package_version(),
-             read_jobs(a.jobs) if a.jobs else None)
+    p = plan(
+        wheel_files(a.wheels),
+        select_cells(a.selection),
+        a.version or release.package_version(),
+        read_jobs(a.jobs) if a.jobs else None,
+    )
     with open(a.out, "w") as f:
         json.dump(p, f, indent=2, sort_keys=True)
     if a.summary:
@@ -177,8 +203,11 @@ def plan_main(argv=None):
             f.write(notes(p, a.run_url))
     print(summary(p, a.run_url))
     if p["required_missing"]:
-        print(f"publish-plan: nothing publishes: the Linux x86-64 stable wheels are required and "
-              f"{', '.join(p['required_missing'])} did not pass. {RERUN}", file=sys.stderr)
+        print(
+            f"publish-plan: nothing publishes: the Linux x86-64 stable wheels are required and "
+            f"{', '.join(p['required_missing'])} did not pass. {RERUN}",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

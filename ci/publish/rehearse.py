@@ -21,6 +21,7 @@ present (the release completes, nothing replaced); a rebuilt wheel with other by
 both sha256). After each publishing scenario: pip install from the local index and from the pages into fresh
 virtualenvs (torch shared from ci/publish/shared_torch.py), each rendering a small scene on the CPU.
 """
+
 import argparse
 import contextlib
 import functools
@@ -84,8 +85,16 @@ def commands(jobs=None):
     """{job: [the `python -m ci ...` lines of the steps the rehearsal runs]} (a test compares them with the
     workflow's)."""
     jobs = jobs or workflow_jobs()
-    return {name: [line.strip() for s in jobs[name]["steps"] if "run" in s and not rehearsed(s)
-                   for line in s["run"].splitlines() if line.strip().startswith("python -m ci ")] for name in JOBS}
+    return {
+        name: [
+            line.strip()
+            for s in jobs[name]["steps"]
+            if "run" in s and not rehearsed(s)
+            for line in s["run"].splitlines()
+            if line.strip().startswith("python -m ci ")
+        ]
+        for name in JOBS
+    }
 
 
 def free_port():
@@ -109,6 +118,7 @@ def tree_digest(folder):
 
 # Synthetic wheels: the base wheel's files as another cell's wheel.
 
+
 def _record_hash(data):
     import base64
 
@@ -120,7 +130,7 @@ def synthetic_wheel(base, cell, version, out, extra=b""):
     (kind, torch and CUDA) of that cell; `extra` bytes added make the same name with other bytes."""
     full = version + (f"+{cell.local_tag}" if cell.local_tag else "")
     name = cell.wheel_name(version)
-    plat = name[:-len(".whl")].split("-")[-1]
+    plat = name[: -len(".whl")].split("-")[-1]
     files = {}
     with zipfile.ZipFile(base) as z:
         old_info = next(n.split("/")[0] for n in z.namelist() if n.split("/")[0].endswith(".dist-info"))
@@ -132,8 +142,7 @@ def synthetic_wheel(base, cell, version, out, extra=b""):
             new = n.replace(old_info + "/", new_info + "/", 1)
             if n == "prerast/_build_info.json":
                 info = json.loads(data)
-                info.update(abi=cell.kind, torch_version=cell.torch_build, cuda_version=cell.cuda,
-                            prerast_version=full)
+                info.update(abi=cell.kind, torch_version=cell.torch_build, cuda_version=cell.cuda, prerast_version=full)
                 data = json.dumps(info, indent=2, sort_keys=True).encode()
             elif n == f"{old_info}/WHEEL":
                 data = re.sub(rb"(?m)^Tag: .*$", f"Tag: {compat.PYTHON_TAG}-abi3-{plat}".encode(), data)
@@ -162,12 +171,16 @@ def wheel_set(given, cells, version, out):
     # The installs run here: the base wheel is this machine's (its target's untagged stable wheel).
     base_cell = next((c for c in cells if c.target.runs_here() and c.kind == "stable" and not c.local_tag), None)
     if base_cell is None:
-        raise SystemExit(f"rehearse: no stable cell of ci/matrix.toml builds for this machine "
-                         f"({sys.platform}, {platform.machine()}): rehearse on a machine the matrix builds for")
+        raise SystemExit(
+            f"rehearse: no stable cell of ci/matrix.toml builds for this machine "
+            f"({sys.platform}, {platform.machine()}): rehearse on a machine the matrix builds for"
+        )
     if base_cell.id not in by_cell:
-        raise SystemExit(f"rehearse: no prerast {version} wheel of cell {base_cell.id} in {given} "
-                         f"({base_cell.wheel_name(version)} or another manylinux level): build one with "
-                         "`python -m ci wheel build`, or leave out --wheels")
+        raise SystemExit(
+            f"rehearse: no prerast {version} wheel of cell {base_cell.id} in {given} "
+            f"({base_cell.wheel_name(version)} or another manylinux level): build one with "
+            "`python -m ci wheel build`, or leave out --wheels"
+        )
     made = []
     for c in cells:
         if c.id in by_cell:
@@ -198,8 +211,24 @@ class World:
         self.server_url = f"http://127.0.0.1:{self.http.server_address[1]}"
         self.pypi_port = free_port()
         self.pypiserver = subprocess.Popen(
-            [sys.executable, "-m", "pypiserver", "run", "-i", "127.0.0.1", "-p", str(self.pypi_port), "-a", ".",
-             "-P", ".", self.pypi], stdout=subprocess.DEVNULL, stderr=open(os.path.join(folder, "pypiserver.log"), "w"))
+            [
+                sys.executable,
+                "-m",
+                "pypiserver",
+                "run",
+                "-i",
+                "127.0.0.1",
+                "-p",
+                str(self.pypi_port),
+                "-a",
+                ".",
+                "-P",
+                ".",
+                self.pypi,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(folder, "pypiserver.log"), "w"),
+        )
         self.pypi_url = f"http://127.0.0.1:{self.pypi_port}"
         for _ in range(100):
             with contextlib.suppress(OSError):
@@ -217,12 +246,19 @@ class World:
 
     def state(self, tag):
         """What a scenario may change: the release's assets and notes, the PyPI files, the deployed pages."""
-        rels = {r["tagName"]: r for r in json.load(open(os.path.join(self.gh, "releases.json")))} \
-            if os.path.exists(os.path.join(self.gh, "releases.json")) else {}
+        rels = (
+            {r["tagName"]: r for r in json.load(open(os.path.join(self.gh, "releases.json")))}
+            if os.path.exists(os.path.join(self.gh, "releases.json"))
+            else {}
+        )
         assets = tree_digest(os.path.join(self.gh, tag)) if tag in rels else {}
         site = os.path.join(self.www, "site")
-        return {"assets": assets, "notes": rels.get(tag, {}).get("body"), "pypi": tree_digest(self.pypi),
-                "pages": tree_digest(site) if os.path.isdir(site) else {}}
+        return {
+            "assets": assets,
+            "notes": rels.get(tag, {}).get("body"),
+            "pypi": tree_digest(self.pypi),
+            "pages": tree_digest(site) if os.path.isdir(site) else {},
+        }
 
 
 class Quiet(http.server.SimpleHTTPRequestHandler):
@@ -232,10 +268,13 @@ class Quiet(http.server.SimpleHTTPRequestHandler):
 
 def expand(value, context):
     """A step's env value with its ${{ github.X }} and ${{ steps.ID.outputs.X }} filled in from `context`."""
+
     def one(m):
         if m.group(1) not in context:
-            raise SystemExit(f"rehearse: the workflow uses ${{{{ {m.group(1)} }}}}, which the rehearsal does "
-                             "not provide: add it to the context in ci/publish/rehearse.py")
+            raise SystemExit(
+                f"rehearse: the workflow uses ${{{{ {m.group(1)} }}}}, which the rehearsal does "
+                "not provide: add it to the context in ci/publish/rehearse.py"
+            )
         return context[m.group(1)]
 
     return re.sub(r"\$\{\{\s*((?:github\.|steps\.[\w-]+\.outputs\.)\w+)\s*\}\}", one, str(value))
@@ -261,13 +300,30 @@ def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api, rebuilt=None):
     os.makedirs(api, exist_ok=True)
     with open(os.path.join(api, "jobs.json"), "w") as f:
         json.dump(jobs_api, f)
-    github = {"token": "rehearsal", "repository": REPO, "server_url": world.server_url, "ref_name": tag,
-              "run_id": str(run_id), "run_attempt": str(attempt), "event_name": "push", "ref": f"refs/tags/{tag}"}
+    github = {
+        "token": "rehearsal",
+        "repository": REPO,
+        "server_url": world.server_url,
+        "ref_name": tag,
+        "run_id": str(run_id),
+        "run_attempt": str(attempt),
+        "event_name": "push",
+        "ref": f"refs/tags/{tag}",
+    }
     context = {f"github.{k}": v for k, v in github.items()}
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GH_", "PIP_"))}
-    env.update(PATH=bin_dir + os.pathsep + os.environ["PATH"], PYTHONPATH=ROOT, GH_STANDIN_DIR=world.gh,
-               GITHUB_REF_NAME=tag, GITHUB_REF=f"refs/tags/{tag}", GITHUB_REPOSITORY=REPO, GITHUB_EVENT_NAME="push",
-               GITHUB_RUN_ID=str(run_id), GITHUB_RUN_ATTEMPT=str(attempt), GITHUB_SERVER_URL=world.server_url)
+    env.update(
+        PATH=bin_dir + os.pathsep + os.environ["PATH"],
+        PYTHONPATH=ROOT,
+        GH_STANDIN_DIR=world.gh,
+        GITHUB_REF_NAME=tag,
+        GITHUB_REF=f"refs/tags/{tag}",
+        GITHUB_REPOSITORY=REPO,
+        GITHUB_EVENT_NAME="push",
+        GITHUB_RUN_ID=str(run_id),
+        GITHUB_RUN_ATTEMPT=str(attempt),
+        GITHUB_SERVER_URL=world.server_url,
+    )
     results = {}
     for job_name in JOBS:
         folder = os.path.join(work, job_name)
@@ -276,8 +332,9 @@ def run_jobs(world, wheels, tag, run_id, attempt, work, jobs_api, rebuilt=None):
             results[job_name] = {"ok": None, "output": "skipped: the release job failed", "dir": folder}
             continue
         out, ok = [], True
-        job_env = dict(env, GITHUB_STEP_SUMMARY=os.path.join(folder, "summary.md"),
-                       GITHUB_OUTPUT=os.path.join(folder, "output"))
+        job_env = dict(
+            env, GITHUB_STEP_SUMMARY=os.path.join(folder, "summary.md"), GITHUB_OUTPUT=os.path.join(folder, "output")
+        )
         for step in workflow_jobs()[job_name]["steps"]:
             ok = play(step, folder, job_env, context, world, wheels, out, rebuilt)
             if not ok:
@@ -300,8 +357,9 @@ def play(step, folder, env, context, world, wheels, out, rebuilt=None):
             out.append(f"[not rehearsed: {step.get('name', step['run'][:40])}: {why_not}]")
             return True
         step_env = dict(env, **{k: expand(v, context) for k, v in step.get("env", {}).items()})
-        r = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=folder, env=step_env,
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            ["bash", "-eo", "pipefail", "-c", step["run"]], cwd=folder, env=step_env, capture_output=True, text=True
+        )
         out.append(f"$ {step.get('name', '')}\n{r.stdout}{r.stderr}")
         return r.returncode == 0
     if action == "actions/download-artifact" and given.get("pattern") == "wheel-*":
@@ -311,13 +369,29 @@ def play(step, folder, env, context, world, wheels, out, rebuilt=None):
             out.append(f"[download-artifact: this attempt's artifacts only; not {len(earlier)} of earlier attempts]")
         shutil.copytree(wheels, os.path.join(folder, given["path"]), ignore=lambda d, names: earlier)
     elif action == "pypa/gh-action-pypi-publish":
-        files = sorted(os.path.join(folder, given["packages-dir"], f)
-                       for f in os.listdir(os.path.join(folder, given["packages-dir"])))
+        files = sorted(
+            os.path.join(folder, given["packages-dir"], f)
+            for f in os.listdir(os.path.join(folder, given["packages-dir"]))
+        )
         skip = ["--skip-existing"] if str(given.get("skip-existing", "")).lower() == "true" else []
-        for cmd in (["check", *files], ["upload", "--non-interactive", "-u", "rehearsal", "-p", "rehearsal",
-                                        "--repository-url", world.pypi_url + "/", *skip, *files]):
-            r = subprocess.run([sys.executable, "-m", "twine", *cmd], capture_output=True, text=True, cwd=folder,
-                               env=env)
+        for cmd in (
+            ["check", *files],
+            [
+                "upload",
+                "--non-interactive",
+                "-u",
+                "rehearsal",
+                "-p",
+                "rehearsal",
+                "--repository-url",
+                world.pypi_url + "/",
+                *skip,
+                *files,
+            ],
+        ):
+            r = subprocess.run(
+                [sys.executable, "-m", "twine", *cmd], capture_output=True, text=True, cwd=folder, env=env
+            )
             out.append(f"$ twine {cmd[0]}\n{r.stdout}{r.stderr}")
             if r.returncode:
                 return False
@@ -350,12 +424,28 @@ def install(kind, url, version, folder, torch_site):
     env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
     env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1")
     # --no-deps: torch and numpy come from the shared folder; nothing else may be fetched.
-    r = subprocess.run([sys.executable, "-m", "pip", "--python", os.path.join(venv, "bin", "python"), "install",
-                        "-q", "--no-deps", *source, f"prerast=={version}"], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            os.path.join(venv, "bin", "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            *source,
+            f"prerast=={version}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     if r.returncode:
         return False, r.stdout + r.stderr
-    s = subprocess.run([os.path.join(venv, "bin", "python"), "-c", SMOKE], capture_output=True, text=True,
-                       cwd=folder, env=env)
+    s = subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-c", SMOKE], capture_output=True, text=True, cwd=folder, env=env
+    )
     shutil.rmtree(venv, ignore_errors=True)
     return s.returncode == 0, s.stdout + s.stderr
 
@@ -368,9 +458,17 @@ def torch_page():
 
 def jobs_api(cells, server_url, run_id, failed=()):
     """GitHub's answer to the run's jobs list: each wheel job, those of `failed` targets failed."""
-    return {"total_count": len(cells), "jobs": [
-        {"name": publish.job_name(c), "conclusion": "failure" if c.target.name in failed else "success",
-         "html_url": f"{server_url}/{REPO}/actions/runs/{run_id}/job/{9000 + i}"} for i, c in enumerate(cells)]}
+    return {
+        "total_count": len(cells),
+        "jobs": [
+            {
+                "name": publish.job_name(c),
+                "conclusion": "failure" if c.target.name in failed else "success",
+                "html_url": f"{server_url}/{REPO}/actions/runs/{run_id}/job/{9000 + i}",
+            }
+            for i, c in enumerate(cells)
+        ],
+    }
 
 
 def check(name, results, plan, before, after, cells, wheels, jobs):
@@ -388,11 +486,15 @@ def check(name, results, plan, before, after, cells, wheels, jobs):
     out = "\n".join(r["output"] for r in results.values())
     if name == "tampered":
         want(results["release"]["ok"] is False, "the release job did not stop on an asset with other bytes")
-        rebuilt = [n for n in names if before["assets"].get(n) and before["assets"][n] != sha256(os.path.join(wheels, n))]
+        rebuilt = [
+            n for n in names if before["assets"].get(n) and before["assets"][n] != sha256(os.path.join(wheels, n))
+        ]
         want(len(rebuilt) == 1, f"one rebuilt wheel expected, found {rebuilt}")
         for n in rebuilt:
-            want(n in out and before["assets"][n] in out and sha256(os.path.join(wheels, n)) in out,
-                 f"the failure does not name {n} with both sha256")
+            want(
+                n in out and before["assets"][n] in out and sha256(os.path.join(wheels, n)) in out,
+                f"the failure does not name {n} with both sha256",
+            )
         want(after == before, "the stopped run changed the release, PyPI or the pages")
         return problems
     failed = [(j, r["output"][-3000:]) for j, r in results.items() if not r["ok"]]
@@ -400,24 +502,32 @@ def check(name, results, plan, before, after, cells, wheels, jobs):
     summary = open(os.path.join(results["release"]["dir"], "summary.md")).read()
     notes = after["notes"] or ""
     should_miss = [MISSING_TARGET] if name == "one target missing" else []
-    want(plan.get("published") == [t for t in targets if t not in should_miss],
-         f"published {plan.get('published')}, expected every target but {should_miss}")
+    want(
+        plan.get("published") == [t for t in targets if t not in should_miss],
+        f"published {plan.get('published')}, expected every target but {should_miss}",
+    )
     want([m["target"] for m in plan.get("missing", [])] == should_miss, f"missing {plan.get('missing')}")
-    want(set(after["assets"]) == expected_assets | manifests,
-         f"release assets {sorted(after['assets'])}, expected {sorted(expected_assets | manifests)}")
+    want(
+        set(after["assets"]) == expected_assets | manifests,
+        f"release assets {sorted(after['assets'])}, expected {sorted(expected_assets | manifests)}",
+    )
     want(all(after["assets"][n] == d for n, d in before["assets"].items()), "an asset was replaced")
     pypi_expected = {n for n in expected_assets if not publish.WHEEL_NAME.fullmatch(n).group("local")}
     want(set(after["pypi"]) == pypi_expected, f"PyPI has {sorted(after['pypi'])}, expected {sorted(pypi_expected)}")
     want(bool(after["pages"]) and "whl/simple/prerast/index.html" in after["pages"], "no pages deployed")
-    want(f"is {compat.REPOSITORY}'s Pages site" in results["pages"]["output"],
-         "the pages job did not check that its Pages site is the one the loader names")
+    want(
+        f"is {compat.REPOSITORY}'s Pages site" in results["pages"]["output"],
+        "the pages job did not check that its Pages site is the one the loader names",
+    )
     if name == "same run again":
         want(after == before, "the same run again changed the release, PyPI or the pages")
     for c in cells:
         if c.target.name in should_miss:
             url = next(j["html_url"] for j in jobs["jobs"] if j["name"] == publish.job_name(c))
-            want(all(f"[{c.id}]({url})" in text for text in (summary, notes)),
-                 f"the summary or the notes do not name {c.id} with its job's link")
+            want(
+                all(f"[{c.id}]({url})" in text for text in (summary, notes)),
+                f"the summary or the notes do not name {c.id} with its job's link",
+            )
     want(("Re-run the failed jobs" in notes) == bool(should_miss), "the notes' re-run line")
     return problems
 
@@ -429,21 +539,30 @@ def rehearse(given, work, version=None):
     cells = matrix.select(matrix.load(), published=True)
     full, partial, rebuilt = (os.path.join(work, n) for n in ("wheels-all", "wheels-partial", "wheels-rebuilt"))
     base = wheel_set(given, cells, version, full)
-    shutil.copytree(full, partial, ignore=lambda d, names: [
-        n for n in names if n.endswith(".whl") and publish.cell_of_wheel(n, cells).target.name == MISSING_TARGET])
+    shutil.copytree(
+        full,
+        partial,
+        ignore=lambda d, names: [
+            n for n in names if n.endswith(".whl") and publish.cell_of_wheel(n, cells).target.name == MISSING_TARGET
+        ],
+    )
     shutil.copytree(full, rebuilt)
     mac = next(c for c in cells if c.target.name == "macos-arm64")
     synthetic_wheel(base, mac, version, rebuilt, extra=b"built again, not byte for byte")
     torch_site = shared_torch.shared_torch()
+
     def of_target(target):
         return {n for n in publish.wheel_files(full) if publish.cell_of_wheel(n, cells).target.name == target}
 
     # Each run attempt with the wheels its wheel jobs built (None: the first attempt, all of them). The same run
     # again re-runs only the publishing jobs; the re-run rebuilds the failed target; the tampered attempt one wheel.
-    runs = [("clean", "a", full, 1001, 1, (), None), ("same run again", "a", full, 1001, 2, (), set()),
-            ("one target missing", "c", partial, 2001, 1, (MISSING_TARGET,), None),
-            ("re-run with it present", "c", full, 2001, 2, (), of_target(MISSING_TARGET)),
-            ("tampered", "c", rebuilt, 2001, 3, (), of_target(mac.target.name))]
+    runs = [
+        ("clean", "a", full, 1001, 1, (), None),
+        ("same run again", "a", full, 1001, 2, (), set()),
+        ("one target missing", "c", partial, 2001, 1, (MISSING_TARGET,), None),
+        ("re-run with it present", "c", full, 2001, 2, (), of_target(MISSING_TARGET)),
+        ("tampered", "c", rebuilt, 2001, 3, (), of_target(mac.target.name)),
+    ]
     worlds, report = {}, []
     try:
         for i, (name, world_name, wheels, run_id, attempt, failed, fresh) in enumerate(runs):
@@ -461,18 +580,27 @@ def rehearse(given, work, version=None):
             problems = check(name, results, plan, before, after, cells, wheels, jobs)
             installs = []
             if name != "tampered":
-                for kind, url in (("pypi", world.pypi_url + "/simple/"),
-                                  ("pages", f"{world.server_url}/site/whl/{torch_page()}")):
+                for kind, url in (
+                    ("pypi", world.pypi_url + "/simple/"),
+                    ("pages", f"{world.server_url}/site/whl/{torch_page()}"),
+                ):
                     ok, output = install(kind, url, version, os.path.join(work, f"run-{i}"), torch_site)
                     installs.append({"from": kind, "ok": ok})
                     if not ok:
                         problems.append(f"pip install from {kind} ({url}) failed:\n{output[-3000:]}")
             for p in problems:
                 log(f"  PROBLEM: {p}")
-            report.append({"name": name, "ok": not problems, "published": plan.get("published", []),
-                           "missing": [m["target"] for m in plan.get("missing", [])],
-                           "pypi_files": sorted(after["pypi"]), "release_assets": sorted(after["assets"]),
-                           "installs": installs})
+            report.append(
+                {
+                    "name": name,
+                    "ok": not problems,
+                    "published": plan.get("published", []),
+                    "missing": [m["target"] for m in plan.get("missing", [])],
+                    "pypi_files": sorted(after["pypi"]),
+                    "release_assets": sorted(after["assets"]),
+                    "installs": installs,
+                }
+            )
             log(f"scenario {name!r}: {'ok' if not problems else 'FAILED'} ({time.monotonic() - start:.1f} s)")
     finally:
         for w in worlds.values():
@@ -481,8 +609,9 @@ def rehearse(given, work, version=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m ci rehearse", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m ci rehearse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--wheels", help="a folder with the Linux x86-64 stable wheel (default: build it here)")
     ap.add_argument("--report", help="write the scenarios' outcome here, JSON")
     ap.add_argument("--work", help="the working folder (default: a temporary one)")
@@ -506,6 +635,8 @@ def main(argv=None):
         with open(a.report, "w") as f:
             json.dump(report, f, indent=2)
     bad = [s["name"] for s in report["scenarios"] if not s["ok"]]
-    log(f"{len(report['scenarios']) - len(bad)}/{len(report['scenarios'])} scenarios ok in "
-        f"{time.monotonic() - start:.0f} s" + (f"; failed: {', '.join(bad)}" if bad else ""))
+    log(
+        f"{len(report['scenarios']) - len(bad)}/{len(report['scenarios'])} scenarios ok in "
+        f"{time.monotonic() - start:.0f} s" + (f"; failed: {', '.join(bad)}" if bad else "")
+    )
     return 1 if bad else 0

@@ -13,6 +13,7 @@ replaced and the manifests (and the index's sha256) stay true. The Pages job bui
 every release (older releases: one manifest.json), not from what the live site last served, so that no deploy
 depends on the one before it having happened or being visible yet.
 """
+
 import argparse
 import fnmatch
 import hashlib
@@ -49,7 +50,7 @@ def package_version(root=ROOT):
     text = open(os.path.join(root, VERSION_FILE)).read()
     m = re.search(r'__version__ = "([^"]+)"', text)
     if not m:
-        raise ReleaseError(f"{VERSION_FILE}: no __version__ = \"X.Y.Z\" line")
+        raise ReleaseError(f'{VERSION_FILE}: no __version__ = "X.Y.Z" line')
     return m.group(1)
 
 
@@ -58,16 +59,21 @@ def tag_problem(tag, version):
     name = tag.removeprefix("refs/tags/")
     if name == f"v{version}":
         return None
-    return (f"tag {name} does not match the package version {version} ({VERSION_FILE}): the wheels would be "
-            f"prerast {version}. Tag v{version}, or set __version__ = \"{name.removeprefix('v')}\" in {VERSION_FILE}, "
-            f"commit, and tag that commit.")
+    return (
+        f"tag {name} does not match the package version {version} ({VERSION_FILE}): the wheels would be "
+        f'prerast {version}. Tag v{version}, or set __version__ = "{name.removeprefix("v")}" in {VERSION_FILE}, '
+        f"commit, and tag that commit."
+    )
 
 
 def tagged_commit(tag, root=ROOT):
     """The commit `tag` names in the git checkout at `root`, or None when there is no such tag (or no git)."""
     try:
-        out = subprocess.run(["git", "-C", root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}^{{commit}}"],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["git", "-C", root, "rev-parse", "-q", "--verify", f"refs/tags/{tag}^{{commit}}"],
+            capture_output=True,
+            text=True,
+        )
     except OSError:
         return None
     return out.stdout.strip() or None
@@ -87,16 +93,22 @@ def build_problems(releases=None, published=None):
     for minor, rel in sorted(releases.items(), key=lambda kv: matrix._vkey(kv[0])):
         known = published.get(minor)
         if known is None:
-            problems.append(f"torch {minor} is in ci/matrix.toml but not in ci/published_builds.toml: add its builds "
-                            "from its release notes")
+            problems.append(
+                f"torch {minor} is in ci/matrix.toml but not in ci/published_builds.toml: add its builds "
+                "from its release notes"
+            )
             continue
         extra = sorted(set(rel["platforms"]) - known)
         if extra:
-            problems.append(f"torch {minor}: ci/matrix.toml lists {extra}, which PyTorch does not publish "
-                            "(ci/published_builds.toml)")
+            problems.append(
+                f"torch {minor}: ci/matrix.toml lists {extra}, which PyTorch does not publish "
+                "(ci/published_builds.toml)"
+            )
     for minor in sorted(set(published) - set(releases), key=matrix._vkey):
-        problems.append(f"torch {minor} is published (ci/published_builds.toml) but ci/matrix.toml has no [[torch]] "
-                        "entry for it: its users get no find-links page")
+        problems.append(
+            f"torch {minor} is published (ci/published_builds.toml) but ci/matrix.toml has no [[torch]] "
+            "entry for it: its users get no find-links page"
+        )
     return problems
 
 
@@ -123,13 +135,20 @@ def release_check(tag=None, root=ROOT, out=None):
         line(True, f"{tag} is not tagged yet" if not tagged else f"{tag} names this commit (a re-run of its release)")
     problems = build_problems()
     cells = matrix.select(matrix.load(), published=True)
-    line(not problems, "; ".join(problems) or f"ci/matrix.toml serves every torch minor of ci/published_builds.toml "
-                                              f"({len(matrix.published_builds())}), with {len(cells)} published cells")
+    line(
+        not problems,
+        "; ".join(problems)
+        or f"ci/matrix.toml serves every torch minor of ci/published_builds.toml "
+        f"({len(matrix.published_builds())}), with {len(cells)} published cells",
+    )
     print("Repository settings the jobs need (check them by hand; they cannot be read from here):", file=out)
     for setting in SETTINGS:
         print(f"  [ ] {setting}", file=out)
-    print(f"Then: python -m ci preflight --published (asks the indexes), python -m ci rehearse, bash ci/test.sh, "
-          f"merge, and git tag {tag} && git push origin {tag}", file=out)
+    print(
+        f"Then: python -m ci preflight --published (asks the indexes), python -m ci rehearse, bash ci/test.sh, "
+        f"merge, and git tag {tag} && git push origin {tag}",
+        file=out,
+    )
     return failed
 
 
@@ -167,15 +186,18 @@ def release_manifests(out, gh="gh", work=None):
                 with open(os.path.join(folder, name)) as f:
                     for e in json.load(f)["wheels"]:
                         if not e.get("url"):
-                            raise ReleaseError(f"release {tag}: {name} lists {e['file']} without a URL: it was made "
-                                               "without --base-url")
+                            raise ReleaseError(
+                                f"release {tag}: {name} lists {e['file']} without a URL: it was made without --base-url"
+                            )
                         e.pop("path", None)  # a local path of the machine that made an older manifest
                         entries[e["file"]] = e
             merged.append(tag)
     if missing:
-        raise ReleaseError(f"releases {', '.join(missing)} have wheels but no manifest ({MANIFESTS}): make one with "
-                           f"`python -m ci index <its wheels> --out idx --base-url <its download URL>` and "
-                           f"`gh release upload <tag> idx/{MANIFEST}`, or delete the release")
+        raise ReleaseError(
+            f"releases {', '.join(missing)} have wheels but no manifest ({MANIFESTS}): make one with "
+            f"`python -m ci index <its wheels> --out idx --base-url <its download URL>` and "
+            f"`gh release upload <tag> idx/{MANIFEST}`, or delete the release"
+        )
     with open(out, "w") as f:
         json.dump({"wheels": sorted(entries.values(), key=lambda e: e["file"])}, f, indent=2, sort_keys=True)
     return merged
@@ -209,7 +231,7 @@ def _asset_digests(gh, tag, names, work):
             continue
         digest = a.get("digest") or ""
         if digest.startswith("sha256:"):
-            found[a["name"]] = digest[len("sha256:"):]
+            found[a["name"]] = digest[len("sha256:") :]
             continue
         folder = os.path.join(work, "existing")
         os.makedirs(folder, exist_ok=True)
@@ -219,8 +241,9 @@ def _asset_digests(gh, tag, names, work):
 
 
 def tag_main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci tag-check", description="Fails unless TAG is v + the version in "
-                                f"{VERSION_FILE}.")
+    p = argparse.ArgumentParser(
+        prog="python -m ci tag-check", description=f"Fails unless TAG is v + the version in {VERSION_FILE}."
+    )
     p.add_argument("tag", help="the tag, e.g. v0.2.0 or refs/tags/v0.2.0")
     a = p.parse_args(argv)
     problem = tag_problem(a.tag, package_version())
@@ -241,14 +264,17 @@ def manifests_main(argv=None):
     except ReleaseError as e:
         print(f"release-manifests: {e}", file=sys.stderr)
         return 1
-    print(f"release-manifests: {len(tags)} releases merged into {a.out}" + (f": {', '.join(tags)}" if tags else
-                                                                             " (none yet: the first release)"))
+    print(
+        f"release-manifests: {len(tags)} releases merged into {a.out}"
+        + (f": {', '.join(tags)}" if tags else " (none yet: the first release)")
+    )
     return 0
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci release-check", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci release-check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--tag", help="the tag to push (default: v + the package version)")
     a = p.parse_args(argv)
     failed = release_check(a.tag)

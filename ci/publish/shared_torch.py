@@ -1,6 +1,7 @@
 """A CPU torch installed once into .venv/test-torch-cpu (kept between runs like .venv/build) and shared by fresh
 virtualenvs through a .pth file: a venv with torch in seconds, not minutes (the wheel tests' runtime images and
 `python -m ci rehearse`'s installs)."""
+
 import glob
 import os
 import shutil
@@ -27,11 +28,27 @@ def shared_torch(spec=TORCH_SPEC, variable="PRERAST_TEST_CPU_TORCH"):
     marker = os.path.join(site, ".installed")
     if not (os.path.exists(marker) and open(marker).read() == spec):
         shutil.rmtree(site, ignore_errors=True)
-        out = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                              "--target", site, spec, "numpy"], capture_output=True, text=True)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "--target",
+                site,
+                spec,
+                "numpy",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
-            raise TorchUnavailable(f"cannot install {spec} (set {variable} to a requirement or to a site-packages "
-                                   f"folder holding torch): {out.stderr[-2000:]}")
+            raise TorchUnavailable(
+                f"cannot install {spec} (set {variable} to a requirement or to a site-packages "
+                f"folder holding torch): {out.stderr[-2000:]}"
+            )
         with open(marker, "w") as f:
             f.write(spec)
     return site
@@ -54,5 +71,6 @@ def make_venv(path, torch_site, packages=(), with_pip=True):
 
 
 def pip(venv, *args):
-    subprocess.run([os.path.join(venv, "bin", "python"), "-m", "pip", "-q", "--disable-pip-version-check", *args],
-                   check=True)
+    subprocess.run(
+        [os.path.join(venv, "bin", "python"), "-m", "pip", "-q", "--disable-pip-version-check", *args], check=True
+    )

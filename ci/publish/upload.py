@@ -5,6 +5,7 @@
 Apart from ci/publish/release.py (the checks before a tag, the manifests) because it reads the publish plan
 (ci/publish/plan.py), which itself reads the release's version: one module for both would import itself in a circle.
 """
+
 import argparse
 import json
 import os
@@ -48,7 +49,9 @@ def release_upload(tag, wheels, plan, gh="gh", base_url=None, notes_file=None, w
             release._gh(gh, "release", "edit", tag, "--notes-file", notes_file)
             log(f"release-upload: release {tag} exists: its notes updated")
         elif "release not found" in exists.stderr:
-            release._gh(gh, "release", "create", tag, "--verify-tag", "--title", f"prerast {tag}", "--notes-file", notes_file)
+            release._gh(
+                gh, "release", "create", tag, "--verify-tag", "--title", f"prerast {tag}", "--notes-file", notes_file
+            )
             log(f"release-upload: release {tag} created")
         else:
             raise release.ReleaseError(f"{gh} release view {tag} failed: {exists.stderr.strip()}")
@@ -56,21 +59,28 @@ def release_upload(tag, wheels, plan, gh="gh", base_url=None, notes_file=None, w
         conflicts = []
         for name, path in files.items():
             if name in present and present[name] != release.sha256_file(path):
-                conflicts.append(f"{name}: the release's asset has sha256 {present[name]}, this run's file "
-                                 f"{release.sha256_file(path)}")
+                conflicts.append(
+                    f"{name}: the release's asset has sha256 {present[name]}, this run's file "
+                    f"{release.sha256_file(path)}"
+                )
         if conflicts:
-            raise release.ReleaseError("release assets are never replaced, and these differ from this run's files:\n  "
-                               + "\n  ".join(conflicts) + "\nThe release (and the index's sha256) describe the "
-                               "assets as first uploaded. Find out why the bytes differ (a rebuild is not "
-                               "reproducible byte for byte); to publish new bytes, release a new version.")
+            raise release.ReleaseError(
+                "release assets are never replaced, and these differ from this run's files:\n  "
+                + "\n  ".join(conflicts)
+                + "\nThe release (and the index's sha256) describe the "
+                "assets as first uploaded. Find out why the bytes differ (a rebuild is not "
+                "reproducible byte for byte); to publish new bytes, release a new version."
+            )
         # Wheels first, each target's manifest after its wheels: a manifest never names a wheel not yet there.
         order = [n for n in files if n not in manifests] + manifests
         todo = [n for n in order if n not in present]
         for name in todo:
             release._gh(gh, "release", "upload", tag, files[name])
         skipped = [n for n in order if n in present]
-    log(f"release-upload: {len(todo)} uploaded, {len(skipped)} already there with the same bytes"
-        + (": " + ", ".join(todo) if todo else ""))
+    log(
+        f"release-upload: {len(todo)} uploaded, {len(skipped)} already there with the same bytes"
+        + (": " + ", ".join(todo) if todo else "")
+    )
     return {"uploaded": todo, "skipped": skipped}
 
 
@@ -89,7 +99,6 @@ def upload_main(argv=None):
         print(("::error::" if os.environ.get("GITHUB_ACTIONS") else "") + f"release-upload: {e}", file=sys.stderr)
         return 1
     return 0
-
 
 
 if __name__ == "__main__":

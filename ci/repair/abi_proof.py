@@ -10,6 +10,7 @@ and pytest, the wheel installed with --no-deps, then `pytest tests/core/ops` on 
 fresh process's `import prerast` to its first rendered frame. A --refused target must fail at import with
 BinaryMismatchError. The wheel's own audits run once: `python -m ci symbols` and `abi3audit --strict`.
 """
+
 import argparse
 import json
 import os
@@ -24,9 +25,9 @@ if __name__ == "__main__":
     sys.path.insert(0, ROOT)
 
 from ci.build import local
+from ci.build.progress import clock, log  # noqa: E402
 from ci.repair import symbols  # noqa: E402
 from prerast_meta import build_env, build_wheel as _route, sources  # noqa: E402
-from ci.build.progress import clock, log  # noqa: E402
 
 STABLE_TARGETS = ["2.11.0", "2.12.0", "2.12.1", "2.14.0", "2.14.1", "2.14.1@3.12", "2.14.1@3.13", "2.13.0+cpu"]
 
@@ -58,8 +59,10 @@ def make_venv(path, torch_spec, python):
     if not interpreter:
         raise RuntimeError(f"no python{python} here")
     subprocess.run([interpreter, "-m", "venv", path], check=True)
-    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"torch=={torch_spec}",
-                    "numpy", "pytest"], check=True)
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", f"torch=={torch_spec}", "numpy", "pytest"],
+        check=True,
+    )
     return py
 
 
@@ -90,25 +93,42 @@ def _run_target(wheel, target, venv, work, refused, all_tests=False):
     t0 = time.time()
     log(f"{target}: virtualenv with torch {torch_spec} on Python {python}")
     py = make_venv(venv, torch_spec, python)
-    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall",
-                    "--disable-pip-version-check", wheel], check=True)
-    row = {"target": target, "torch": subprocess.run([py, "-c", "import torch; print(torch.__version__)"],
-                                                     capture_output=True, text=True).stdout.strip()}
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-deps", "--force-reinstall", "--disable-pip-version-check", wheel],
+        check=True,
+    )
+    row = {
+        "target": target,
+        "torch": subprocess.run(
+            [py, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+        ).stdout.strip(),
+    }
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=os.environ.get("CUDA_VISIBLE_DEVICES", ""))
     frame = subprocess.run([py, "-c", FIRST_FRAME], capture_output=True, text=True, cwd=work, env=env)
     if refused:
         row["ok"] = frame.returncode != 0 and "BinaryMismatchError" in frame.stderr
-        row["result"] = "refused: " + next((ln.strip() for ln in frame.stderr.splitlines() if "mismatch:" in ln),
-                                           frame.stderr.strip().splitlines()[-1] if frame.stderr.strip() else "?")
+        row["result"] = "refused: " + next(
+            (ln.strip() for ln in frame.stderr.splitlines() if "mismatch:" in ln),
+            frame.stderr.strip().splitlines()[-1] if frame.stderr.strip() else "?",
+        )
         return row
     if frame.returncode != 0:
         row.update(ok=False, result="import failed: " + frame.stderr.strip().splitlines()[-1])
         return row
     abi, seconds = frame.stdout.split()
     row.update(abi=abi, first_frame_s=float(seconds))
-    skip = [] if all_tests else [a for f in NUMERICS_ONLY for a in ("--ignore", os.path.join(ROOT, "tests", "core", "ops", f))]
-    tests = subprocess.run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(ROOT, "tests", "core", "ops"),
-                            *skip], capture_output=True, text=True, cwd=work, env=env)
+    skip = (
+        []
+        if all_tests
+        else [a for f in NUMERICS_ONLY for a in ("--ignore", os.path.join(ROOT, "tests", "core", "ops", f))]
+    )
+    tests = subprocess.run(
+        [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", os.path.join(ROOT, "tests", "core", "ops"), *skip],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env=env,
+    )
     summary = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else tests.stderr[-300:]
     row.update(ok=tests.returncode == 0, result=summary, minutes=clock(time.time() - t0))
     log(f"{target}: {summary}")
@@ -119,17 +139,25 @@ def build_wheel(torch_spec, work, cpu_only, abi=None):
     """A wheel built (not repaired) in a fresh venv with torch_spec, as `pip wheel --no-build-isolation .` does."""
     venv = os.path.join(work, "build-" + re.sub(r"[^\w.]+", "_", torch_spec))
     py = make_venv(venv, torch_spec, "3.11")
-    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "setuptools>=64", "wheel",
-                    "ninja"], check=True)
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", "setuptools>=64", "wheel", "ninja"],
+        check=True,
+    )
     out = os.path.join(work, "wheels-" + re.sub(r"[^\w.]+", "_", torch_spec))
     shutil.rmtree(out, ignore_errors=True)
     t0 = time.time()
     log(f"building a wheel against torch {torch_spec}" + (" (CPU only)" if cpu_only else ""))
     src = sources.materialize(os.path.join(work, "src-" + os.path.basename(venv)), ROOT)
     # The one build route (prerast_meta/build_wheel.py), unrepaired: the proof installs the raw wheel.
-    spec = _route.BuildSpec(source=src, out_dir=out, python=py, abi=abi or "", repair=False,
-                            cuda_home=None if cpu_only else build_env.find_cuda_home(),
-                            log_path=os.path.join(work, "build-" + os.path.basename(venv) + ".log"))
+    spec = _route.BuildSpec(
+        source=src,
+        out_dir=out,
+        python=py,
+        abi=abi or "",
+        repair=False,
+        cuda_home=None if cpu_only else build_env.find_cuda_home(),
+        log_path=os.path.join(work, "build-" + os.path.basename(venv) + ".log"),
+    )
     _route.build(spec, log=lambda text: log("  " + text))
     shutil.rmtree(src, ignore_errors=True)
     log(f"built in {clock(time.time() - t0)}")
@@ -164,9 +192,13 @@ def audits(wheel, python=sys.executable):
 
 
 def table(wheel, rows, audit):
-    lines = [f"wheel: {os.path.basename(wheel)} ({os.path.getsize(wheel) / 1e6:.1f} MB)",
-             f"undefined-symbol audit: {audit['symbols']}; abi3audit --strict: {audit['abi3audit']}", "",
-             "| target | torch | result | import → first frame |", "|---|---|---|---|"]
+    lines = [
+        f"wheel: {os.path.basename(wheel)} ({os.path.getsize(wheel) / 1e6:.1f} MB)",
+        f"undefined-symbol audit: {audit['symbols']}; abi3audit --strict: {audit['abi3audit']}",
+        "",
+        "| target | torch | result | import → first frame |",
+        "|---|---|---|---|",
+    ]
     for r in rows:
         frame = f"{r['first_frame_s']:.2f} s" if "first_frame_s" in r else "-"
         lines.append(f"| {r['target']} | {r['torch']} | {'✅' if r['ok'] else '❌'} {r['result']} | {frame} |")
@@ -174,8 +206,9 @@ def table(wheel, rows, audit):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci abi-proof", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci abi-proof", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("wheel", nargs="?", help="the wheel to test (or --build one)")
     p.add_argument("--build", metavar="TORCH", help="first build a wheel against this torch in a fresh venv")
     p.add_argument("--cpu", action="store_true", help="with --build: a CPU-only build (PRERAST_FORCE_CPU=1)")
@@ -185,8 +218,11 @@ def main(argv=None):
     p.add_argument("--work", default=os.path.join(ROOT, ".venv", "proof"))
     p.add_argument("--json")
     p.add_argument("--keep", action="store_true", help="keep the virtualenvs (several GB each)")
-    p.add_argument("--all-op-tests", action="store_true",
-                   help=f"also the op tests of the plugin's own arithmetic alone: {', '.join(NUMERICS_ONLY)}")
+    p.add_argument(
+        "--all-op-tests",
+        action="store_true",
+        help=f"also the op tests of the plugin's own arithmetic alone: {', '.join(NUMERICS_ONLY)}",
+    )
     a = p.parse_args(argv)
     os.makedirs(a.work, exist_ok=True)
     if not a.wheel and not a.build:

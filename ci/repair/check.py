@@ -2,6 +2,7 @@
 policy, then the checks of the repaired wheel (no torch or CUDA library grafted in, the exact platform tag, only
 torch's C shims imported by a stable-ABI plugin: ci/repair/symbols.py).
 """
+
 import argparse
 import os
 import sys
@@ -19,8 +20,10 @@ def policy_platform(path=matrix.MATRIX_FILE, machine=None, system=None):
 
     target = running_target(path, system, machine)
     if target is None:
-        raise matrix.MatrixError(f"no [target.*] of {path} is {system or sys.platform} on "
-                                 f"{machine or platform.machine()}: add one to build wheels here")
+        raise matrix.MatrixError(
+            f"no [target.*] of {path} is {system or sys.platform} on "
+            f"{machine or platform.machine()}: add one to build wheels here"
+        )
     return target.plat
 
 
@@ -57,14 +60,17 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
         # The audit reads ELF symbol tables (nm -D): Linux wheels only.
         bad = {lib: kinds["other"] for lib, kinds in symbols.audit_wheel(repaired).items() if kinds.get("other")}
         if bad:
-            raise SystemExit(f"repair: the stable-ABI wheel {os.path.basename(repaired)} imports symbols outside "
-                             f"torch's stable C shims (it would load into one torch release only): {bad}")
+            raise SystemExit(
+                f"repair: the stable-ABI wheel {os.path.basename(repaired)} imports symbols outside "
+                f"torch's stable C shims (it would load into one torch release only): {bad}"
+            )
     return repaired
 
 
 def main(argv=None):
-    r = argparse.ArgumentParser(prog="python -m ci repair",
-                                description="Repair a wheel with the package's policy and check the result.")
+    r = argparse.ArgumentParser(
+        prog="python -m ci repair", description="Repair a wheel with the package's policy and check the result."
+    )
     r.add_argument("wheel")
     r.add_argument("dest_dir")
     r.add_argument("--plat", help="the exact platform tag (default: the tag of the wheel's target in ci/matrix.toml)")

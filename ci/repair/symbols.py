@@ -6,6 +6,7 @@ torch (at::, c10::, torch::) would tie it to one torch release, which is what th
 
     python -m ci symbols dist/prerast-*.whl      # prints the imports by kind; exit 1 if any is not allowed
 """
+
 import argparse
 import os
 import re
@@ -18,16 +19,16 @@ import zipfile
 RUNTIME_VERSIONS = re.compile(r"(GLIBC|GLIBCXX|CXXABI|GCC)_[\d.]+")
 SHIMS = re.compile(r"(aoti_torch_|torch_)\w+")
 # Weak references every shared object carries (transactional memory, profiling): resolved or not, harmless.
-WEAK_BOILERPLATE = {"_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable", "__gmon_start__",
-                    "__cxa_finalize"}
+WEAK_BOILERPLATE = {"_ITM_deregisterTMCloneTable", "_ITM_registerTMCloneTable", "__gmon_start__", "__cxa_finalize"}
 
 
 def undefined_symbols(library):
     """[(name, version or None)] of the symbols library imports (nm -D --undefined-only)."""
     if not shutil.which("nm"):
         raise RuntimeError("the symbol audit needs nm (binutils): apt-get install binutils")
-    out = subprocess.run(["nm", "-D", "--undefined-only", "--with-symbol-versions", library], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["nm", "-D", "--undefined-only", "--with-symbol-versions", library], capture_output=True, text=True, check=True
+    ).stdout
     found = []
     for line in out.splitlines():
         name = line.split()[-1]
@@ -69,8 +70,9 @@ def audit_wheel(wheel):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(prog="python -m ci symbols", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci symbols", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("wheel")
     a = p.parse_args(argv)
     report = audit_wheel(a.wheel)

@@ -11,6 +11,7 @@ runs its vcvarsall.bat and then `set`, and the variables that differ from this p
 printed, in GITHUB_ENV's multi-line form (NAME<<DELIMITER) only for a value with a line break.
 Exit codes: 3 vswhere.exe or vcvarsall.bat missing (or no Visual Studio with the C++ tools), 1 vcvarsall.bat failed.
 """
+
 import argparse
 import ntpath
 import os
@@ -26,6 +27,7 @@ MARKER = "prerast-msvc-env-begin"
 
 class MsvcMissing(Exception):
     """vswhere.exe, a Visual Studio with the C++ tools, or its vcvarsall.bat is not there."""
+
     exit_code = 3
 
 
@@ -48,15 +50,19 @@ def find_visual_studio(environ, run=run_command, exists=os.path.isfile):
     """The installation folder of the newest Visual Studio with the C++ x64 tools, as vswhere.exe names it."""
     vswhere = vswhere_path(environ)
     if not exists(vswhere):
-        raise MsvcMissing(f"msvc-env: vswhere.exe not found at {vswhere}: expected with any Visual Studio 2017 or "
-                          "newer; install Visual Studio (Build Tools) with the C++ workload, or run on a windows-20xx "
-                          "runner")
+        raise MsvcMissing(
+            f"msvc-env: vswhere.exe not found at {vswhere}: expected with any Visual Studio 2017 or "
+            "newer; install Visual Studio (Build Tools) with the C++ workload, or run on a windows-20xx "
+            "runner"
+        )
     out = run([vswhere, "-latest", "-products", "*", "-requires", VC_TOOLS, "-property", "installationPath"])
     found = out.stdout.strip().splitlines() if out.returncode == 0 else []
     if not found:
-        raise MsvcMissing(f"msvc-env: vswhere.exe found no Visual Studio with {VC_TOOLS} (exit {out.returncode}"
-                          f"{': ' + out.stderr.strip() if out.stderr.strip() else ''}): add the C++ x64/x86 build "
-                          "tools to the installation")
+        raise MsvcMissing(
+            f"msvc-env: vswhere.exe found no Visual Studio with {VC_TOOLS} (exit {out.returncode}"
+            f"{': ' + out.stderr.strip() if out.stderr.strip() else ''}): add the C++ x64/x86 build "
+            "tools to the installation"
+        )
     return found[0].strip()
 
 
@@ -83,14 +89,17 @@ def developer_environment(environ, arch="x64", run=run_command, exists=os.path.i
     as Windows compares them, without case (Path and PATH are one variable)."""
     vcvarsall = vcvarsall_path(find_visual_studio(environ, run, exists))
     if not exists(vcvarsall):
-        raise MsvcMissing(f"msvc-env: {vcvarsall} not found: the Visual Studio that vswhere.exe named has no "
-                          "vcvarsall.bat; repair its C++ workload")
+        raise MsvcMissing(
+            f"msvc-env: {vcvarsall} not found: the Visual Studio that vswhere.exe named has no "
+            "vcvarsall.bat; repair its C++ workload"
+        )
     # cmd /s /c "...": cmd.exe strips the outer quotes and runs the rest, quoted path included, as written.
     out = run(f'cmd /d /s /c ""{vcvarsall}" {arch} && echo {MARKER} && set"')
     after = parse_set(out.stdout) if out.returncode == 0 else None
     if after is None:
-        raise VcvarsFailed(f"msvc-env: {vcvarsall} {arch} failed (exit {out.returncode}):\n"
-                           f"{(out.stdout + out.stderr).strip()}")
+        raise VcvarsFailed(
+            f"msvc-env: {vcvarsall} {arch} failed (exit {out.returncode}):\n{(out.stdout + out.stderr).strip()}"
+        )
     before = {k.upper(): v for k, v in environ.items()}
     return {k: v for k, v in after.items() if before.get(k.upper()) != v}
 
@@ -108,8 +117,9 @@ def github_env_lines(variables):
 
 
 def main(argv=None, environ=None, run=run_command, exists=os.path.isfile):
-    p = argparse.ArgumentParser(prog="python -m ci msvc-env", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci msvc-env", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--arch", default="x64", help="vcvarsall.bat's argument (default x64: 64-bit tools and target)")
     a = p.parse_args(argv)
     try:

@@ -11,6 +11,7 @@ redist names (cuda-nvcc -> cuda_nvcc, cuda-cudart-devel -> cuda_cudart), checks 
 it without its top folder, so that the components merge into one toolkit tree (bin/nvcc.exe, include/, lib/x64/).
 The root may be a URL, a file:// URL or a folder (the tests' fake redist).
 """
+
 import argparse
 import hashlib
 import json
@@ -25,8 +26,11 @@ import urllib.request
 import zipfile
 
 # NVIDIA's platform names in redistrib_*.json, per (target os, machine).
-REDIST_PLATFORM = {("windows", "amd64"): "windows-x86_64", ("linux", "x86_64"): "linux-x86_64",
-                   ("linux", "aarch64"): "linux-sbsa"}
+REDIST_PLATFORM = {
+    ("windows", "amd64"): "windows-x86_64",
+    ("linux", "x86_64"): "linux-x86_64",
+    ("linux", "aarch64"): "linux-sbsa",
+}
 # Parts of a component that NVIDIA ships as components of their own in some releases (CUDA 13 moved nvcc's CRT
 # headers and NVVM out of cuda_nvcc): taken along wherever the release lists them.
 COMPANIONS = {"cuda_nvcc": ("cuda_crt", "libnvvm")}
@@ -35,6 +39,7 @@ MARKER = "prerast-redist.json"  # what was unpacked, written last: a complete to
 
 class RedistError(RuntimeError):
     """The redist root lacks the release, a component or an archive, or an archive is not what the JSON says."""
+
     exit_code = 1
 
 
@@ -82,8 +87,10 @@ def newest_release(root, cuda):
     """The newest release of CUDA version `cuda` ('13.0') the root lists: '13.0.2'."""
     mine = [r for r in releases(root) if r.startswith(cuda + ".")]
     if not mine:
-        raise RedistError(f"{root} lists no redistrib_{cuda}.*.json: no CUDA {cuda} release there "
-                          "(give --release, or check the target's toolkit in ci/matrix.toml)")
+        raise RedistError(
+            f"{root} lists no redistrib_{cuda}.*.json: no CUDA {cuda} release there "
+            "(give --release, or check the target's toolkit in ci/matrix.toml)"
+        )
     return mine[-1]
 
 
@@ -94,8 +101,10 @@ def components(manifest, packages, platform):
         name = redist_name(package)
         if name not in manifest or platform not in manifest[name]:
             have = sorted(k for k, v in manifest.items() if isinstance(v, dict) and platform in v)
-            raise RedistError(f"redistrib_{manifest.get('release_label', '?')}.json has no {name} (from {package}) "
-                              f"for {platform}; it has: {', '.join(have)}")
+            raise RedistError(
+                f"redistrib_{manifest.get('release_label', '?')}.json has no {name} (from {package}) "
+                f"for {platform}; it has: {', '.join(have)}"
+            )
         wanted.append(name)
         wanted += [c for c in COMPANIONS.get(name, ()) if platform in manifest.get(c, {})]
     return [(name, manifest[name][platform]) for name in dict.fromkeys(wanted)]
@@ -111,8 +120,10 @@ def _fetch(root, entry, work):
             digest.update(block)
             out.write(block)
     if entry.get("sha256") and digest.hexdigest() != entry["sha256"]:
-        raise RedistError(f"{relative}: SHA-256 {digest.hexdigest()} is not the {entry['sha256']} that the "
-                          "redist JSON names (a damaged or replaced download): run again")
+        raise RedistError(
+            f"{relative}: SHA-256 {digest.hexdigest()} is not the {entry['sha256']} that the "
+            "redist JSON names (a damaged or replaced download): run again"
+        )
     return path
 
 
@@ -173,19 +184,23 @@ def install(root, cuda, packages, platform, out, release=None, log=print):
             unpack(_fetch(root, entry, work), out)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    record = {"release": release, "platform": platform,
-              "components": {name: manifest[name].get("version", "") for name, _ in chosen}}
+    record = {
+        "release": release,
+        "platform": platform,
+        "components": {name: manifest[name].get("version", "") for name, _ in chosen},
+    }
     with open(marker, "w") as f:
         json.dump(record, f, indent=2, sort_keys=True)
     return record
 
 
 def main(argv=None):
-    from ci.matrix import cibw
     from ci import matrix
+    from ci.matrix import cibw
 
-    p = argparse.ArgumentParser(prog="python -m ci toolkit-redist", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m ci toolkit-redist", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--cell", required=True, help="a CUDA cell, e.g. 2.14.1+cu130-windows-amd64")
     p.add_argument("--out", help="the toolkit folder (default: the cell's CUDA_HOME, python -m ci cibw-env)")
     p.add_argument("--root", help="redist URL or folder (default: the cell's target's toolkit)")
@@ -198,8 +213,10 @@ def main(argv=None):
         platform = REDIST_PLATFORM.get((cell.target.os, cell.target.machine.lower()))
         root = a.root or cell.target.toolkit
         if platform is None or not (a.root or cell.target.os == "windows"):
-            raise RedistError(f"cell {cell.id}: its target {cell.target.name} installs CUDA from {root}, not from "
-                              "NVIDIA's redist archives (give --root to use them anyway)")
+            raise RedistError(
+                f"cell {cell.id}: its target {cell.target.name} installs CUDA from {root}, not from "
+                "NVIDIA's redist archives (give --root to use them anyway)"
+            )
         out = a.out or cibw.redist_toolkit_dir(cell)
         record = install(root, cell.cuda, matrix.toolkit()["packages"], platform, out, a.release)
     except (RedistError, matrix.MatrixError) as e:

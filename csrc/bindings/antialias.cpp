@@ -19,8 +19,8 @@ void check_topology_contents(int64_t T, const Tensor& half_edges, const Tensor& 
     const char* name;
     const Tensor* t;
     int64_t bound;  // values in [0, bound)
-  } tables[] = {{"half_edges", &half_edges, 3 * T}, {"group_of", &group_of, groups}, {"group_start", &group_start,
-                                                                                     3 * T + 1}};
+  } tables[] = {
+      {"half_edges", &half_edges, 3 * T}, {"group_of", &group_of, groups}, {"group_start", &group_start, 3 * T + 1}};
   for (const auto& table : tables) {
     if (table.t->numel() == 0) continue;
     const Range<int32_t> r = value_range<int32_t>(*table.t);
@@ -40,9 +40,8 @@ const char* check_inputs_on_device(const AntialiasArgs& a, int64_t group_start_s
 }
 
 // Checks every input and describes them in an AntialiasArgs (pointers filled in here too).
-AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor& pos,
-                           const Tensor& tri, const Tensor& half_edges, const Tensor& group_of,
-                           const Tensor& group_start) {
+AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor& pos, const Tensor& tri,
+                           const Tensor& half_edges, const Tensor& group_of, const Tensor& group_start) {
   check_tensor(kOp, "color", color, Dtype::Float, {4});
   check_tensor(kOp, "pos", pos, Dtype::Float, {2, 3});
   check_dim(kOp, "pos", pos, pos.dim() - 1, 4);
@@ -52,28 +51,27 @@ AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor
     check_same_device(kOp, name, *t, color, "color");
   const int64_t T = tri.size(0);
   check_rast(kOp, rast, T);
-  PR_CHECK_VALUE(first3(rast) == first3(color), kOp, ": color has shape ",
-                    shape_str(color), " but rast has shape ", shape_str(rast),
-                    "; their first three dimensions [N, H, W] must match");
+  PR_CHECK_VALUE(first3(rast) == first3(color), kOp, ": color has shape ", shape_str(color), " but rast has shape ",
+                 shape_str(rast), "; their first three dimensions [N, H, W] must match");
   AntialiasArgs a;
   a.instanced = pos.dim() == 3;
   a.num_images = rast.size(0), a.height = (int)rast.size(1), a.width = (int)rast.size(2);
   a.channels = color.size(3), a.num_vertices = pos.size(pos.dim() - 2), a.num_triangles = T;
   PR_CHECK_VALUE(!a.instanced || pos.size(0) == a.num_images, kOp, ": pos of shape ", shape_str(pos), " has ",
-                    pos.size(0), " images but rast has ", a.num_images,
-                    "; instanced pos needs one image per rast image (or pass pos [V, 4] for range mode)");
+                 pos.size(0), " images but rast has ", a.num_images,
+                 "; instanced pos needs one image per rast image (or pass pos [V, 4] for range mode)");
   check_indices(kOp, tri, a.num_vertices);
   // The topology table is opaque to users; its shape is what keeps the kernels' reads in bounds.
   const char* what = "topology_hash";
   for (const Tensor* t : {&half_edges, &group_of, &group_start}) {
     PR_CHECK_TYPE(facade::has_dtype(*t, Dtype::Int) && t->dim() == 1 && t->is_contiguous(), kOp, ": ", what,
-                     " is corrupt; build it with antialias_construct_topology_hash(tri)");
+                  " is corrupt; build it with antialias_construct_topology_hash(tri)");
     check_same_device(kOp, what, *t, color, "color");
   }
   PR_CHECK_VALUE(half_edges.size(0) == 3 * T && group_of.size(0) == 3 * T && group_start.size(0) >= 1 &&
-                        group_start.size(0) <= 3 * T + 1,
-                    kOp, ": ", what, " was built for ", half_edges.size(0) / 3, " triangles but tri has ", T,
-                    "; build it with antialias_construct_topology_hash(tri) for this tri");
+                     group_start.size(0) <= 3 * T + 1,
+                 kOp, ": ", what, " was built for ", half_edges.size(0) / 3, " triangles but tri has ", T,
+                 "; build it with antialias_construct_topology_hash(tri) for this tri");
   if (color.is_cpu()) check_topology_contents(T, half_edges, group_of, group_start);
   a.color = data<float>(color);
   a.rast = data<float>(rast);
@@ -87,10 +85,9 @@ AntialiasArgs check_inputs(const Tensor& color, const Tensor& rast, const Tensor
 
 // Returns (out, crossing): crossing [N, H, W, 2] is kept by autograd for the backward pass. pos_gradient_boost
 // is for the backward only: an argument of the forward so that the autograd registered on this op sees it.
-std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast,
-                                                 const Tensor& pos, const Tensor& tri,
-                                                 const Tensor& half_edges, const Tensor& group_of,
-                                                 const Tensor& group_start, double pos_gradient_boost) {
+std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast, const Tensor& pos, const Tensor& tri,
+                                         const Tensor& half_edges, const Tensor& group_of, const Tensor& group_start,
+                                         double pos_gradient_boost) {
   (void)pos_gradient_boost;
   AntialiasArgs a = check_inputs(color, rast, pos, tri, half_edges, group_of, group_start);
   check_host_memory(kOp, color, bytes_of({color.numel()}) + bytes_of({rast.size(0), rast.size(1), rast.size(2), 2}));
@@ -109,21 +106,19 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
 }
 
 // Returns (grad_color, grad_pos); grad_pos is empty when with_pos is false.
-std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast,
-                                                 const Tensor& pos, const Tensor& tri,
-                                                 const Tensor& half_edges, const Tensor& group_of,
-                                                 const Tensor& group_start, const Tensor& crossing,
-                                                 const Tensor& grad_out, double pos_gradient_boost,
-                                                 bool with_pos) {
+std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast, const Tensor& pos, const Tensor& tri,
+                                         const Tensor& half_edges, const Tensor& group_of, const Tensor& group_start,
+                                         const Tensor& crossing, const Tensor& grad_out, double pos_gradient_boost,
+                                         bool with_pos) {
   AntialiasArgs a = check_inputs(color, rast, pos, tri, half_edges, group_of, group_start);
   check_tensor(kOp, "crossing", crossing, Dtype::Float, {4});
   check_tensor(kOp, "grad of out", grad_out, Dtype::Float, {4});
   check_same_device(kOp, "crossing", crossing, color, "color");
   check_same_device(kOp, "grad of out", grad_out, color, "color");
-  PR_CHECK_VALUE(has_shape(crossing, {a.num_images, a.height, a.width, 2}), kOp,
-                    ": crossing has shape ", shape_str(crossing), ", expected [N, H, W, 2] of rast");
+  PR_CHECK_VALUE(has_shape(crossing, {a.num_images, a.height, a.width, 2}), kOp, ": crossing has shape ",
+                 shape_str(crossing), ", expected [N, H, W, 2] of rast");
   PR_CHECK_VALUE(sizes(grad_out) == sizes(color), kOp, ": grad of out has shape ", shape_str(grad_out),
-                    ", expected color's ", shape_str(color));
+                 ", expected color's ", shape_str(color));
   check_host_memory(kOp, color, bytes_of({color.numel()}) + (with_pos ? bytes_of({pos.numel()}) : 0.0));
   auto grad_color = empty_like_float(color);
   auto grad_pos = with_pos ? gradient_like(pos) : facade::new_empty(pos, {0}, Dtype::Float);
@@ -148,11 +143,13 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
 
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
-  m.def("antialias_fwd(Tensor color, Tensor rast, Tensor pos, Tensor tri, Tensor half_edges, Tensor group_of,"
-        " Tensor group_start, float pos_gradient_boost=1.0) -> (Tensor, Tensor)");
-  m.def("antialias_bwd(Tensor color, Tensor rast, Tensor pos, Tensor tri, Tensor half_edges, Tensor group_of,"
-        " Tensor group_start, Tensor crossing, Tensor grad_out, float pos_gradient_boost, bool with_pos)"
-        " -> (Tensor, Tensor)");
+  m.def(
+      "antialias_fwd(Tensor color, Tensor rast, Tensor pos, Tensor tri, Tensor half_edges, Tensor group_of,"
+      " Tensor group_start, float pos_gradient_boost=1.0) -> (Tensor, Tensor)");
+  m.def(
+      "antialias_bwd(Tensor color, Tensor rast, Tensor pos, Tensor tri, Tensor half_edges, Tensor group_of,"
+      " Tensor group_start, Tensor crossing, Tensor grad_out, float pos_gradient_boost, bool with_pos)"
+      " -> (Tensor, Tensor)");
 }
 #endif
 

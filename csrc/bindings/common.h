@@ -63,9 +63,9 @@ auto list_or_empty(const OptList& list) -> std::decay_t<decltype(*list)> {
 
 // Checks that raise the Python exception type their name says (TypeError, ValueError, IndexError) or
 // RuntimeError, with the message built from the remaining arguments.
-#define PR_CHECK_WITH(raise, cond, ...)                                        \
-  do {                                                                         \
-    if (!(cond)) ::prerast::facade::raise(::prerast::str(__VA_ARGS__));        \
+#define PR_CHECK_WITH(raise, cond, ...)                                 \
+  do {                                                                  \
+    if (!(cond)) ::prerast::facade::raise(::prerast::str(__VA_ARGS__)); \
   } while (0)
 #define PR_CHECK_TYPE(cond, ...) PR_CHECK_WITH(raise_type, cond, __VA_ARGS__)
 #define PR_CHECK_VALUE(cond, ...) PR_CHECK_WITH(raise_value, cond, __VA_ARGS__)
@@ -88,8 +88,8 @@ inline void check_tensor(const char* op, const char* name, const Tensor& t, Dtyp
 
 inline void check_same_device(const char* op, const char* name, const Tensor& t, const Tensor& ref,
                               const char* ref_name) {
-  PR_CHECK_VALUE(same_device(t, ref), op, ": ", name, " is on ", facade::device_name(t), " but ", ref_name,
-                 " is on ", facade::device_name(ref), "; move them to one device");
+  PR_CHECK_VALUE(same_device(t, ref), op, ": ", name, " is on ", facade::device_name(t), " but ", ref_name, " is on ",
+                 facade::device_name(ref), "; move them to one device");
 }
 
 inline void check_dim(const char* op, const char* name, const Tensor& t, int64_t d, int64_t want) {
@@ -148,8 +148,8 @@ Range<T> value_range(const Tensor& t, int64_t stride = 1, int64_t offset = 0) {
 inline void check_indices(const char* op, const Tensor& tri, int64_t num_vertices, const char* source = "pos") {
   if (tri.numel() == 0 || !tri.is_cpu()) return;
   const Range<int32_t> r = value_range<int32_t>(tri);
-  PR_CHECK_INDEX(r.lo >= 0 && r.hi < num_vertices, op, ": tri holds vertex indices in [", r.lo, ", ", r.hi,
-                 "] but ", source, " has ", num_vertices, " vertices");
+  PR_CHECK_INDEX(r.lo >= 0 && r.hi < num_vertices, op, ": tri holds vertex indices in [", r.lo, ", ", r.hi, "] but ",
+                 source, " has ", num_vertices, " vertices");
 }
 
 // Memory the machine can still give this process, in bytes: MemAvailable plus SwapFree of /proc/meminfo on Linux;
@@ -174,8 +174,10 @@ inline double host_memory_available() {
 
 inline std::string size_str(double bytes) {
   char s[64];
-  if (bytes >= 1024.0 * 1024 * 1024) std::snprintf(s, sizeof s, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
-  else std::snprintf(s, sizeof s, "%.0f MiB", bytes / (1024.0 * 1024));
+  if (bytes >= 1024.0 * 1024 * 1024)
+    std::snprintf(s, sizeof s, "%.1f GiB", bytes / (1024.0 * 1024 * 1024));
+  else
+    std::snprintf(s, sizeof s, "%.0f MiB", bytes / (1024.0 * 1024));
   return s;
 }
 
@@ -194,8 +196,8 @@ inline void check_host_memory(const char* op, const Tensor& like, double bytes,
                               const char* advice = "split the batch over several calls or lower the resolution") {
   if (!like.is_cpu() || bytes < double(int64_t(64) << 20)) return;
   const double available = host_memory_available();
-  PR_CHECK(available < 0.0 || bytes <= available, op, ": the outputs need ", size_str(bytes),
-           " of memory, but only ", size_str(available), " is available (MemAvailable plus free swap); ", advice);
+  PR_CHECK(available < 0.0 || bytes <= available, op, ": the outputs need ", size_str(bytes), " of memory, but only ",
+           size_str(available), " is available (MemAvailable plus free swap); ", advice);
 }
 
 inline ParallelFor torch_parallel_for() {

@@ -23,8 +23,8 @@ namespace prerast {
 
 using Tensor = at::Tensor;
 using OptTensor = c10::optional<at::Tensor>;
-using TensorListArg = at::TensorList;      // a Tensor[] argument
-using IntListArg = at::IntArrayRef;        // an int[] argument
+using TensorListArg = at::TensorList;                    // a Tensor[] argument
+using IntListArg = at::IntArrayRef;                      // an int[] argument
 using OptTensorListArg = c10::optional<at::TensorList>;  // a Tensor[]? argument
 using OptIntListArg = c10::optional<at::IntArrayRef>;    // an int[]? argument
 constexpr const char* kAbi = "classic";

@@ -30,8 +30,8 @@ Tensor upload_indices(const Tensor& attr, const IntListArg& diff) {
   return idx;
 }
 
-Inputs check_inputs(const Tensor& attr, const Tensor& rast, const Tensor& tri,
-                    const OptTensor& rast_db, const IntListArg& diff) {
+Inputs check_inputs(const Tensor& attr, const Tensor& rast, const Tensor& tri, const OptTensor& rast_db,
+                    const IntListArg& diff) {
   check_tensor(kOp, "attr", attr, Dtype::Float, {2, 3});
   check_tensor(kOp, "tri", tri, Dtype::Int, {2});
   check_dim(kOp, "tri", tri, 1, 3);
@@ -46,9 +46,9 @@ Inputs check_inputs(const Tensor& attr, const Tensor& rast, const Tensor& tri,
   a.num_attrs = attr.size(attr.dim() - 1);
   a.num_triangles = tri.size(0);
   if (attr.dim() == 3) {
-    PR_CHECK_VALUE(attr.size(0) == N || attr.size(0) == 1, kOp, ": attr of shape ", shape_str(attr),
-                      " has ", attr.size(0), " images but rast has ", N,
-                      "; instanced attr needs one image per rast image, or 1 to share it");
+    PR_CHECK_VALUE(attr.size(0) == N || attr.size(0) == 1, kOp, ": attr of shape ", shape_str(attr), " has ",
+                   attr.size(0), " images but rast has ", N,
+                   "; instanced attr needs one image per rast image, or 1 to share it");
     a.attr_per_image = attr.size(0) == N && N > 1;
   }
   check_indices(kOp, tri, a.num_vertices, "attr");
@@ -56,12 +56,12 @@ Inputs check_inputs(const Tensor& attr, const Tensor& rast, const Tensor& tri,
     check_tensor(kOp, "rast_db", *rast_db, Dtype::Float, {4});
     check_same_device(kOp, "rast_db", *rast_db, attr, "attr");
     PR_CHECK_VALUE(sizes(*rast_db) == sizes(rast), kOp, ": rast_db has shape ", shape_str(*rast_db),
-                      " but rast has shape ", shape_str(rast), "; they must match");
+                   " but rast has shape ", shape_str(rast), "; they must match");
     a.num_diff = (int64_t)diff.size();
   }
   for (size_t k = 0; k < diff.size(); ++k)
     PR_CHECK_INDEX(diff[k] >= 0 && diff[k] < a.num_attrs, kOp, ": diff_attrs[", k, "] = ", diff[k],
-                      " is not an attribute index: attr has ", a.num_attrs, " attributes (0..", a.num_attrs - 1, ")");
+                   " is not an attribute index: attr has ", a.num_attrs, " attributes (0..", a.num_attrs - 1, ")");
   Inputs in{a, upload_indices(attr, diff)};
   in.a.attr = data<float>(attr);
   in.a.rast = data<float>(rast);
@@ -71,9 +71,8 @@ Inputs check_inputs(const Tensor& attr, const Tensor& rast, const Tensor& tri,
   return in;
 }
 
-std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& rast,
-                                                   const Tensor& tri, const OptTensor& rast_db,
-                                                   const OptIntListArg& diff) {
+std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& rast, const Tensor& tri,
+                                           const OptTensor& rast_db, const OptIntListArg& diff) {
   Inputs in = check_inputs(attr, rast, tri, rast_db, list_or_empty(diff));
   InterpArgs& a = in.a;
   check_host_memory(kOp, attr, bytes_of({rast.size(0), rast.size(1), rast.size(2), a.num_attrs + 2 * a.num_diff}));
@@ -92,24 +91,22 @@ std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& ras
 }
 
 // Returns (grad_attr, grad_rast, grad_rast_db); grad_rast_db is empty when no derivatives were output.
-std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Tensor& rast,
-                                                               const Tensor& tri,
-                                                               const OptTensor& rast_db,
-                                                               const OptIntListArg& diff, const Tensor& grad_out,
-                                                               const OptTensor& grad_da) {
+std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Tensor& rast, const Tensor& tri,
+                                                   const OptTensor& rast_db, const OptIntListArg& diff,
+                                                   const Tensor& grad_out, const OptTensor& grad_da) {
   Inputs in = check_inputs(attr, rast, tri, rast_db, list_or_empty(diff));
   InterpArgs& a = in.a;
   const std::vector<int64_t> out_shape = {rast.size(0), rast.size(1), rast.size(2), a.num_attrs};
   check_tensor(kOp, "grad of out", grad_out, Dtype::Float, {4});
   check_same_device(kOp, "grad of out", grad_out, attr, "attr");
-  PR_CHECK_VALUE(sizes(grad_out) == out_shape, kOp, ": grad of out has shape ",
-                    shape_str(grad_out), ", expected the output's shape");
+  PR_CHECK_VALUE(sizes(grad_out) == out_shape, kOp, ": grad of out has shape ", shape_str(grad_out),
+                 ", expected the output's shape");
   const bool with_da = a.num_diff > 0 && grad_da.has_value();
   if (with_da) {
     check_tensor(kOp, "grad of out_da", *grad_da, Dtype::Float, {4});
     check_same_device(kOp, "grad of out_da", *grad_da, attr, "attr");
-    PR_CHECK_VALUE(has_shape(*grad_da, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}),
-                      kOp, ": grad of out_da has shape ", shape_str(*grad_da), ", expected the output's shape");
+    PR_CHECK_VALUE(has_shape(*grad_da, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff}), kOp,
+                   ": grad of out_da has shape ", shape_str(*grad_da), ", expected the output's shape");
   }
   check_host_memory(kOp, attr, bytes_of({attr.numel()}) + bytes_of({rast.numel()}) * (a.num_diff ? 2 : 1));
   auto grad_attr = gradient_like(attr);
@@ -138,8 +135,9 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
   m.def("interpolate_fwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[]? diff) -> (Tensor, Tensor)");
-  m.def("interpolate_bwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[]? diff, Tensor grad_out,"
-        " Tensor? grad_da) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "interpolate_bwd(Tensor attr, Tensor rast, Tensor tri, Tensor? rast_db, int[]? diff, Tensor grad_out,"
+      " Tensor? grad_da) -> (Tensor, Tensor, Tensor)");
 }
 #endif
 

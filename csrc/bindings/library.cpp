@@ -20,11 +20,7 @@ std::string binary_info() { return std::string("version=") + kVersion + ";abi=" 
 
 }  // namespace
 
-PRERAST_LIBRARY(m) {
-  m.def("binary_info() -> str");
-}
+PRERAST_LIBRARY(m) { m.def("binary_info() -> str"); }
 
-PRERAST_LIBRARY_IMPL(CompositeImplicitAutograd, m) {
-  m.impl("binary_info", PRERAST_KERNEL(binary_info));
-}
+PRERAST_LIBRARY_IMPL(CompositeImplicitAutograd, m) { m.impl("binary_info", PRERAST_KERNEL(binary_info)); }
 #endif

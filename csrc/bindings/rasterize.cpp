@@ -24,16 +24,15 @@ Geometry check_geometry(const Tensor& pos, const Tensor& tri, const OptTensor& r
   g.instanced = pos.dim() == 3;
   g.num_vertices = pos.size(pos.dim() - 2);
   g.num_triangles = tri.size(0);
-  PR_CHECK_VALUE(g.num_triangles < kMaxTriangles, kOp, ": ", g.num_triangles,
-                    " triangles is more than the ", kMaxTriangles - 1,
-                    " whose IDs rast's float32 channel holds; split the mesh over several calls");
+  PR_CHECK_VALUE(g.num_triangles < kMaxTriangles, kOp, ": ", g.num_triangles, " triangles is more than the ",
+                 kMaxTriangles - 1, " whose IDs rast's float32 channel holds; split the mesh over several calls");
   if (g.instanced) {
     PR_CHECK_VALUE(!ranges.has_value(), kOp, ": ranges is only for range mode (pos of shape [V, 4]); got pos ",
-                      shape_str(pos));
+                   shape_str(pos));
     g.num_images = pos.size(0);
   } else {
     PR_CHECK_VALUE(ranges.has_value(), kOp, ": pos of shape ", shape_str(pos),
-                      " selects range mode, which needs ranges (int32 [N, 2] on the CPU)");
+                   " selects range mode, which needs ranges (int32 [N, 2] on the CPU)");
     const Tensor& r = *ranges;
     check_tensor(kOp, "ranges", r, Dtype::Int, {2});
     check_dim(kOp, "ranges", r, 1, 2);
@@ -41,9 +40,9 @@ Geometry check_geometry(const Tensor& pos, const Tensor& tri, const OptTensor& r
     g.num_images = r.size(0);
     const int32_t* p = data<int32_t>(r);
     for (int64_t n = 0; n < g.num_images; ++n) {
-      PR_CHECK_INDEX(p[2 * n] >= 0 && p[2 * n + 1] >= 0 && (int64_t)p[2 * n] + p[2 * n + 1] <= g.num_triangles,
-                        kOp, ": ranges[", n, "] = (", p[2 * n], ", ", p[2 * n + 1], ") is outside the ",
-                        g.num_triangles, " triangles of tri");
+      PR_CHECK_INDEX(p[2 * n] >= 0 && p[2 * n + 1] >= 0 && (int64_t)p[2 * n] + p[2 * n + 1] <= g.num_triangles, kOp,
+                     ": ranges[", n, "] = (", p[2 * n], ", ", p[2 * n + 1], ") is outside the ", g.num_triangles,
+                     " triangles of tri");
     }
   }
   check_indices(kOp, tri, g.num_vertices);
@@ -91,21 +90,21 @@ RasterArgs chunk_args(const RasterArgs& a, const Geometry& g, const ImageChunk& 
 void check_resolution(int64_t height, int64_t width) {
   PR_CHECK_VALUE(height > 0 && width > 0, kOp, ": resolution must be positive, got (", height, ", ", width, ")");
   PR_CHECK_VALUE(height <= kMaxResolution && width <= kMaxResolution, kOp, ": resolution (", height, ", ", width,
-                    ") exceeds the maximum of ", kMaxResolution, " per side");
+                 ") exceeds the maximum of ", kMaxResolution, " per side");
 }
 
 // grad_db (whether rast_db's gradient reaches pos) is for the backward only: an argument of the forward so that
 // the autograd registered on this op sees it. output_db=False returns rast_db as [N, H, W, 0] and skips computing
 // and writing it: at 4096^2 that is half of the memory the forward writes.
-std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, int64_t height,
-                                                 int64_t width, const OptTensor& ranges,
-                                                 const OptTensor& peel_prev, bool grad_db, bool output_db) {
+std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, int64_t height, int64_t width,
+                                         const OptTensor& ranges, const OptTensor& peel_prev, bool grad_db,
+                                         bool output_db) {
   (void)grad_db;
   check_resolution(height, width);
   Geometry g = check_geometry(pos, tri, ranges);
   const int64_t tiles = g.num_images * ((height + kTile - 1) / kTile) * ((width + kTile - 1) / kTile);
   PR_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
-                    " are too many pixels for one call; split the batch");
+                 " are too many pixels for one call; split the batch");
   check_host_memory(kOp, pos, (output_db ? 2 : 1) * bytes_of({g.num_images, height, width, 4}));  // rast, rast_db
   // Plain allocations: the CPU core asks for huge pages for them itself, just before shading (rasterize_cpu.cpp).
   auto rast = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
@@ -113,8 +112,8 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   if (peel_prev.has_value()) {
     check_tensor(kOp, "previous layer", *peel_prev, Dtype::Float, {4});
     check_same_device(kOp, "previous layer", *peel_prev, pos, "pos");
-    PR_CHECK_VALUE(sizes(*peel_prev) == sizes(rast), kOp, ": previous layer has shape ",
-                      shape_str(*peel_prev), ", expected ", shape_str(rast));
+    PR_CHECK_VALUE(sizes(*peel_prev) == sizes(rast), kOp, ": previous layer has shape ", shape_str(*peel_prev),
+                   ", expected ", shape_str(rast));
   }
   RasterArgs a;
   a.pos = data<float>(pos);
@@ -141,8 +140,8 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   return {rast, rast_db};
 }
 
-Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
-                         const Tensor& grad_rast, const OptTensor& grad_db) {
+Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast, const Tensor& grad_rast,
+                     const OptTensor& grad_db) {
   check_tensor(kOp, "pos", pos, Dtype::Float, {2, 3});
   check_tensor(kOp, "tri", tri, Dtype::Int, {2});
   check_dim(kOp, "pos", pos, pos.dim() - 1, 4);
@@ -151,21 +150,21 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
   check_dim(kOp, "rast", rast, 3, 4);
   check_image_sides(kOp, "rast", rast);
   check_tensor(kOp, "grad of rast", grad_rast, Dtype::Float, {4});
-  PR_CHECK_VALUE(sizes(grad_rast) == sizes(rast), kOp, ": grad of rast has shape ", shape_str(grad_rast),
-                    ", expected ", shape_str(rast));
+  PR_CHECK_VALUE(sizes(grad_rast) == sizes(rast), kOp, ": grad of rast has shape ", shape_str(grad_rast), ", expected ",
+                 shape_str(rast));
   for (const Tensor* t : {&tri, &rast, &grad_rast}) check_same_device(kOp, "gradient input", *t, pos, "pos");
   if (grad_db.has_value()) {
     check_tensor(kOp, "grad of rast_db", *grad_db, Dtype::Float, {4});
     check_same_device(kOp, "grad of rast_db", *grad_db, pos, "pos");
     PR_CHECK_VALUE(sizes(*grad_db) == sizes(rast), kOp, ": grad of rast_db has shape ", shape_str(*grad_db),
-                      ", expected ", shape_str(rast));
+                   ", expected ", shape_str(rast));
   }
   RasterGradArgs a;
   a.instanced = pos.dim() == 3;
   a.num_images = rast.size(0), a.height = (int)rast.size(1), a.width = (int)rast.size(2);
   a.num_vertices = pos.size(pos.dim() - 2), a.num_triangles = tri.size(0);
-  PR_CHECK_VALUE(!a.instanced || pos.size(0) == a.num_images, kOp, ": pos has ", pos.size(0),
-                    " images but rast has ", a.num_images);
+  PR_CHECK_VALUE(!a.instanced || pos.size(0) == a.num_images, kOp, ": pos has ", pos.size(0), " images but rast has ",
+                 a.num_images);
   // Every read through tri stays inside pos: on the host for CPU tensors, on the device (no sync) for CUDA.
   check_indices(kOp, tri, a.num_vertices);
   auto grad_pos = gradient_like(pos);
@@ -190,8 +189,9 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast,
 
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
-  m.def("rasterize_fwd(Tensor pos, Tensor tri, SymInt height, SymInt width, Tensor? ranges, Tensor? peel_prev,"
-        " bool grad_db=True, bool output_db=True) -> (Tensor, Tensor)");
+  m.def(
+      "rasterize_fwd(Tensor pos, Tensor tri, SymInt height, SymInt width, Tensor? ranges, Tensor? peel_prev,"
+      " bool grad_db=True, bool output_db=True) -> (Tensor, Tensor)");
   m.def("rasterize_bwd(Tensor pos, Tensor tri, Tensor rast, Tensor grad_rast, Tensor? grad_db) -> Tensor");
 }
 #endif

@@ -19,25 +19,23 @@ void check_texture(const Tensor& tex, bool cube) {
   check_tensor(kOp, "tex", tex, Dtype::Float, {4, 5});
   if (cube) {
     PR_CHECK_VALUE(tex.dim() == 5 && tex.size(1) == 6 && tex.size(2) == tex.size(3), kOp,
-                      ": boundary_mode='cube' needs a cube map tex of shape [N, 6, S, S, C], got ", shape_str(tex));
+                   ": boundary_mode='cube' needs a cube map tex of shape [N, 6, S, S, C], got ", shape_str(tex));
   } else {
-    PR_CHECK_VALUE(tex.dim() == 4, kOp, ": a 2D texture has shape [N, H, W, C]; got tex of shape ",
-                      shape_str(tex), " (a cube map needs boundary_mode='cube')");
+    PR_CHECK_VALUE(tex.dim() == 4, kOp, ": a 2D texture has shape [N, H, W, C]; got tex of shape ", shape_str(tex),
+                   " (a cube map needs boundary_mode='cube')");
   }
   const int64_t h = tex.size(tex.dim() - 3), w = tex.size(tex.dim() - 2), c = tex.size(tex.dim() - 1);
   PR_CHECK_VALUE(tex.size(0) > 0 && h > 0 && w > 0 && c > 0, kOp,
-                    ": tex must have at least one texture, texel and channel, got shape ", shape_str(tex));
+                 ": tex must have at least one texture, texel and channel, got shape ", shape_str(tex));
   PR_CHECK_VALUE(h <= kMaxTextureSide && w <= kMaxTextureSide, kOp, ": tex of shape ", shape_str(tex),
-                    " exceeds the limit of ", kMaxTextureSide, " texels per side");
+                 " exceeds the limit of ", kMaxTextureSide, " texels per side");
 }
 
 // Checks every input and fills the core's arguments (out left null).
-TextureArgs make_args(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
-                      const OptTensor& bias, const TensorListArg& mip, int64_t filter,
-                      int64_t boundary) {
+TextureArgs make_args(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da, const OptTensor& bias,
+                      const TensorListArg& mip, int64_t filter, int64_t boundary) {
   PR_CHECK_VALUE(filter >= kFilterNearest && filter <= kFilterMipLinear, kOp, ": unknown filter mode ", filter);
-  PR_CHECK_VALUE(boundary >= kBoundaryWrap && boundary <= kBoundaryCube, kOp, ": unknown boundary mode ",
-                    boundary);
+  PR_CHECK_VALUE(boundary >= kBoundaryWrap && boundary <= kBoundaryCube, kOp, ": unknown boundary mode ", boundary);
   const bool cube = boundary == kBoundaryCube;
   check_texture(tex, cube);
   const int uvd = cube ? 3 : 2;
@@ -45,20 +43,19 @@ TextureArgs make_args(const Tensor& tex, const Tensor& uv, const OptTensor& uv_d
   check_dim(kOp, "uv", uv, 3, uvd);
   check_same_device(kOp, "uv", uv, tex, "tex");
   const int64_t N = uv.size(0), H = uv.size(1), W = uv.size(2);
-  PR_CHECK_VALUE(tex.size(0) == 1 || tex.size(0) == N, kOp, ": tex holds ", tex.size(0),
-                    " textures but uv has ", N, " images; give one texture per image or a single one for all");
+  PR_CHECK_VALUE(tex.size(0) == 1 || tex.size(0) == N, kOp, ": tex holds ", tex.size(0), " textures but uv has ", N,
+                 " images; give one texture per image or a single one for all");
   if (uv_da.has_value()) {
     check_tensor(kOp, "uv_da", *uv_da, Dtype::Float, {4});
     check_same_device(kOp, "uv_da", *uv_da, tex, "tex");
-    PR_CHECK_VALUE(uv_da->size(0) == N && uv_da->size(1) == H && uv_da->size(2) == W && uv_da->size(3) == 2 * uvd,
-                      kOp, ": uv_da must have shape [", N, ", ", H, ", ", W, ", ", 2 * uvd, "], got ",
-                      shape_str(*uv_da));
+    PR_CHECK_VALUE(uv_da->size(0) == N && uv_da->size(1) == H && uv_da->size(2) == W && uv_da->size(3) == 2 * uvd, kOp,
+                   ": uv_da must have shape [", N, ", ", H, ", ", W, ", ", 2 * uvd, "], got ", shape_str(*uv_da));
   }
   if (bias.has_value()) {
     check_tensor(kOp, "mip_level_bias", *bias, Dtype::Float, {3});
     check_same_device(kOp, "mip_level_bias", *bias, tex, "tex");
     PR_CHECK_VALUE(bias->size(0) == N && bias->size(1) == H && bias->size(2) == W, kOp,
-                      ": mip_level_bias must have shape [", N, ", ", H, ", ", W, "], got ", shape_str(*bias));
+                   ": mip_level_bias must have shape [", N, ", ", H, ", ", W, "], got ", shape_str(*bias));
   }
   TextureArgs a;
   a.cube = cube;
@@ -73,8 +70,8 @@ TextureArgs make_args(const Tensor& tex, const Tensor& uv, const OptTensor& uv_d
 
   int h = (int)tex.size(-3), w = (int)tex.size(-2);
   const int most = full_chain_levels(h, w) - 1;
-  PR_CHECK_VALUE((int64_t)mip.size() <= most, kOp, ": mip has ", mip.size(), " levels but a texture of ", h,
-                    " x ", w, " texels has only ", most, " below level 0");
+  PR_CHECK_VALUE((int64_t)mip.size() <= most, kOp, ": mip has ", mip.size(), " levels but a texture of ", h, " x ", w,
+                 " texels has only ", most, " below level 0");
   a.num_levels = 1 + (int)mip.size();
   a.levels[0] = {data<float>(tex), h, w};
   for (size_t k = 0; k < mip.size(); ++k) {
@@ -85,16 +82,15 @@ TextureArgs make_args(const Tensor& tex, const Tensor& uv, const OptTensor& uv_d
     check_same_device(kOp, name.c_str(), m, tex, "tex");
     auto want = sizes(tex);
     want[want.size() - 3] = h, want[want.size() - 2] = w;
-    PR_CHECK_VALUE(sizes(m) == want, kOp, ": ", name, " (mip level ", k + 1, ") must have shape ",
-                      shape_str(want), ", got ", shape_str(m));
+    PR_CHECK_VALUE(sizes(m) == want, kOp, ": ", name, " (mip level ", k + 1, ") must have shape ", shape_str(want),
+                   ", got ", shape_str(m));
     a.levels[k + 1] = {data<float>(m), h, w};
   }
   return a;
 }
 
-Tensor texture_sample(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
-                      const OptTensor& bias, const TensorListArg& mip, int64_t filter,
-                      int64_t boundary) {
+Tensor texture_sample(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da, const OptTensor& bias,
+                      const TensorListArg& mip, int64_t filter, int64_t boundary) {
   TextureArgs a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
   check_host_memory(kOp, tex, bytes_of({uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}));
   auto out = new_output(tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)});
@@ -127,16 +123,16 @@ Tensor texture_fwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da, 
   return texture_sample(tex, uv, uv_da, bias, list_or_empty(mip), filter, boundary);
 }
 
-std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
-                                 const OptTensor& bias, const TensorListArg& mip,
-                                 int64_t filter, int64_t boundary, const Tensor& grad_out, bool fold_mip) {
+std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da, const OptTensor& bias,
+                                 const TensorListArg& mip, int64_t filter, int64_t boundary, const Tensor& grad_out,
+                                 bool fold_mip) {
   TextureGradArgs g;
   g.a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
   check_tensor(kOp, "grad of the output", grad_out, Dtype::Float, {4});
   check_same_device(kOp, "grad of the output", grad_out, tex, "tex");
   const std::vector<int64_t> out_shape = {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)};
-  PR_CHECK_VALUE(sizes(grad_out) == out_shape, kOp, ": grad of the output has shape ",
-                    shape_str(grad_out), ", expected ", shape_str(out_shape));
+  PR_CHECK_VALUE(sizes(grad_out) == out_shape, kOp, ": grad of the output has shape ", shape_str(grad_out),
+                 ", expected ", shape_str(out_shape));
   g.grad_out = data<float>(grad_out);
   const auto none = [&] { return facade::new_empty(tex, {0}, Dtype::Float); };
   // The level gradients are views of one zeroed buffer, back to back (as both paths need); without levels the
@@ -145,9 +141,10 @@ std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptT
   for (const Tensor& m : mip) total += m.numel();
   // Every level's gradient (the levels below 0 twice: they are copied out of the shared buffer), and uv's,
   // uv_da's and mip_level_bias's at most.
-  check_host_memory(kOp, tex, bytes_of({fold_mip ? total : 2 * total - tex.numel()}) + bytes_of({uv.numel()}) +
-                                  (uv_da.has_value() ? bytes_of({uv_da->numel()}) : 0.0) +
-                                  (bias.has_value() ? bytes_of({bias->numel()}) : 0.0));
+  check_host_memory(kOp, tex,
+                    bytes_of({fold_mip ? total : 2 * total - tex.numel()}) + bytes_of({uv.numel()}) +
+                        (uv_da.has_value() ? bytes_of({uv_da->numel()}) : 0.0) +
+                        (bias.has_value() ? bytes_of({bias->numel()}) : 0.0));
   const Tensor flat = mip.empty() ? gradient_like(tex) : new_gradient(tex, {total});
   const Tensor level0 = mip.empty() ? flat : facade::view(facade::narrow(flat, 0, 0, tex.numel()), sizes(tex));
   std::vector<Tensor> result = {level0, none(), none(), none()};
@@ -185,8 +182,8 @@ std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptT
     // Level l's gradient (result[3 + l]) goes into level l - 1's (result[0] for level 0).
     for (int l = g.a.num_levels - 1; l > 0; --l) {
       const TexLevel& above = g.a.levels[l - 1];
-      add_mip_down_adjoint(result[3 + l], result[l == 1 ? 0 : 2 + l], g.a.tex_batch * tex_faces(g.a),
-                           above.height, above.width, g.a.channels);
+      add_mip_down_adjoint(result[3 + l], result[l == 1 ? 0 : 2 + l], g.a.tex_batch * tex_faces(g.a), above.height,
+                           above.width, g.a.channels);
       result[3 + l] = none();
     }
     return result;
@@ -199,8 +196,8 @@ std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptT
 
 // The texture_bwd op; mip None is no levels.
 std::vector<Tensor> texture_bwd(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da, const OptTensor& bias,
-                                const OptTensorListArg& mip, int64_t filter, int64_t boundary,
-                                const Tensor& grad_out, bool fold_mip) {
+                                const OptTensorListArg& mip, int64_t filter, int64_t boundary, const Tensor& grad_out,
+                                bool fold_mip) {
   const TensorListArg levels = list_or_empty(mip);
   return texture_grad(tex, uv, uv_da, bias, levels, filter, boundary, grad_out, fold_mip);
 }
@@ -235,12 +232,12 @@ Tensor texture_mip_down(const Tensor& level) {
 Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t width) {
   check_level("gradient of the next level", grad_next);
   // The level's size is checked before anything is allocated for it (and before it is narrowed to int).
-  PR_CHECK_VALUE(height <= kMaxTextureSide && width <= kMaxTextureSide, kMipOp, ": a level of ", height, " x ",
-                 width, " texels exceeds the limit of ", kMaxTextureSide, " texels per side");
+  PR_CHECK_VALUE(height <= kMaxTextureSide && width <= kMaxTextureSide, kMipOp, ": a level of ", height, " x ", width,
+                 " texels exceeds the limit of ", kMaxTextureSide, " texels per side");
   PR_CHECK_VALUE(height > 0 && width > 0 && mip_size((int)height) == grad_next.size(1) &&
                      mip_size((int)width) == grad_next.size(2),
-                 kMipOp, ": gradient of the next level has shape ", shape_str(grad_next), ", which is not the level below ",
-                 height, " x ", width, " texels");
+                 kMipOp, ": gradient of the next level has shape ", shape_str(grad_next),
+                 ", which is not the level below ", height, " x ", width, " texels");
   const int h = (int)height, w = (int)width, C = (int)grad_next.size(3);
   check_host_memory(kMipOp, grad_next, bytes_of({grad_next.size(0), height, width, grad_next.size(3)}),
                     "use a smaller texture or batch");
@@ -257,8 +254,7 @@ Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t
 // texture_fwd over the mip chain of tex, built here: [out, level 1, level 2, ...], max_mip_level levels at most
 // (-1: down to one texel). The levels are returned so that the backward (texture_bwd with fold_mip) can use them.
 std::vector<Tensor> texture_fwd_mipped(const Tensor& tex, const Tensor& uv, const OptTensor& uv_da,
-                                       const OptTensor& bias, int64_t max_mip_level, int64_t filter,
-                                       int64_t boundary) {
+                                       const OptTensor& bias, int64_t max_mip_level, int64_t filter, int64_t boundary) {
   PR_CHECK_VALUE(filter == kFilterMipNearest || filter == kFilterMipLinear, kOp,
                  ": texture_fwd_mipped needs a mipmap filter mode, got ", filter);
   PR_CHECK_VALUE(max_mip_level >= -1, kOp, ": max_mip_level must be -1 (all) or >= 0, got ", max_mip_level);
@@ -283,12 +279,15 @@ std::vector<Tensor> texture_fwd_mipped(const Tensor& tex, const Tensor& uv, cons
 
 #ifndef PRERAST_CUDA_LIBRARY
 PRERAST_LIBRARY_FRAGMENT(m) {
-  m.def("texture_fwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[]? mip, int filter_mode,"
-        " int boundary_mode) -> Tensor");
-  m.def("texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[]? mip, int filter_mode,"
-        " int boundary_mode, Tensor grad_out, bool fold_mip=False) -> Tensor[]");
-  m.def("texture_fwd_mipped(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, int max_mip_level,"
-        " int filter_mode, int boundary_mode) -> Tensor[]");
+  m.def(
+      "texture_fwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[]? mip, int filter_mode,"
+      " int boundary_mode) -> Tensor");
+  m.def(
+      "texture_bwd(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, Tensor[]? mip, int filter_mode,"
+      " int boundary_mode, Tensor grad_out, bool fold_mip=False) -> Tensor[]");
+  m.def(
+      "texture_fwd_mipped(Tensor tex, Tensor uv, Tensor? uv_da, Tensor? mip_level_bias, int max_mip_level,"
+      " int filter_mode, int boundary_mode) -> Tensor[]");
   m.def("texture_mip_down(Tensor level) -> Tensor");
   m.def("texture_mip_down_adjoint(Tensor grad_next, SymInt height, SymInt width) -> Tensor");
 }

@@ -146,8 +146,7 @@ PR_HD bool pair_crossing(const AntialiasArgs& a, int64_t pix, int dir, PairCross
   const int64_t bx = c.back % a.width, by = (c.back / a.width) % a.height;
   c.pf[0] = pixel_center_ndc((int)fx, a.width), c.pf[1] = pixel_center_ndc((int)fy, a.height);
   c.pb[0] = pixel_center_ndc((int)bx, a.width), c.pb[1] = pixel_center_ndc((int)by, a.height);
-  if (!tri_edge_setup(base + (int64_t)idx[0] * 4, base + (int64_t)idx[1] * 4, base + (int64_t)idx[2] * 4, s, det,
-                      nt))
+  if (!tri_edge_setup(base + (int64_t)idx[0] * 4, base + (int64_t)idx[1] * 4, base + (int64_t)idx[2] * 4, s, det, nt))
     return false;
   int e = -1;
   float best = 0.0f, leave = INFINITY;  // the first crossing of an edge of dir's direction, and of any edge
@@ -192,10 +191,22 @@ PR_HD float pair_tau(const AntialiasArgs& a, int64_t pix, int dir) {
 PR_HD bool pair_around(const AntialiasArgs& a, int64_t pix, int side, int64_t& slot, int64_t& other, bool& first) {
   const int x = (int)(pix % a.width), y = (int)((pix / a.width) % a.height);
   switch (side) {
-    case 0: if (x == 0) return false; other = pix - 1, slot = 2 * other, first = false; return true;
-    case 1: if (x + 1 >= a.width) return false; other = pix + 1, slot = 2 * pix, first = true; return true;
-    case 2: if (y == 0) return false; other = pix - a.width, slot = 2 * other + 1, first = false; return true;
-    default: if (y + 1 >= a.height) return false; other = pix + a.width, slot = 2 * pix + 1, first = true; return true;
+    case 0:
+      if (x == 0) return false;
+      other = pix - 1, slot = 2 * other, first = false;
+      return true;
+    case 1:
+      if (x + 1 >= a.width) return false;
+      other = pix + 1, slot = 2 * pix, first = true;
+      return true;
+    case 2:
+      if (y == 0) return false;
+      other = pix - a.width, slot = 2 * other + 1, first = false;
+      return true;
+    default:
+      if (y + 1 >= a.height) return false;
+      other = pix + a.width, slot = 2 * pix + 1, first = true;
+      return true;
   }
 }
 
@@ -261,7 +272,8 @@ PR_HD void antialias_pos_backward(const AntialiasArgs& a, int64_t pix, int dir, 
   const int64_t target = to_first ? pix : second, source = to_first ? second : pix;
   float ga = 0.0f;  // dL/dalpha
   for (int64_t ch = 0; ch < a.channels; ++ch)
-    ga += a.grad_out[target * a.channels + ch] * (a.color[source * a.channels + ch] - a.color[target * a.channels + ch]);
+    ga +=
+        a.grad_out[target * a.channels + ch] * (a.color[source * a.channels + ch] - a.color[target * a.channels + ch]);
   if (ga == 0.0f) return;
   // alpha = |tau - 1/2| on the branch chosen by the forward pass; tau = t or 1 - t as the owner is front or not.
   const float dtau = (to_first ? -1.0f : 1.0f) * (c.front == pix ? 1.0f : -1.0f);

@@ -42,9 +42,8 @@ void scatter_in_bands(const AntialiasArgs& a, int64_t pixels, int64_t pos_size, 
       for (int dir = 0; dir < 2; ++dir) {
         PairAdds& pa = adds[2 * pix + dir];
         pa.n = 0;
-        antialias_pos_backward(a, pix, dir, [&pa](int64_t i, float v) {
-          pa.index[pa.n] = i, pa.value[pa.n] = v, ++pa.n;
-        });
+        antialias_pos_backward(a, pix, dir,
+                               [&pa](int64_t i, float v) { pa.index[pa.n] = i, pa.value[pa.n] = v, ++pa.n; });
       }
   });
   const int64_t rows = pos_size / 4;

@@ -17,8 +17,8 @@
   } while (0)
 
 // Returns from the enclosing entry point the message of a helper that failed (nullptr is success).
-#define PR_CUDA_TRY_MSG(expr)             \
-  do {                                    \
+#define PR_CUDA_TRY_MSG(expr)                   \
+  do {                                          \
     if (const char* msg_ = (expr)) return msg_; \
   } while (0)
 
@@ -61,8 +61,7 @@ struct WideSum {
       add_grouped(out + i, v);
   }
 };
-const char* wide_sum_begin(WideSum& w, float* out, int64_t n, int64_t work, const Workspace& ws,
-                           cudaStream_t stream);
+const char* wide_sum_begin(WideSum& w, float* out, int64_t n, int64_t work, const Workspace& ws, cudaStream_t stream);
 const char* wide_sum_finish(const WideSum& w, cudaStream_t stream);
 
 }  // namespace prerast

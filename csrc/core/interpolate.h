@@ -21,9 +21,9 @@ struct InterpArgs {
   const int32_t* diff = nullptr;   // [D] attributes whose derivatives are output (on the op's device)
   int64_t num_pixels = 0, pixels_per_image = 0;
   int64_t num_vertices = 0, num_attrs = 0, num_diff = 0, num_triangles = 0;
-  bool attr_per_image = false;     // attr holds one [V, A] block per image
-  float* out = nullptr;            // [N, H, W, A]
-  float* out_da = nullptr;         // [N, H, W, 2D]: (dA/dX, dA/dY) per listed attribute
+  bool attr_per_image = false;  // attr holds one [V, A] block per image
+  float* out = nullptr;         // [N, H, W, A]
+  float* out_da = nullptr;      // [N, H, W, 2D]: (dA/dX, dA/dY) per listed attribute
   // Backward only.
   const float* grad_out = nullptr;  // [N, H, W, A]
   const float* grad_da = nullptr;   // [N, H, W, 2D], or null

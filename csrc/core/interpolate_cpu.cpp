@@ -92,8 +92,15 @@ template <class Acc>
 class RunScatter {
  public:
   RunScatter(const InterpArgs& a, Acc* g, Share share)
-      : a_(a), g_(g), s_(share), vecs_(a.num_attrs / 2), sums_(3 * vecs_), tail_(3 * (a.num_attrs % 2)),
-        diff_(3 * a.num_diff), d0_(a.num_attrs), d1_(a.num_attrs) {
+      : a_(a),
+        g_(g),
+        s_(share),
+        vecs_(a.num_attrs / 2),
+        sums_(3 * vecs_),
+        tail_(3 * (a.num_attrs % 2)),
+        diff_(3 * a.num_diff),
+        d0_(a.num_attrs),
+        d1_(a.num_attrs) {
     attr_only_ = a;
     attr_only_.grad_rast = attr_only_.grad_db = nullptr;
   }
@@ -262,8 +269,8 @@ void scatter_in_bands(const InterpArgs& a, int64_t attr_size, int bands, const P
     for (int64_t t = b; t < e; ++t) {
       // Bands end on attribute rows.
       const int64_t rows = attr_size / std::max<int64_t>(a.num_attrs, 1);
-      const Share share{a.num_pixels * t / bands, a.num_pixels * (t + 1) / bands,
-                        rows * t / bands * a.num_attrs, rows * (t + 1) / bands * a.num_attrs};
+      const Share share{a.num_pixels * t / bands, a.num_pixels * (t + 1) / bands, rows * t / bands * a.num_attrs,
+                        rows * (t + 1) / bands * a.num_attrs};
       RunScatter<float>(a, a.grad_attr, share).pixels(0, a.num_pixels);
     }
   });

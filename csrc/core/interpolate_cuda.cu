@@ -75,8 +75,8 @@ const char* interpolate_backward_cuda(const InterpArgs& a, StreamHandle stream_h
   if (a.num_pixels == 0) return nullptr;
   const int64_t blocks = a.attr_per_image ? a.num_pixels / (a.pixels_per_image > 0 ? a.pixels_per_image : 1) : 1;
   WideSum sum;
-  PR_CUDA_TRY_MSG(wide_sum_begin(sum, a.grad_attr, blocks * a.num_vertices * a.num_attrs, a.num_pixels * a.num_attrs,
-                                 ws, stream));
+  PR_CUDA_TRY_MSG(
+      wide_sum_begin(sum, a.grad_attr, blocks * a.num_vertices * a.num_attrs, a.num_pixels * a.num_attrs, ws, stream));
   backward_kernel<<<grid_for(a.num_pixels, 256), 256, 0, stream>>>(a, sum);
   PR_CUDA_TRY(cudaGetLastError());
   return wide_sum_finish(sum, stream);

@@ -45,13 +45,13 @@ inline void draw_pixel(const TriSetup& s, int32_t setup_index, const TileSpan& s
 }
 
 // prev_image: the previous depth layer of this image ([H, W, 4]) when peeling, else null.
-inline void draw_span_scalar(const TriSetup& s, int32_t setup_index, const TileSpan& sp, const float* px_ndc,
-                             int W, int H, const float* prev_image, TileKeys& t) {
+inline void draw_span_scalar(const TriSetup& s, int32_t setup_index, const TileSpan& sp, const float* px_ndc, int W,
+                             int H, const float* prev_image, TileKeys& t) {
   for (int y = sp.y0; y <= sp.y1; ++y) {
     const float py = pixel_center_ndc(y, H);
     for (int x = sp.x0; x <= sp.x1; ++x)
-      draw_pixel(s, setup_index, sp, x, y, px_ndc[x], py,
-                 prev_image ? prev_image + ((int64_t)y * W + x) * 4 : nullptr, t);
+      draw_pixel(s, setup_index, sp, x, y, px_ndc[x], py, prev_image ? prev_image + ((int64_t)y * W + x) * 4 : nullptr,
+                 t);
   }
 }
 

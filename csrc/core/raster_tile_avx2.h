@@ -1,10 +1,10 @@
 // AVX2 shading of one (triangle, tile) pair: eight pixels of a row at a time, with the arithmetic of frag_eval.
 //
-// Each lane computes lambda_i = (a_i * (px - ox) + b_i * (py - oy)) + c_i, S and z/w with the same float operations in the
-// same order as edge_eval and frag_eval (separate multiplies and adds: AVX2 without FMA never contracts them),
-// so every lane's values are bit-identical to the scalar ones. Where lambda_i is within tol_i of 0 (or NaN) in
-// some lane, edge_test's double-precision re-decision is evaluated for the row in AVX2 double arithmetic, with
-// the same operations in the same order.
+// Each lane computes lambda_i = (a_i * (px - ox) + b_i * (py - oy)) + c_i, S and z/w with the same float operations in
+// the same order as edge_eval and frag_eval (separate multiplies and adds: AVX2 without FMA never contracts them), so
+// every lane's values are bit-identical to the scalar ones. Where lambda_i is within tol_i of 0 (or NaN) in some lane,
+// edge_test's double-precision re-decision is evaluated for the row in AVX2 double arithmetic, with the same operations
+// in the same order.
 //
 // x86-64 with GCC or clang only (the target attribute and __builtin_cpu_supports); elsewhere (aarch64, MSVC) and
 // with -DPRERAST_NO_AVX2 or -DPRERAST_PORTABLE (host_builtins.h) the rasterizer takes the scalar path, which gives
@@ -38,8 +38,7 @@ __attribute__((target("avx2"))) inline void store_output(float* p, __m256 v) {
 inline void finish_output_stores() { _mm_sfence(); }
 
 // Stores eight pixels' (p, q, r, s) as 32 consecutive floats p0 q0 r0 s0 p1 q1 ...
-__attribute__((target("avx2"))) inline void store_interleaved_avx2(__m256 p, __m256 q, __m256 r, __m256 s,
-                                                                   float* out) {
+__attribute__((target("avx2"))) inline void store_interleaved_avx2(__m256 p, __m256 q, __m256 r, __m256 s, float* out) {
   const __m256 pq_lo = _mm256_unpacklo_ps(p, q), pq_hi = _mm256_unpackhi_ps(p, q);  // p0 q0 p1 q1 | p4 q4 p5 q5
   const __m256 rs_lo = _mm256_unpacklo_ps(r, s), rs_hi = _mm256_unpackhi_ps(r, s);
   const __m256 px0 = _mm256_shuffle_ps(pq_lo, rs_lo, 0x44), px1 = _mm256_shuffle_ps(pq_lo, rs_lo, 0xEE);  // 0|4, 1|5
@@ -84,13 +83,11 @@ __attribute__((target("avx2"))) inline int exact_inside_bits(const ExactEdge& e,
 
 __attribute__((target("avx2"))) inline __m256 lanes_of_bits(int bits) {
   const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-  return _mm256_castsi256_ps(
-      _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), lane_bit), lane_bit));
+  return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits), lane_bit), lane_bit));
 }
 
-__attribute__((target("avx2"))) inline void draw_span_avx2(const TriSetup& s, int32_t setup_index,
-                                                           const TileSpan& sp, const float* px_ndc, int H,
-                                                           TileKeys& t) {
+__attribute__((target("avx2"))) inline void draw_span_avx2(const TriSetup& s, int32_t setup_index, const TileSpan& sp,
+                                                           const float* px_ndc, int H, TileKeys& t) {
   const __m256 one = _mm256_set1_ps(1.0f), minus_one = _mm256_set1_ps(-1.0f), zero = _mm256_setzero_ps();
   __m256 a[3], c[3], tol[3], ntol[3], z[3];
   ExactEdge exact[3];
@@ -124,11 +121,11 @@ __attribute__((target("avx2"))) inline void draw_span_avx2(const TriSetup& s, in
       }
       if (!inside) continue;
       const __m256 S = _mm256_add_ps(_mm256_add_ps(l[0], l[1]), l[2]);
-      const __m256 zw = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(l[0], z[0]), _mm256_mul_ps(l[1], z[1])),
-                                      _mm256_mul_ps(l[2], z[2]));
-      const __m256 valid = _mm256_and_ps(_mm256_cmp_ps(S, zero, _CMP_GT_OQ),
-                                         _mm256_and_ps(_mm256_cmp_ps(zw, minus_one, _CMP_GE_OQ),
-                                                       _mm256_cmp_ps(zw, one, _CMP_LE_OQ)));
+      const __m256 zw =
+          _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(l[0], z[0]), _mm256_mul_ps(l[1], z[1])), _mm256_mul_ps(l[2], z[2]));
+      const __m256 valid =
+          _mm256_and_ps(_mm256_cmp_ps(S, zero, _CMP_GT_OQ),
+                        _mm256_and_ps(_mm256_cmp_ps(zw, minus_one, _CMP_GE_OQ), _mm256_cmp_ps(zw, one, _CMP_LE_OQ)));
       inside &= _mm256_movemask_ps(valid);
       if (!inside) continue;
       // key_less(zw, id1, bz, bid), or nothing drawn yet.
@@ -137,12 +134,12 @@ __attribute__((target("avx2"))) inline void draw_span_avx2(const TriSetup& s, in
       const __m256i bid = _mm256_load_si256((const __m256i*)(t.id + k));
       const __m256 empty = _mm256_castsi256_ps(_mm256_cmpeq_epi32(bid, _mm256_setzero_si256()));
       const __m256 id_less = _mm256_castsi256_ps(_mm256_cmpgt_epi32(bid, id1));
-      const __m256 nearer = _mm256_or_ps(_mm256_cmp_ps(zw, bz, _CMP_LT_OQ),
-                                         _mm256_and_ps(_mm256_cmp_ps(zw, bz, _CMP_EQ_OQ), id_less));
+      const __m256 nearer =
+          _mm256_or_ps(_mm256_cmp_ps(zw, bz, _CMP_LT_OQ), _mm256_and_ps(_mm256_cmp_ps(zw, bz, _CMP_EQ_OQ), id_less));
       const __m256 take = _mm256_and_ps(lanes_of_bits(inside), _mm256_or_ps(empty, nearer));
       _mm256_store_ps(t.z + k, _mm256_blendv_ps(bz, zw, take));
-      _mm256_store_si256((__m256i*)(t.id + k), _mm256_castps_si256(_mm256_blendv_ps(
-          _mm256_castsi256_ps(bid), _mm256_castsi256_ps(id1), take)));
+      _mm256_store_si256((__m256i*)(t.id + k), _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bid),
+                                                                                    _mm256_castsi256_ps(id1), take)));
       const __m256 bitem = _mm256_load_ps((const float*)(t.item + k));
       _mm256_store_ps((float*)(t.item + k), _mm256_blendv_ps(bitem, _mm256_castsi256_ps(item), take));
     }
@@ -187,8 +184,8 @@ __attribute__((target("avx2"))) inline bool write_group_avx2(const TileKeys& t, 
   const __m256 u = _mm256_and_ps(drawn, _mm256_div_ps(L[0], S)), v = _mm256_and_ps(drawn, _mm256_div_ps(L[1], S));
   // encode_triangle_id on 8 lanes: n itself up to 2^24, else the float whose bit pattern is kTriangleIdBits + n.
   const __m256 big = _mm256_castsi256_ps(_mm256_cmpgt_epi32(id, _mm256_set1_epi32(1 << 24)));
-  const __m256 idf = _mm256_blendv_ps(_mm256_cvtepi32_ps(id),
-                                      _mm256_castsi256_ps(_mm256_add_epi32(id, _mm256_set1_epi32(kTriangleIdBits))), big);
+  const __m256 idf = _mm256_blendv_ps(
+      _mm256_cvtepi32_ps(id), _mm256_castsi256_ps(_mm256_add_epi32(id, _mm256_set1_epi32(kTriangleIdBits))), big);
   const __m256 z = _mm256_and_ps(drawn, _mm256_load_ps(t.z + k));
   store_interleaved_avx2(u, v, z, idf, rast);
   if (!db) return true;

@@ -24,7 +24,7 @@
 
 namespace prerast {
 
-constexpr int kTile = 16;                 // pixels per tile side; one CUDA block of kTile*kTile threads
+constexpr int kTile = 16;  // pixels per tile side; one CUDA block of kTile*kTile threads
 constexpr int64_t kMaxTriangles = (int64_t)kMaxEncodedTriangleId + 1;  // every ID fits rast (common.h)
 constexpr int64_t kRangeImagesPerCall = 256;  // range mode: images per core call (the CUDA path's kernel argument)
 
@@ -341,10 +341,10 @@ PR_HD void tile_centres(int tx, int ty, int W, int H, float& cx0, float& cy0, fl
 //
 // The rows are the forward's own edge functions (tri_edge_setup), so that a pixel's lambda is the forward's
 // barycentric numerator (bit for bit where positive; on the exact path also where the forward clamped it to 0 on
-// an edge) and a small triangle's keep float precision. Those are taken about a point o and scaled by |det M|: with q' = q - (o, 0), they are the rows
-// of |det M| K' for K' = K T^-1 = (T M)^-1, where M' = T M has rows x - ox w, y - oy w and w. The formula is
-// homogeneous of degree 1 in the rows, so it gives |det M| dL/dM'; untranslate_grad and the per-vertex scale
-// (1 / |det M| times 2^-e) turn that into the gradient.
+// an edge) and a small triangle's keep float precision. Those are taken about a point o and scaled by |det M|: with q'
+// = q - (o, 0), they are the rows of |det M| K' for K' = K T^-1 = (T M)^-1, where M' = T M has rows x - ox w, y - oy w
+// and w. The formula is homogeneous of degree 1 in the rows, so it gives |det M| dL/dM'; untranslate_grad and the
+// per-vertex scale (1 / |det M| times 2^-e) turn that into the gradient.
 struct GradTri {
   float K[3][3];      // rows (a_i, b_i, c_i) of the forward's edge functions; zero for a degenerate triangle
   float Kw[3][3];     // diag(bw) K
@@ -393,8 +393,8 @@ PR_HD void frag_grad_tri(const float* p0, const float* p1, const float* p2, Grad
 // Each complement (S - lambda_0, Sx - Ax_0, ...) is summed from the other terms rather than subtracted: where one
 // weight dominates (u near 1 for vertex scales far apart) the subtraction would cancel.
 template <class T>
-PR_HD T frag_grad_terms(const float K[3][3], const T Kw[3][3], const T w[3], float dx, float dy, int W, int H,
-                        T gu, T gv, const float* gdb, T gl[3], T gx[3], T gy[3], bool exact) {
+PR_HD T frag_grad_terms(const float K[3][3], const T Kw[3][3], const T w[3], float dx, float dy, int W, int H, T gu,
+                        T gv, const float* gdb, T gl[3], T gx[3], T gy[3], bool exact) {
   T lam[3], Ax[3], Ay[3];
   for (int i = 0; i < 3; ++i) {
     // Differentiated as the linear function it is inside the triangle.
@@ -469,8 +469,8 @@ PR_HD void untranslate_grad(T out[3][4], T ox, T oy) {
 // One pixel: Tm_ib = G_i . K_b = gl_i l_b + gx_i a_b + gy_i b_b with l_b the pixel's edge value. Expanded as
 // (gl_i dx) a_b + (gl_i dy) b_b + gl_i c_b it would cancel to rounding noise times gl_i (~ 1 / S) where l_b is 0.
 template <class T>
-PR_HD T frag_grad_pixel_t(const GradTri& g, const T K[3][3], const T Kw[3][3], const T w[3], float dx, float dy,
-                          int W, int H, T gu, T gv, const float* gdb, T out[3][4], bool exact) {
+PR_HD T frag_grad_pixel_t(const GradTri& g, const T K[3][3], const T Kw[3][3], const T w[3], float dx, float dy, int W,
+                          int H, T gu, T gv, const float* gdb, T out[3][4], bool exact) {
   T gl[3], gx[3], gy[3], Tm[3][3];
   const T S = frag_grad_terms<T>(g.K, Kw, w, dx, dy, W, H, gu, gv, gdb, gl, gx, gy, exact);
   for (int b = 0; b < 3; ++b) {
@@ -527,7 +527,10 @@ PR_HD void item_to_image_tri(const ItemMap& m, int64_t item, int32_t& n, int32_t
   int lo = 0, hi = m.num_images - 1;  // last image whose start <= item
   while (lo < hi) {
     int mid = (lo + hi + 1) / 2;
-    if (m.item_start[mid] <= item) lo = mid; else hi = mid - 1;
+    if (m.item_start[mid] <= item)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   n = lo;
   t = m.first[lo] + (int32_t)(item - m.item_start[lo]);
@@ -587,8 +590,8 @@ PR_HD void pixel_backward(const RasterGradArgs& a, int64_t pix, Add add, GradTri
     cache.key = key;
   }
   float out[3][4];
-  frag_grad_pixel(cache.g, pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, g[0],
-                  g[1], gdb, out);
+  frag_grad_pixel(cache.g, pixel_center_ndc(x, a.width), pixel_center_ndc(y, a.height), a.width, a.height, g[0], g[1],
+                  gdb, out);
   for (int j = 0; j < 3; ++j) {
     const int64_t o = (base + idx[j]) * 4;
     add(o + 0, out[j][0]);

@@ -27,7 +27,7 @@ namespace {
 constexpr int64_t kItemsPerChunk = 8192;
 constexpr int64_t kMaxChunks = 64;
 constexpr int64_t kSerialShadingWork = int64_t(1) << 21;  // ~ pixels + 64 per (triangle, tile) pair: a few ms
-constexpr int64_t kMaxCounters = int64_t(1) << 22;  // bounds the (chunk, tile) counters to 32 MiB
+constexpr int64_t kMaxCounters = int64_t(1) << 22;        // bounds the (chunk, tile) counters to 32 MiB
 
 // Runs fn(i) for i in [0, n), handing indices to the pool's threads one at a time as they become free.
 template <class Fn>
@@ -127,12 +127,12 @@ struct Frame {
   Frame(const RasterArgs& args, int W, int H) : a(args), grid(W, H) {}
   const RasterArgs& a;
   Grid grid;
-  TriSetup* setups = nullptr;  // drawable setups, compacted at the front of each chunk's range
-  int32_t* image = nullptr;    // the image of each setup
-  uint16_t* tile_mask = nullptr;  // for_each_tile's mask for each setup
+  TriSetup* setups = nullptr;      // drawable setups, compacted at the front of each chunk's range
+  int32_t* image = nullptr;        // the image of each setup
+  uint16_t* tile_mask = nullptr;   // for_each_tile's mask for each setup
   std::vector<int64_t> bin_start;  // [num_tiles + 1]
   int32_t* bin_items = nullptr;
-  std::vector<float> px_ndc;           // pixel_center_ndc(x, W), padded to whole tiles
+  std::vector<float> px_ndc;  // pixel_center_ndc(x, W), padded to whole tiles
   bool avx2 = false;
   bool avx2_write = false;  // also needs every setup's fields to be addressable by an int32 gather index
 };
@@ -304,7 +304,8 @@ namespace {
 
 // The backward over pixels [b, e): consecutive pixels mostly belong to the same triangle, and a pixel's gradient
 // is linear in its G (frag_grad_terms, frag_grad_rows), so a run of them sums G in double and applies K once
-// (frag_grad_apply) instead of per pixel. Pixels whose weights need double go through frag_grad_pixel one by one, as on the GPU.
+// (frag_grad_apply) instead of per pixel. Pixels whose weights need double go through frag_grad_pixel one by one, as on
+// the GPU.
 template <class Acc>
 class TriangleRun {
  public:
@@ -323,8 +324,8 @@ class TriangleRun {
     const float px = pixel_center_ndc(x, a_.width), py = pixel_center_ndc(y, a_.height);
     const float dx = px - t_.ox, dy = py - t_.oy;  // about the triangle's point o, as frag_grad_pixel
     float gl[3], gx[3], gy[3], G[3][3];
-    const float S = frag_grad_terms<float>(t_.K, t_.Kw, t_.bw, dx, dy, a_.width, a_.height, g[0], g[1], gdb, gl, gx,
-                                           gy, false);
+    const float S =
+        frag_grad_terms<float>(t_.K, t_.Kw, t_.bw, dx, dy, a_.width, a_.height, g[0], g[1], gdb, gl, gx, gy, false);
     frag_grad_rows<float>(gl, gx, gy, dx, dy, G);
     // One test for all nine: any inf or NaN among them makes the sum non-finite (a sum that merely overflows sends
     // the pixel to the double path too, which is only slower).
@@ -391,9 +392,8 @@ void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, in
   const int64_t pixels = a.num_images * a.height * a.width;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;
   const bool wide = wide_scatter(pixels * 4, pos_size, num_chunks, kKeptScatterBytes);
-  chunked_scatter(wide, pixels, a.grad_pos, pos_size, num_chunks, pfor, [&](int64_t b, int64_t e, auto* g) {
-    backward_pixels(a, b, e, g);
-  });
+  chunked_scatter(wide, pixels, a.grad_pos, pos_size, num_chunks, pfor,
+                  [&](int64_t b, int64_t e, auto* g) { backward_pixels(a, b, e, g); });
 }
 
 }  // namespace prerast

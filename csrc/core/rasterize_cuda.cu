@@ -64,7 +64,10 @@ __device__ bool pair_at(const Pairs& g, int64_t p, int32_t& item, uint32_t& key)
   int64_t lo = 0, hi = g.num_items - 1;  // first item whose end > p
   while (lo < hi) {
     int64_t mid = (lo + hi) / 2;
-    if (g.pair_end[mid] > p) hi = mid; else lo = mid + 1;
+    if (g.pair_end[mid] > p)
+      hi = mid;
+    else
+      lo = mid + 1;
   }
   const TriSetup& s = g.setups[lo];
   const int64_t k = p - (lo > 0 ? g.pair_end[lo - 1] : 0);
@@ -123,10 +126,9 @@ __device__ void shade_staged(const TriSetup* cache, const int32_t* cache_item, i
   }
 }
 
-__global__ void __launch_bounds__(kTile* kTile) shade_kernel(RasterArgs a, ItemMap m, const TriSetup* setups,
-                                                             const int32_t* list, const Count* tile_start,
-                                                             const Count* tile_count, Count capacity, int tiles_x,
-                                                             int tiles_y) {
+__global__ void __launch_bounds__(kTile* kTile)
+    shade_kernel(RasterArgs a, ItemMap m, const TriSetup* setups, const int32_t* list, const Count* tile_start,
+                 const Count* tile_count, Count capacity, int tiles_x, int tiles_y) {
   __shared__ TriSetup cache[kTile * kTile];
   __shared__ int32_t cache_item[kTile * kTile];
   __shared__ int staged;
@@ -185,8 +187,7 @@ __global__ void __launch_bounds__(kTile* kTile) shade_kernel(RasterArgs a, ItemM
   if (!in) return;
   float uv[2] = {0.f, 0.f}, db[4] = {0.f, 0.f, 0.f, 0.f};
   if (best.id) frag_attrs(setups[best.item], px, py, W, H, uv, a.rast_db ? db : nullptr);
-  float4 r = best.id ? make_float4(uv[0], uv[1], best.z, encode_triangle_id(best.id))
-                     : make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 r = best.id ? make_float4(uv[0], uv[1], best.z, encode_triangle_id(best.id)) : make_float4(0.f, 0.f, 0.f, 0.f);
   *reinterpret_cast<float4*>(a.rast + o) = r;
   if (a.rast_db) *reinterpret_cast<float4*>(a.rast_db + o) = make_float4(db[0], db[1], db[2], db[3]);
 }
@@ -320,8 +321,8 @@ const char* rasterize_forward_cuda(const RasterArgs& a, StreamHandle stream_hand
     const Pairs pairs{setups, image, pair_end, m.num_items, tiles_x, tiles_y, W, H};
     // The pair count is only known on the device: a grid sized to fill the GPU strides over however many there are.
     const double most_pairs = (double)m.num_items * tiles_x * tiles_y;
-    const unsigned grid = (unsigned)std::max<double>(1.0, std::min<double>(most_pairs / 256 + 1,
-                                                                           16.0 * multiprocessors(device)));
+    const unsigned grid =
+        (unsigned)std::max<double>(1.0, std::min<double>(most_pairs / 256 + 1, 16.0 * multiprocessors(device)));
     count_kernel<<<grid, 256, 0, stream>>>(pairs, tile_count);
     PR_CUDA_TRY(cudaGetLastError());
     temp_bytes = 0;
@@ -345,7 +346,7 @@ const char* rasterize_forward_cuda(const RasterArgs& a, StreamHandle stream_hand
     PR_CUDA_TRY(cudaMemsetAsync(tile_start, 0, num_tiles * sizeof(Count), stream));
   }
   shade_kernel<<<(unsigned)num_tiles, dim3(kTile, kTile), 0, stream>>>(a, m, setups, list, tile_start, tile_count,
-                                                                     (Count)capacity, tiles_x, tiles_y);
+                                                                       (Count)capacity, tiles_x, tiles_y);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }

@@ -58,13 +58,13 @@ struct TextureArgs {
 
 struct TextureGradArgs {
   TextureArgs a;
-  const float* grad_out = nullptr;           // [N, H, W, C]
+  const float* grad_out = nullptr;  // [N, H, W, C]
   // Shaped like the levels, zero-initialised. Both paths need them back to back in one buffer, in order: they add
   // at grad_levels[0] + a texel's index over all levels.
   float* grad_levels[kMaxMipLevels] = {};
-  float* grad_uv = nullptr;                  // shaped like uv, zero-initialised; null: not wanted
-  float* grad_uv_da = nullptr;               // likewise for uv_da
-  float* grad_bias = nullptr;                // likewise for bias
+  float* grad_uv = nullptr;     // shaped like uv, zero-initialised; null: not wanted
+  float* grad_uv_da = nullptr;  // likewise for uv_da
+  float* grad_bias = nullptr;   // likewise for bias
 };
 
 PR_HD int iabs(int x) { return x < 0 ? -x : x; }
@@ -135,17 +135,25 @@ struct FaceAxes {
 
 PR_HD FaceAxes face_axes(int face) {
   switch (face) {
-    case 0: return {0, 2, 1, 1, -1, -1};
-    case 1: return {0, 2, 1, -1, 1, -1};
-    case 2: return {1, 0, 2, 1, 1, 1};
-    case 3: return {1, 0, 2, -1, 1, -1};
-    case 4: return {2, 0, 1, 1, 1, -1};
-    default: return {2, 0, 1, -1, -1, -1};
+    case 0:
+      return {0, 2, 1, 1, -1, -1};
+    case 1:
+      return {0, 2, 1, -1, 1, -1};
+    case 2:
+      return {1, 0, 2, 1, 1, 1};
+    case 3:
+      return {1, 0, 2, -1, 1, -1};
+    case 4:
+      return {2, 0, 1, 1, 1, -1};
+    default:
+      return {2, 0, 1, -1, -1, -1};
   }
 }
 
 template <class T>
-PR_HD int major_axis(T ax, T ay, T az) { return (ax >= ay && ax >= az) ? 0 : (ay >= az ? 1 : 2); }
+PR_HD int major_axis(T ax, T ay, T az) {
+  return (ax >= ay && ax >= az) ? 0 : (ay >= az ? 1 : 2);
+}
 
 // A direction seen from its cube face: q = |major component| > 0, a = sc, b = tc (face coordinates times q), of
 // the direction scaled by 2^-e so that q is in [1, 2).
@@ -297,11 +305,11 @@ PR_HD void visit_taps(const TextureArgs& a, int level, int64_t n_tex, const Samp
 struct PixelSample {
   SampleCoord c;
   CubeFrame cf;
-  int l0 = 0, l1 = 0;      // levels blended as (1 - f) * l0 + f * l1
+  int l0 = 0, l1 = 0;  // levels blended as (1 - f) * l0 + f * l1
   float f = 0.0f;
-  bool lod_grad = false;   // the LOD is strictly inside [0, levels - 1] and depends smoothly on its inputs
-  bool j_grad = false;     // ... and its gradient to the footprint is taken (see footprint_lod)
-  float j[2][2] = {};      // footprint in level-0 texels: j[0] = d(x, y)/dX, j[1] = d(x, y)/dY
+  bool lod_grad = false;  // the LOD is strictly inside [0, levels - 1] and depends smoothly on its inputs
+  bool j_grad = false;    // ... and its gradient to the footprint is taken (see footprint_lod)
+  float j[2][2] = {};     // footprint in level-0 texels: j[0] = d(x, y)/dX, j[1] = d(x, y)/dY
 };
 
 // Larger eigenvalue of [[A, C], [C, B]] for the footprint j (see the top of this file). The spread
@@ -423,9 +431,7 @@ PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
 
 // --- per pixel -------------------------------------------------------------------------------------------
 
-PR_HD int64_t tex_image(const TextureArgs& a, int64_t pix) {
-  return a.tex_batch == 1 ? 0 : pix / a.pixels_per_image;
-}
+PR_HD int64_t tex_image(const TextureArgs& a, int64_t pix) { return a.tex_batch == 1 ? 0 : pix / a.pixels_per_image; }
 
 // Output channels are handled kChannelBlock at a time, accumulated in registers.
 constexpr int kChannelBlock = 4;

@@ -90,7 +90,7 @@ const char* mip_down_adjoint_cuda(const float* grad_next, int64_t B, int sh, int
   const int64_t n = B * sh * sw;
   if (n == 0) return nullptr;
   mip_down_adjoint_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(grad_next, B, sh, sw, C, grad,
-                                                                                accumulate);
+                                                                              accumulate);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }

@@ -17,7 +17,6 @@ const char* check_indices_cuda(const int32_t* tri, int64_t n, int64_t num_vertic
 const char* check_topology_table_cuda(const int32_t* table, int64_t n, int64_t bound, StreamHandle stream);
 
 // The triangle ID channel (3 of 4) of each of the num_pixels pixels of rast lies in [0, num_triangles], not NaN.
-const char* check_triangle_ids_cuda(const float* rast, int64_t num_pixels, int64_t num_triangles,
-                                    StreamHandle stream);
+const char* check_triangle_ids_cuda(const float* rast, int64_t num_pixels, int64_t num_triangles, StreamHandle stream);
 
 }  // namespace prerast

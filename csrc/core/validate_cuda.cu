@@ -35,8 +35,10 @@ __global__ void topology_table_kernel(const int32_t* table, int64_t n, int64_t b
   if (i >= n) return;
   const int32_t v = table[i];
   if (v < 0 || v >= bound) {
-    printf("prerast: topology_hash entry %lld = %d is outside [0, %lld); build it with "
-           "antialias_construct_topology_hash(tri)\n", (long long)i, v, (long long)bound);
+    printf(
+        "prerast: topology_hash entry %lld = %d is outside [0, %lld); build it with "
+        "antialias_construct_topology_hash(tri)\n",
+        (long long)i, v, (long long)bound);
     PR_DEVICE_ASSERT_FAIL("prerast: topology_hash is corrupt");
   }
 }
@@ -46,12 +48,13 @@ __global__ void triangle_ids_kernel(const float* rast, int64_t num_pixels, int64
   if (i >= num_pixels) return;
   const float id = rast[4 * i + 3];
   // Stored IDs grow with their float bit patterns (encode_triangle_id), so one comparison bounds them.
-  const float last = encode_triangle_id((int32_t)(num_triangles < kMaxEncodedTriangleId ? num_triangles
-                                                                                          : kMaxEncodedTriangleId));
+  const float last =
+      encode_triangle_id((int32_t)(num_triangles < kMaxEncodedTriangleId ? num_triangles : kMaxEncodedTriangleId));
   if (!(id >= 0.0f && id <= last)) {  // NaN fails too
-    printf("prerast: rast pixel %lld holds triangle ID %f but tri has %lld triangles (IDs 1..%lld, 0 for "
-           "background); pass the rast that rasterize returned for this tri\n",
-           (long long)i, id, (long long)num_triangles, (long long)num_triangles);
+    printf(
+        "prerast: rast pixel %lld holds triangle ID %f but tri has %lld triangles (IDs 1..%lld, 0 for "
+        "background); pass the rast that rasterize returned for this tri\n",
+        (long long)i, id, (long long)num_triangles, (long long)num_triangles);
     PR_DEVICE_ASSERT_FAIL("prerast: rast holds a triangle ID outside [0, number of triangles]");
   }
 }
@@ -72,11 +75,9 @@ const char* check_topology_table_cuda(const int32_t* table, int64_t n, int64_t b
   return nullptr;
 }
 
-const char* check_triangle_ids_cuda(const float* rast, int64_t num_pixels, int64_t num_triangles,
-                                    StreamHandle stream) {
+const char* check_triangle_ids_cuda(const float* rast, int64_t num_pixels, int64_t num_triangles, StreamHandle stream) {
   if (num_pixels == 0) return nullptr;
-  triangle_ids_kernel<<<grid_for(num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(rast, num_pixels,
-                                                                                   num_triangles);
+  triangle_ids_kernel<<<grid_for(num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(rast, num_pixels, num_triangles);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }

@@ -11,8 +11,7 @@ __global__ void round_kernel(const double* acc, float* out, int64_t n) {
 
 }  // namespace
 
-const char* wide_sum_begin(WideSum& w, float* out, int64_t n, int64_t work, const Workspace& ws,
-                           cudaStream_t stream) {
+const char* wide_sum_begin(WideSum& w, float* out, int64_t n, int64_t work, const Workspace& ws, cudaStream_t stream) {
   w.out = out, w.n = n;
   w.acc = n > 0 && n <= work && n <= kMaxWideSumElements ? (double*)ws.get(n * sizeof(double)) : nullptr;
   if (w.acc) PR_CUDA_TRY(cudaMemsetAsync(w.acc, 0, n * sizeof(double), stream));

@@ -9,6 +9,7 @@ must be documented somewhere in the site: the reference page lists its names by 
 Sphinx warning, which ``python -m sphinx -W`` turns into a failed build; tests/docs call
 :func:`drift` directly too.
 """
+
 import importlib
 import inspect
 import re
@@ -80,8 +81,11 @@ def drift(obj, name=None):
     if entries is None:
         return [f"{name}: takes {expected} but its docstring has no Args section"]
     problems = [f"{name}: argument {a!r} is not in the docstring's Args section" for a in expected if a not in entries]
-    problems += [f"{name}: the docstring documents {a!r}, which is not an argument (the signature has {expected})"
-                 for a in entries if a not in expected]
+    problems += [
+        f"{name}: the docstring documents {a!r}, which is not an argument (the signature has {expected})"
+        for a in entries
+        if a not in expected
+    ]
     if not problems and list(entries) != expected:
         problems.append(f"{name}: the docstring lists the arguments as {list(entries)}, the signature as {expected}")
     for p, shown in zip(params, expected):
@@ -154,8 +158,9 @@ def _check_coverage(app, env):
     module = importlib.import_module(name)
     missing = undocumented(module.__all__, env.get_domain("py").objects, name)
     if missing:
-        logger.warning(f"{name}.__all__ names missing from the API reference: {missing}", type="prerast",
-                       subtype="coverage")
+        logger.warning(
+            f"{name}.__all__ names missing from the API reference: {missing}", type="prerast", subtype="coverage"
+        )
 
 
 def setup(app):

@@ -6,6 +6,7 @@ losses, which are plotted with matplotlib. One page per example (its description
 loss curve and the code) and an index with thumbnails are written into docs/gallery/ (generated, not committed)
 before Sphinx reads the sources. An example that fails fails the build.
 """
+
 import contextlib
 import importlib
 import inspect
@@ -74,27 +75,62 @@ def example_page(name, argv, png, loss_png, losses, seconds, module, printed="")
     summary, rest = _description(module)
     command = " ".join(["python", f"examples/{name}.py"] + list(argv))
     lines = [f"# examples/{name}.py", "", f"**{summary}.**", ""] + [p + "\n" for p in rest]
-    lines += [f"Built with `{command}` on the CPU of the documentation build ({seconds:.1f} s"
-              + (f", {len(losses)} steps" if losses else "") + "); the program's defaults run longer and larger.", ""]
+    lines += [
+        f"Built with `{command}` on the CPU of the documentation build ({seconds:.1f} s"
+        + (f", {len(losses)} steps" if losses else "")
+        + "); the program's defaults run longer and larger.",
+        "",
+    ]
     layout = _layout(printed)
-    lines += [f"```{{figure}} {os.path.basename(png)}", f":alt: what {name}.py wrote", ":class: prerast-gallery-result",
-              "", f"What `{name}.py` wrote" + (f": {layout}." if layout else "."), "```", ""]
+    lines += [
+        f"```{{figure}} {os.path.basename(png)}",
+        f":alt: what {name}.py wrote",
+        ":class: prerast-gallery-result",
+        "",
+        f"What `{name}.py` wrote" + (f": {layout}." if layout else "."),
+        "```",
+        "",
+    ]
     if losses:
-        lines += [f"The loss fell from {losses[0]:.4g} to {losses[-1]:.4g}:", "",
-                  f"```{{image}} {os.path.basename(loss_png)}", f":alt: loss curve of {name}.py", "```", ""]
+        lines += [
+            f"The loss fell from {losses[0]:.4g} to {losses[-1]:.4g}:",
+            "",
+            f"```{{image}} {os.path.basename(loss_png)}",
+            f":alt: loss curve of {name}.py",
+            "```",
+            "",
+        ]
     lines += ["## The program", "", f"```{{literalinclude}} ../../examples/{name}.py", ":language: python", "```", ""]
     return "\n".join(lines)
 
 
 def index_page(entries):
-    lines = ["# Gallery", "",
-             "The programs of `examples/`, each run briefly on the CPU while this site was built: what they wrote, "
-             "and how their loss fell. Each one also takes `--device cuda`, `--steps`, `--resolution` and `--out`; "
-             "they share `examples/common.py` (cameras, meshes, the PNG writer).", "",
-             "```{toctree}", ":hidden:", ""] + [name for name, _ in entries] + ["```", ""]
+    lines = (
+        [
+            "# Gallery",
+            "",
+            "The programs of `examples/`, each run briefly on the CPU while this site was built: what they wrote, "
+            "and how their loss fell. Each one also takes `--device cuda`, `--steps`, `--resolution` and `--out`; "
+            "they share `examples/common.py` (cameras, meshes, the PNG writer).",
+            "",
+            "```{toctree}",
+            ":hidden:",
+            "",
+        ]
+        + [name for name, _ in entries]
+        + ["```", ""]
+    )
     for name, summary in entries:
-        lines += [f"## [{name}.py]({name}.md)", "", summary + ".", "", ":::{container} prerast-gallery",
-                  f"[![{summary}]({name}.png)]({name}.md)", ":::", ""]
+        lines += [
+            f"## [{name}.py]({name}.md)",
+            "",
+            summary + ".",
+            "",
+            ":::{container} prerast-gallery",
+            f"[![{summary}]({name}.png)]({name}.md)",
+            ":::",
+            "",
+        ]
     return "\n".join(lines)
 
 
@@ -116,8 +152,10 @@ def build_gallery(app):
         loss_png = None
         if losses:
             loss_png = plot_losses(losses, os.path.join(out_dir, f"{name}_loss.png"), f"{name}.py")
-        _write(os.path.join(out_dir, f"{name}.md"), example_page(name, argv, png, loss_png, losses, seconds, module,
-                                                                     printed))
+        _write(
+            os.path.join(out_dir, f"{name}.md"),
+            example_page(name, argv, png, loss_png, losses, seconds, module, printed),
+        )
         entries.append((name, _description(module)[0]))
     _write(os.path.join(out_dir, "index.md"), index_page(entries))
 

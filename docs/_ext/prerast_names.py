@@ -12,6 +12,7 @@ Every page (Markdown or reST source) is read for the code it names, and each nam
 A name that is gone is a Sphinx warning, which ``python -m sphinx -W`` turns into a failed build; tests/docs call
 :func:`stale_names` directly too. Placeholders (`<v>`, `{name}`) and files a build makes are not names.
 """
+
 import functools
 import glob
 import importlib
@@ -74,20 +75,26 @@ def _path_exists(path, function, root):
     if not matches:
         return False
     if function:  # tests/x.py::test_y: the file defines it
-        return any(re.search(rf"^\s*(?:async\s+)?def {re.escape(function)}\(", open(m, encoding="utf-8").read(), re.M)
-                   for m in matches if os.path.isfile(m))
+        return any(
+            re.search(rf"^\s*(?:async\s+)?def {re.escape(function)}\(", open(m, encoding="utf-8").read(), re.M)
+            for m in matches
+            if os.path.isfile(m)
+        )
     return True
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def commands(program):
     """The subcommands `python -m <program> --help` lists (argparse's {a,b,...})."""
-    out = subprocess.run([sys.executable, "-m", program, "--help"], capture_output=True, text=True,
-                         cwd=PROGRAMS.get(program) or ROOT)
+    out = subprocess.run(
+        [sys.executable, "-m", program, "--help"], capture_output=True, text=True, cwd=PROGRAMS.get(program) or ROOT
+    )
     found = re.search(r"\{([\w,-]+)\}", out.stdout)
     if out.returncode != 0 or not found:
-        raise RuntimeError(f"`python -m {program} --help` lists no commands (exit {out.returncode}): "
-                           f"{(out.stdout + out.stderr).strip()[-500:]}")
+        raise RuntimeError(
+            f"`python -m {program} --help` lists no commands (exit {out.returncode}): "
+            f"{(out.stdout + out.stderr).strip()[-500:]}"
+        )
     return frozenset(found.group(1).split(","))
 
 
@@ -107,15 +114,18 @@ def stale_names(text, root=ROOT):
             problems.append(f"`{span}`: {what} in the repository")
     for program, command in sorted(set(_COMMAND.findall(text))):
         if command not in commands(program):
-            problems.append(f"python -m {program} {command}: no such command "
-                            f"(python -m {program} --help lists {', '.join(sorted(commands(program)))})")
+            problems.append(
+                f"python -m {program} {command}: no such command "
+                f"(python -m {program} --help lists {', '.join(sorted(commands(program)))})"
+            )
     return problems
 
 
 def _check_source(app, docname, source):
     for problem in stale_names(source[0]):
-        logger.warning(f"names code that no longer exists: {problem}", location=docname, type="prerast",
-                       subtype="names")
+        logger.warning(
+            f"names code that no longer exists: {problem}", location=docname, type="prerast", subtype="names"
+        )
 
 
 def setup(app):

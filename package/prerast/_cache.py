@@ -26,6 +26,7 @@ erases the holder's pid, a lock file that stays in place, polling that reports w
 its releases (3.x opens the file with O_TRUNC and deletes it on release on Windows; 4.x adds fallbacks of its
 own), while the two system calls it wraps are in the standard library.
 """
+
 import os
 import re
 import shutil
@@ -52,6 +53,7 @@ def cache_dir():
 def _user(uid):
     try:
         import pwd  # Unix only
+
         return pwd.getpwuid(uid).pw_name
     except (ImportError, KeyError):
         return str(uid)
@@ -69,9 +71,11 @@ def untrusted(path, folder_of_entries=False, uid=None):
     except OSError as e:
         return f"{path} cannot be examined ({e.strerror})", f"check that you may read '{path}'"
     if st.st_uid not in (uid, 0):
-        return (f"{path} is owned by {_user(st.st_uid)} (uid {st.st_uid}), not by you ({_user(uid)}, uid {uid}) or "
-                f"root, so its owner can put code in it that your Python would run",
-                f"delete it (rm -rf '{path}'), or as root hand it over: chown -R {_user(uid)} '{path}'")
+        return (
+            f"{path} is owned by {_user(st.st_uid)} (uid {st.st_uid}), not by you ({_user(uid)}, uid {uid}) or "
+            f"root, so its owner can put code in it that your Python would run",
+            f"delete it (rm -rf '{path}'), or as root hand it over: chown -R {_user(uid)} '{path}'",
+        )
     writable = st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     sticky = folder_of_entries and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX
     if writable and not sticky:
@@ -81,8 +85,11 @@ def untrusted(path, folder_of_entries=False, uid=None):
             fix += f"   (or, for a folder users share, make it sticky like /tmp: chmod +t '{path}')"
         elif stat.S_ISDIR(st.st_mode):
             fix = f"chmod -R go-w '{path}'"
-        return (f"{path} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}), so they can put code in it "
-                f"that your Python would run", fix)
+        return (
+            f"{path} is writable by {who} (mode {stat.S_IMODE(st.st_mode):04o}), so they can put code in it "
+            f"that your Python would run",
+            fix,
+        )
     return None
 
 
@@ -127,10 +134,14 @@ def entries(root, prefix, source_hash=None):
         names = os.listdir(root)
     except OSError:
         return []
-    found = [os.path.join(root, n) for n in names
-             if n.startswith(prefix) and not n.endswith(".lock")
-             and (source_hash is None or n.endswith(f"_src-{source_hash}"))
-             and os.path.isdir(os.path.join(root, n))]
+    found = [
+        os.path.join(root, n)
+        for n in names
+        if n.startswith(prefix)
+        and not n.endswith(".lock")
+        and (source_hash is None or n.endswith(f"_src-{source_hash}"))
+        and os.path.isdir(os.path.join(root, n))
+    ]
     return sorted(found, key=os.path.getmtime, reverse=True)
 
 
@@ -252,7 +263,7 @@ def remove_partials(root, key):
 def remove_stale_partials(root, but=None):
     """Unfinished builds of any key whose lock nobody holds: what killed builds, a full disk or a power cut left.
     (A live build holds its key's lock, so its folder is never touched.)"""
-    keys = {n[len(".partial-"):].rsplit("-", 1)[0] for n in os.listdir(root) if n.startswith(".partial-")}
+    keys = {n[len(".partial-") :].rsplit("-", 1)[0] for n in os.listdir(root) if n.startswith(".partial-")}
     for key in keys - {but}:
         lock = BuildLock(os.path.join(root, key + ".lock"))
         try:
@@ -307,8 +318,10 @@ def build_once(root, key, build_into, is_usable, on_wait=None, explain=None):
             drop_group_write(partial)
             if not is_usable(partial):
                 why = explain(partial) if explain else None
-                raise RuntimeError(f"the build in {partial} finished but did not pass its checks; nothing was kept"
-                                   + (f":\n{why}" if why else ""))
+                raise RuntimeError(
+                    f"the build in {partial} finished but did not pass its checks; nothing was kept"
+                    + (f":\n{why}" if why else "")
+                )
             if os.path.isdir(entry):  # an unusable leftover, e.g. half of a copied cache
                 shutil.rmtree(entry)
             os.rename(partial, entry)

@@ -2,6 +2,7 @@
 users. Shapes and index ranges are checked by the compiled ops themselves (dtypes too, but a stable-ABI op can
 only raise ValueError for them: these checks keep TypeError for the public functions). Arguments that nvdiffrast
 accepts in several forms (numpy scalars, tensors, negative indices) are brought to the one form the ops take."""
+
 import math
 import numbers
 
@@ -26,10 +27,20 @@ def with_limits(obj):
         obj.__doc__ = obj.__doc__.replace("{%s}" % name, f"{value:,}")
     return obj
 
+
 # ATen's names of dtypes, as the compiled ops spell them in their messages.
-_DTYPE_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-                torch.int32: "Int", torch.int64: "Long", torch.int16: "Short", torch.int8: "Char",
-                torch.uint8: "Byte", torch.bool: "Bool"}
+_DTYPE_NAMES = {
+    torch.float32: "Float",
+    torch.float64: "Double",
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.int16: "Short",
+    torch.int8: "Char",
+    torch.uint8: "Byte",
+    torch.bool: "Bool",
+}
 
 
 def dtype_name(dtype):
@@ -61,8 +72,11 @@ def _size(op, value, res):
 
 def resolution(op, res):
     """(height, width) as ints (or symbolic sizes), each in [1, MAX_RESOLUTION]."""
-    if not isinstance(res, (tuple, list, torch.Size, torch.Tensor, numpy.ndarray)) \
-            or (isinstance(res, (torch.Tensor, numpy.ndarray)) and res.ndim != 1) or len(res) != 2:
+    if (
+        not isinstance(res, (tuple, list, torch.Size, torch.Tensor, numpy.ndarray))
+        or (isinstance(res, (torch.Tensor, numpy.ndarray)) and res.ndim != 1)
+        or len(res) != 2
+    ):
         raise TypeError(f"{op}: resolution must be a pair (height, width) of integers, got {res!r}")
     h, w = (_size(op, r, res) for r in res)
     if isinstance(h, int) and isinstance(w, int):
@@ -93,13 +107,18 @@ def same_device(op, **tensors):
 
 # --- arguments nvdiffrast accepts in more than one form -------------------------------------------------------
 
+
 def _is_integral(value):
     """An int, a numpy integer, a float with an integral value (2.0), or a 0-d integral tensor/array; not bool."""
     if isinstance(value, (bool, numpy.bool_)):
         return False
     if isinstance(value, (torch.Tensor, numpy.ndarray)):
-        return value.ndim == 0 and not _is_bool_dtype(value.dtype) and math.isfinite(float(value)) and \
-            float(value).is_integer()
+        return (
+            value.ndim == 0
+            and not _is_bool_dtype(value.dtype)
+            and math.isfinite(float(value))
+            and float(value).is_integer()
+        )
     if isinstance(value, numbers.Integral):
         return True
     return isinstance(value, numbers.Real) and math.isfinite(value) and float(value).is_integer()
@@ -139,8 +158,9 @@ def attribute_indices(op, value, num_attrs):
         return list(range(num_attrs or 0))
     if isinstance(value, (torch.Tensor, numpy.ndarray)):
         if value.ndim == 0:  # a single index, like a plain int, is not a list
-            raise TypeError(f"{op}: diff_attrs must be 'all' or a list of attribute indices, got a 0-d "
-                            f"{type(value).__name__}")
+            raise TypeError(
+                f"{op}: diff_attrs must be 'all' or a list of attribute indices, got a 0-d {type(value).__name__}"
+            )
         if value.ndim > 1:
             raise ValueError(f"{op}: diff_attrs must be one-dimensional, got shape {list(value.shape)}")
         items = [value[k] for k in range(len(value))]
@@ -148,8 +168,9 @@ def attribute_indices(op, value, num_attrs):
         try:
             items = list(value)
         except TypeError:
-            raise TypeError(f"{op}: diff_attrs must be 'all' or a list of attribute indices, got "
-                            f"{type(value).__name__}") from None
+            raise TypeError(
+                f"{op}: diff_attrs must be 'all' or a list of attribute indices, got {type(value).__name__}"
+            ) from None
     out = []
     for n, k in enumerate(items):
         if not _is_integral(k) or isinstance(k, float) or (hasattr(k, "dtype") and not _integer_dtype(k.dtype)):
@@ -159,8 +180,10 @@ def attribute_indices(op, value, num_attrs):
             out.append(i)
             continue
         if not -num_attrs <= i < num_attrs:
-            raise IndexError(f"{op}: diff_attrs[{n}] = {i} is not an attribute index: attr has {num_attrs} "
-                             f"(valid: {-num_attrs} to {num_attrs - 1}, negative ones counting from the end)")
+            raise IndexError(
+                f"{op}: diff_attrs[{n}] = {i} is not an attribute index: attr has {num_attrs} "
+                f"(valid: {-num_attrs} to {num_attrs - 1}, negative ones counting from the end)"
+            )
         out.append(i % num_attrs)
     return out
 
@@ -185,9 +208,11 @@ def derivatives_input(op, diff, rast_db):
     context stands for none."""
     empty = isinstance(rast_db, torch.Tensor) and rast_db.dim() == 4 and rast_db.shape[-1] == 0
     if diff and (rast_db is None or empty):
-        raise ValueError(f"{op}: diff_attrs needs rast_db (the second output of rasterize) to compute screen-space "
-                         "derivatives; pass rast_db (a context made with output_db=False returns an empty one), or "
-                         "leave diff_attrs out")
+        raise ValueError(
+            f"{op}: diff_attrs needs rast_db (the second output of rasterize) to compute screen-space "
+            "derivatives; pass rast_db (a context made with output_db=False returns an empty one), or "
+            "leave diff_attrs out"
+        )
     return None if empty else rast_db
 
 

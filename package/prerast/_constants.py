@@ -18,5 +18,5 @@ MAX_RESOLUTION = 32768
 # whose bit pattern is TRIANGLE_ID_BITS + n (csrc/core/common.h: kTriangleIdBits); the largest finite float sets
 # the largest ID that round-trips (kMaxEncodedTriangleId), and rasterize takes fewer triangles than that plus one
 # (csrc/core/rasterize.h: kMaxTriangles).
-TRIANGLE_ID_BITS = 0x4a800000
-MAX_TRIANGLES = 0x7f7fffff - TRIANGLE_ID_BITS
+TRIANGLE_ID_BITS = 0x4A800000
+MAX_TRIANGLES = 0x7F7FFFFF - TRIANGLE_ID_BITS

@@ -6,6 +6,7 @@ is available rasterizes on the CPU instead of raising, and says so once (a UserW
 for nvdiffrast runs on a machine without a GPU with only its import changed. It is off by default: a program that
 asked for a GPU otherwise learns that there is none.
 """
+
 import os
 import warnings
 
@@ -29,8 +30,10 @@ class _Context:
 
     def _check_free(self, what):
         if self._active_peeler is not None:
-            raise RuntimeError(f"{what}: this context is reserved by an active DepthPeeler; finish the peeler's "
-                               "'with' block first, or use another context")
+            raise RuntimeError(
+                f"{what}: this context is reserved by an active DepthPeeler; finish the peeler's "
+                "'with' block first, or use another context"
+            )
 
 
 def _output_db(cls, value):
@@ -53,10 +56,11 @@ def _as_device(cls, device):
         try:
             return torch.device(device)
         except (RuntimeError, ValueError) as e:
-            raise ValueError(f"{cls}: device {device!r} is not a device name such as 'cuda', 'cuda:1' or 'cpu'") \
-                from e
-    raise ValueError(f"{cls}: device must be None, a torch.device, a device name such as 'cuda:0', or a CUDA "
-                     f"device index; got {device!r} ({type(device).__name__})")
+            raise ValueError(f"{cls}: device {device!r} is not a device name such as 'cuda', 'cuda:1' or 'cpu'") from e
+    raise ValueError(
+        f"{cls}: device must be None, a torch.device, a device name such as 'cuda:0', or a CUDA "
+        f"device index; got {device!r} ({type(device).__name__})"
+    )
 
 
 def _fallback_to_cpu(cls):
@@ -65,12 +69,18 @@ def _fallback_to_cpu(cls):
     if value in ("", "0", "off", "no"):
         return False
     if value != "cpu":
-        raise ValueError(f"{cls}: {FALLBACK_VARIABLE}={value!r} is not understood; set it to 'cpu' (rasterize on "
-                         "the CPU where no GPU is available) or leave it unset")
+        raise ValueError(
+            f"{cls}: {FALLBACK_VARIABLE}={value!r} is not understood; set it to 'cpu' (rasterize on "
+            "the CPU where no GPU is available) or leave it unset"
+        )
     if not _fallback_warned:
         _fallback_warned.append(True)
-        warnings.warn(f"{cls}: CUDA is not available; rasterizing on the CPU ({FALLBACK_VARIABLE}=cpu). "
-                      "Tensors must be on the CPU too.", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{cls}: CUDA is not available; rasterizing on the CPU ({FALLBACK_VARIABLE}=cpu). "
+            "Tensors must be on the CPU too.",
+            UserWarning,
+            stacklevel=3,
+        )
     return True
 
 
@@ -99,19 +109,23 @@ class RasterizeCudaContext(_Context):
         super().__init__(output_db)
         device = None if device is None else _as_device(cls, device)
         if device is not None and device.type != "cuda":
-            raise ValueError(f"{cls}: device must be a CUDA device, got {device}; use RasterizeCpuContext() for "
-                             "the CPU")
+            raise ValueError(
+                f"{cls}: device must be a CUDA device, got {device}; use RasterizeCpuContext() for the CPU"
+            )
         if not torch.cuda.is_available():
             if _fallback_to_cpu(cls):
                 self.device = torch.device("cpu")
                 return
-            raise RuntimeError(f"{cls}: CUDA is not available; use RasterizeCpuContext(), or set "
-                               f"{FALLBACK_VARIABLE}=cpu to make CUDA contexts rasterize on the CPU")
+            raise RuntimeError(
+                f"{cls}: CUDA is not available; use RasterizeCpuContext(), or set "
+                f"{FALLBACK_VARIABLE}=cpu to make CUDA contexts rasterize on the CPU"
+            )
         if device is None or device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         elif device.index >= torch.cuda.device_count():
-            raise ValueError(f"{cls}: device {device} does not exist: {torch.cuda.device_count()} CUDA device(s) "
-                             "are visible")
+            raise ValueError(
+                f"{cls}: device {device} does not exist: {torch.cuda.device_count()} CUDA device(s) are visible"
+            )
         self.device = device
 
     def __repr__(self):
@@ -139,8 +153,10 @@ class RasterizeCpuContext(_Context):
         if device is not None:
             device = _as_device("RasterizeCpuContext", device)
             if device.type != "cpu":
-                raise ValueError(f"RasterizeCpuContext: device must be 'cpu' (or None), got {device}; use "
-                                 "RasterizeCudaContext for a GPU")
+                raise ValueError(
+                    f"RasterizeCpuContext: device must be 'cpu' (or None), got {device}; use "
+                    "RasterizeCudaContext for a GPU"
+                )
         self.device = torch.device("cpu")
 
     def __repr__(self):
@@ -167,8 +183,12 @@ class RasterizeGLContext(RasterizeCudaContext):
     """
 
     def __init__(self, output_db=True, mode="automatic", device=None):
-        warnings.warn("RasterizeGLContext is deprecated: prerast has no OpenGL backend and rasterizes with CUDA; "
-                      "use RasterizeCudaContext", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "RasterizeGLContext is deprecated: prerast has no OpenGL backend and rasterizes with CUDA; "
+            "use RasterizeCudaContext",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         if mode not in ("automatic", "manual"):
             raise ValueError(f"RasterizeGLContext: mode must be 'automatic' or 'manual', got {mode!r}")
         super().__init__(device=device, output_db=output_db)

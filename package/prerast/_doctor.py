@@ -8,6 +8,7 @@ for it: a library that crashes on load (a bad build, a broken driver) is reporte
 Exit codes: 0 prerast can run here; 1 no plugin that fits could be loaded; 2 the plugin loaded but has no code
 for a visible GPU.
 """
+
 import json
 import os
 import re
@@ -55,14 +56,29 @@ def probe_load(timeout=PROBE_TIMEOUT_S):
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"ok": False, "returncode": None, "signal": None, "library": None,
-                "detail": f"loading the plugin in a child process did not finish in {timeout} s"}
+        return {
+            "ok": False,
+            "returncode": None,
+            "signal": None,
+            "library": None,
+            "detail": f"loading the plugin in a child process did not finish in {timeout} s",
+        }
     except OSError as e:
-        return {"ok": False, "returncode": None, "signal": None, "library": None,
-                "detail": f"could not start a child process to load the plugin: {e}"}
-    loading = [line[len(_loader.PROBE_TAG):] for line in out.stderr.splitlines() if line.startswith(_loader.PROBE_TAG)]
-    found = {"ok": out.returncode == 0, "returncode": out.returncode, "signal": None,
-             "library": loading[-1] if loading else None, "detail": None}
+        return {
+            "ok": False,
+            "returncode": None,
+            "signal": None,
+            "library": None,
+            "detail": f"could not start a child process to load the plugin: {e}",
+        }
+    loading = [line[len(_loader.PROBE_TAG) :] for line in out.stderr.splitlines() if line.startswith(_loader.PROBE_TAG)]
+    found = {
+        "ok": out.returncode == 0,
+        "returncode": out.returncode,
+        "signal": None,
+        "library": loading[-1] if loading else None,
+        "detail": None,
+    }
     if out.returncode < 0:
         try:
             name = signal.Signals(-out.returncode).name
@@ -96,9 +112,13 @@ def load_after_probe():
 
 def library_report(path, stamp, role, entry=None):
     why = _integrity.problem(path, stamp)
-    found = {"path": path, "role": role, "ok": why is None,
-             "expected": why["expected"] if why else f"{stamp['size']} bytes, SHA-256 {stamp['sha256']}",
-             "problem": None if why is None else f"{why['what']}; found {why['found']}"}
+    found = {
+        "path": path,
+        "role": role,
+        "ok": why is None,
+        "expected": why["expected"] if why else f"{stamp['size']} bytes, SHA-256 {stamp['sha256']}",
+        "problem": None if why is None else f"{why['what']}; found {why['found']}",
+    }
     if entry:
         found["entry"] = entry
     return found
@@ -120,8 +140,16 @@ def libraries(run):
             bad = _cache.entry_untrusted(root, folder)
             info, why = build_info.read(folder) if bad is None else (None, None)
             if info is None:
-                found.append({"path": folder, "role": "cache", "entry": folder, "ok": False, "expected": None,
-                              "problem": bad[0] if bad else why})
+                found.append(
+                    {
+                        "path": folder,
+                        "role": "cache",
+                        "entry": folder,
+                        "ok": False,
+                        "expected": None,
+                        "problem": bad[0] if bad else why,
+                    }
+                )
                 continue
             for lib in (info["path"], info["cuda_path"]):
                 if lib:
@@ -138,12 +166,14 @@ def gpus(info):
     found = []
     for i in range(torch.cuda.device_count()):
         cap = torch.cuda.get_device_capability(i)
-        found.append({
-            "index": i,
-            "name": torch.cuda.get_device_name(i),
-            "capability": f"{cap[0]}.{cap[1]}",
-            "served": None if info is None else (not no_kernels and any(compat.arch_serves(a, cap) for a in archs)),
-        })
+        found.append(
+            {
+                "index": i,
+                "name": torch.cuda.get_device_name(i),
+                "capability": f"{cap[0]}.{cap[1]}",
+                "served": None if info is None else (not no_kernels and any(compat.arch_serves(a, cap) for a in archs)),
+            }
+        )
     return found
 
 
@@ -176,8 +206,9 @@ def fixes(report):
         found.append('python -X faulthandler -c "import prerast"   # where the load crashes (a stack per thread)')
         crashed = probe.get("library") or ""
         if crashed.startswith(report["source_build"]["cache_dir"] + os.sep):
-            found.append(f"{platforms.remove_folder(os.path.dirname(crashed))}   # the cache entry whose library "
-                         "crashed")
+            found.append(
+                f"{platforms.remove_folder(os.path.dirname(crashed))}   # the cache entry whose library crashed"
+            )
     if any(lib["role"] == "bundled" for lib in damaged) or probe.get("signal"):
         if published_torch(run["torch_version"]):
             found.append(_loader.fix_command(run))
@@ -186,17 +217,23 @@ def fixes(report):
     if not report["plugin"]["loaded"]:
         if published_torch(run["torch_version"]) and _loader.fix_command(run) not in found:
             found.append(_loader.fix_command(run))
-        found.append("python -m prerast build-wheel --out dist && pip install dist/prerast-*.whl"
-                     "   # where a compiler (and for CUDA torch the CUDA toolkit) is installed")
-        found.append(f"{platforms.set_env(_source_build.ENV_OPT_IN)}   # build at first import, cached in "
-                     f"{report['source_build']['cache_dir']}")
+        found.append(
+            "python -m prerast build-wheel --out dist && pip install dist/prerast-*.whl"
+            "   # where a compiler (and for CUDA torch the CUDA toolkit) is installed"
+        )
+        found.append(
+            f"{platforms.set_env(_source_build.ENV_OPT_IN)}   # build at first import, cached in "
+            f"{report['source_build']['cache_dir']}"
+        )
     unserved = [g["capability"] for g in report["gpus"] if g["served"] is False]
     kernels = report["plugin"].get("cuda_kernels") or ""
     if unserved and kernels.startswith("not loaded"):
         found.append(_loader.fix_command(run))  # a wheel whose CUDA kernels fit this torch
     elif unserved:
-        found.append(f"python -m prerast build-wheel --arch {','.join(sorted(set(unserved)))} --out dist "
-                     "&& pip install dist/prerast-*.whl")
+        found.append(
+            f"python -m prerast build-wheel --arch {','.join(sorted(set(unserved)))} --out dist "
+            "&& pip install dist/prerast-*.whl"
+        )
     return found
 
 
@@ -215,10 +252,10 @@ def collect(probe=None):
             "build_info": {k: v for k, v in (info or {}).items() if k not in ("path", "cuda_path")} or None,
             "kind": info.get("abi", "classic") if info else None,
             "fits": _loader.why_fits(info, run) if info else None,
-            "cuda_kernels": None if info is None else ("loaded" if state["cuda"] is None else
-                                                       f"not loaded: {state['cuda']}"),
-            "error": None if info is not None else
-            str(state["error"] or (probe or {}).get("detail") or "not loaded"),
+            "cuda_kernels": None
+            if info is None
+            else ("loaded" if state["cuda"] is None else f"not loaded: {state['cuda']}"),
+            "error": None if info is not None else str(state["error"] or (probe or {}).get("detail") or "not loaded"),
         },
         "load_probe": probe,
         "libraries": libraries(run),
@@ -250,13 +287,18 @@ def collect(probe=None):
 
 
 def _describe_build(b):
-    cuda = f"CUDA {b['cuda_version']}, nvcc {b.get('nvcc_version')}, GPU archs {' '.join(b.get('cuda_archs') or [])}" \
-        if b.get("cuda_version") else "CPU only"
-    return (f"prerast {b.get('prerast_version')}, {b.get('abi', 'classic')} ABI, built with torch "
-            f"{b.get('torch_version')} ({cuda}), "
-            f"C++11 ABI {int(bool(b.get('cxx11_abi')))}, {b.get('python_tag')}, "
-            f"commit {(b.get('git_commit') or '?')[:12]}, sources {b.get('source_hash') or '?'}, "
-            f"built {b.get('built_at')}")
+    cuda = (
+        f"CUDA {b['cuda_version']}, nvcc {b.get('nvcc_version')}, GPU archs {' '.join(b.get('cuda_archs') or [])}"
+        if b.get("cuda_version")
+        else "CPU only"
+    )
+    return (
+        f"prerast {b.get('prerast_version')}, {b.get('abi', 'classic')} ABI, built with torch "
+        f"{b.get('torch_version')} ({cuda}), "
+        f"C++11 ABI {int(bool(b.get('cxx11_abi')))}, {b.get('python_tag')}, "
+        f"commit {(b.get('git_commit') or '?')[:12]}, sources {b.get('source_hash') or '?'}, "
+        f"built {b.get('built_at')}"
+    )
 
 
 def format_text(r):
@@ -264,36 +306,48 @@ def format_text(r):
     where = {"bundled": "the package", "cache": "the build cache", "built": "the build cache (built just now)"}
     lines = [f"prerast {r['prerast']['version']} at {r['prerast']['package']}"]
     if plugin["loaded"]:
-        lines += [f"plugin:   loaded from {where[plugin['source']]}: {plugin['path']}",
-                  f"          {_describe_build(plugin['build_info'])}",
-                  f"          {plugin['fits']}",
-                  f"          CUDA kernels {plugin['cuda_kernels']}"]
+        lines += [
+            f"plugin:   loaded from {where[plugin['source']]}: {plugin['path']}",
+            f"          {_describe_build(plugin['build_info'])}",
+            f"          {plugin['fits']}",
+            f"          CUDA kernels {plugin['cuda_kernels']}",
+        ]
         if plugin["source"] != "bundled":
             lines.append("          the package's own plugin does not fit: " + "; ".join(r["bundled"]["problems"]))
     else:
         lines.append("plugin:   none loaded")
         lines += ["          " + line for line in plugin["error"].splitlines()]
-    lines.append(f"running:  Python {run['python']}, torch {run['torch_version']} "
-                 f"({'CUDA ' + run['cuda_version'] if run['cuda_version'] else 'CPU build'}), "
-                 f"C++11 ABI {int(run['cxx11_abi'])}, {run['platform']}")
+    lines.append(
+        f"running:  Python {run['python']}, torch {run['torch_version']} "
+        f"({'CUDA ' + run['cuda_version'] if run['cuda_version'] else 'CPU build'}), "
+        f"C++11 ABI {int(run['cxx11_abi'])}, {run['platform']}"
+    )
     if not r["gpus"]:
         lines.append("GPUs:     none visible" + (" (torch is a CPU build)" if not run["cuda_version"] else ""))
     for g in r["gpus"]:
         served = {True: "the plugin has code for it", False: "NO CODE FOR IT in the plugin", None: "-"}[g["served"]]
         lines.append(f"GPU {g['index']}:    {g['name']}, compute capability {g['capability']}: {served}")
-    lines.append(f"source build: {_source_build.ENV_OPT_IN} {'on' if sb['opted_in'] else 'off'}; cache "
-                 f"{sb['cache_dir']} ({'read' if sb['cache_consulted'] else 'not read'}"
-                 + (f", {len(sb['fitting_cache_entries'])} fitting build(s)" if sb["cache_consulted"] else "") + ")")
-    lines.append(f"          sources {sb['sources'] or 'not available'}"
-                 + (f" (hash {sb['source_hash']})" if sb["source_hash"] else "")
-                 + f"; compiler {sb['compiler'] or 'none'}; CUDA toolkit {sb['cuda_home'] or 'none'}; "
-                 f"ninja {sb['ninja'] or 'none'}")
+    lines.append(
+        f"source build: {_source_build.ENV_OPT_IN} {'on' if sb['opted_in'] else 'off'}; cache "
+        f"{sb['cache_dir']} ({'read' if sb['cache_consulted'] else 'not read'}"
+        + (f", {len(sb['fitting_cache_entries'])} fitting build(s)" if sb["cache_consulted"] else "")
+        + ")"
+    )
+    lines.append(
+        f"          sources {sb['sources'] or 'not available'}"
+        + (f" (hash {sb['source_hash']})" if sb["source_hash"] else "")
+        + f"; compiler {sb['compiler'] or 'none'}; CUDA toolkit {sb['cuda_home'] or 'none'}; "
+        f"ninja {sb['ninja'] or 'none'}"
+    )
     probe = r.get("load_probe")
     if probe is not None:
         child = probe.get("child") or {}
         if probe["ok"]:
-            said = (f"a child process loaded {child.get('path')}" if child.get("loaded") else
-                    "a child process loaded no plugin (why: below), and did not crash")
+            said = (
+                f"a child process loaded {child.get('path')}"
+                if child.get("loaded")
+                else "a child process loaded no plugin (why: below), and did not crash"
+            )
         else:
             said = probe["detail"] or f"a child process exited with code {probe['returncode']}"
         lines.append("load:     " + said)
@@ -304,8 +358,11 @@ def format_text(r):
             lines.append(f"          expected {lib['expected']}")
     for why in sb.get("refused_cache_entries") or []:
         lines += ["refused:  " + why.splitlines()[0]] + ["          " + line for line in why.splitlines()[1:]]
-    status = {OK: "OK: prerast can run here.", CANNOT_RUN: "prerast cannot run here.",
-              GPU_NOT_SERVED: "prerast runs here, but its plugin has no code for a visible GPU."}[r["exit_code"]]
+    status = {
+        OK: "OK: prerast can run here.",
+        CANNOT_RUN: "prerast cannot run here.",
+        GPU_NOT_SERVED: "prerast runs here, but its plugin has no code for a visible GPU.",
+    }[r["exit_code"]]
     lines.append(f"status:   {status}")
     for i, cmd in enumerate(r["fixes"]):
         lines.append(("fix:      " if i == 0 else "   or:    ") + cmd)

@@ -1,5 +1,6 @@
 """interpolate: the public API over the prerast::interpolate_* ops, and
 those ops' fakes and autograd."""
+
 import torch
 
 from . import _checks, _loader, _ops
@@ -51,13 +52,15 @@ def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     rast_db = _checks.derivatives_input(_OP, diff, rast_db)
     if rast_db is not None:
         rast_db = rast_db.contiguous()
-    return torch.ops.prerast.interpolate_fwd(attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db,
-                                             diff or None)
+    return torch.ops.prerast.interpolate_fwd(
+        attr.contiguous(), rast.contiguous(), tri.contiguous(), rast_db, diff or None
+    )
 
 
 # --- the ops' fakes and autograd ------------------------------------------------------------------------------
 # Each takes the op's arguments by schema name (_ops.py says how); _ops.define registers them with torch once the
 # plugin's schemas exist.
+
 
 def _interpolate_fwd_fake(attr, rast, tri, rast_db, diff):
     n, h, w = rast.shape[:3]
@@ -80,11 +83,14 @@ def _interpolate_backward(ctx, grad_out, grad_da):
     attr, rast, tri, rast_db = ctx.saved_tensors
     with_da = rast_db is not None and len(ctx.diff) > 0
     grad_attr, grad_rast, grad_db = torch.ops.prerast.interpolate_bwd(
-        attr, rast, tri, rast_db, ctx.diff or None, grad_out.contiguous(), grad_da.contiguous() if with_da else None)
+        attr, rast, tri, rast_db, ctx.diff or None, grad_out.contiguous(), grad_da.contiguous() if with_da else None
+    )
     return {"attr": grad_attr, "rast": grad_rast, "rast_db": grad_db if with_da else None}
 
 
-_ops.define({
-    "interpolate_fwd": (_interpolate_fwd_fake, _interpolate_setup, _interpolate_backward),
-    "interpolate_bwd": (_interpolate_bwd_fake, _ops.save_nothing, None),
-})
+_ops.define(
+    {
+        "interpolate_fwd": (_interpolate_fwd_fake, _interpolate_setup, _interpolate_backward),
+        "interpolate_bwd": (_interpolate_bwd_fake, _ops.save_nothing, None),
+    }
+)

@@ -20,12 +20,14 @@ The rules (which binary serves which torch, the messages, the fix-it command) ar
 prerast_meta.compat; this module adds what is running, does the loading, and alone owns what it loaded: others
 ask status(), loaded_info() or require().
 """
+
 import os
 import sys
 
 import torch
 
 from prerast_meta import build_info, compat, platforms
+
 from .errors import BinaryMismatchError
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -83,14 +85,16 @@ def _ways_out(why_not):
 
     if _source_build.opted_in():
         return f"\n{why_not}."
-    return (f"\nNo plugin was built for this environment: {why_not}. The ways out:\n"
-            "  - install the wheel built for the running torch (above); where none is published (a custom torch\n"
-            "    build, a new GPU), build one where a compiler (and for a CUDA torch the CUDA toolkit) is installed:\n"
-            "        python -m prerast build-wheel --out dist\n"
-            "  - or let prerast build its plugin at first use (same needs). The build is cached in\n"
-            f"    {_cache.cache_dir()} (set {_cache.ENV_DIR} to move it); that folder can be copied into an image\n"
-            f"    without a compiler and used there with {_cache.ENV_DIR}:\n"
-            + "".join(f"        {line}\n" for line in platforms.set_env_lines(_source_build.ENV_OPT_IN)).rstrip("\n"))
+    return (
+        f"\nNo plugin was built for this environment: {why_not}. The ways out:\n"
+        "  - install the wheel built for the running torch (above); where none is published (a custom torch\n"
+        "    build, a new GPU), build one where a compiler (and for a CUDA torch the CUDA toolkit) is installed:\n"
+        "        python -m prerast build-wheel --out dist\n"
+        "  - or let prerast build its plugin at first use (same needs). The build is cached in\n"
+        f"    {_cache.cache_dir()} (set {_cache.ENV_DIR} to move it); that folder can be copied into an image\n"
+        f"    without a compiler and used there with {_cache.ENV_DIR}:\n"
+        + "".join(f"        {line}\n" for line in platforms.set_env_lines(_source_build.ENV_OPT_IN)).rstrip("\n")
+    )
 
 
 def _load_plugin(info, fix, verified=False):
@@ -131,11 +135,14 @@ def load(directory=PACKAGE_DIR, build=True):
     info, why = build_info.read(directory)
     cause = damaged = None
     if info is None:
-        message = (f"prerast cannot run: {why}.\n  running: {compat.describe_running(running())}\n"
-                   f"Install a prebuilt wheel:\n    {fix_command()}")
+        message = (
+            f"prerast cannot run: {why}.\n  running: {compat.describe_running(running())}\n"
+            f"Install a prebuilt wheel:\n    {fix_command()}"
+        )
         # A plugin is there but its metadata is not (or is garbled): a damaged package, not a source checkout.
-        damaged = bool(build_info.libraries_in(directory)) or os.path.exists(os.path.join(directory,
-                                                                                          build_info.INFO_FILE))
+        damaged = bool(build_info.libraries_in(directory)) or os.path.exists(
+            os.path.join(directory, build_info.INFO_FILE)
+        )
     else:
         reasons = problems(info)
         message = mismatch_message(info, reasons)
@@ -155,7 +162,8 @@ def load(directory=PACKAGE_DIR, build=True):
         found, how = _source_build.find_or_build(allow_build=build)
     except _source_build.BuildFailed as e:
         raise BinaryMismatchError(
-            f"{message}\n{_source_build.ENV_OPT_IN}=1 is set, but building a plugin that fits failed: {e}") from e
+            f"{message}\n{_source_build.ENV_OPT_IN}=1 is set, but building a plugin that fits failed: {e}"
+        ) from e
     except _source_build.Refused as e:
         raise BinaryMismatchError(f"{message}\n{e}") from cause
     if found is None:
@@ -201,8 +209,10 @@ def check_device(device):
         return
     if _state["cuda"] is not None:
         raise BinaryMismatchError(
-            mismatch_message(info, [f"a CUDA tensor was passed, but prerast's CUDA kernels are not loaded: "
-                                    f"{_state['cuda']}"]))
+            mismatch_message(
+                info, [f"a CUDA tensor was passed, but prerast's CUDA kernels are not loaded: {_state['cuda']}"]
+            )
+        )
     cap = torch.cuda.get_device_capability(index)
     if not any(compat.arch_serves(a, cap) for a in info.get("cuda_archs", [])):
         name = torch.cuda.get_device_name(index)
@@ -210,5 +220,6 @@ def check_device(device):
             f"prerast's plugin has no code for GPU {index} ({name}, compute capability {cap[0]}.{cap[1]}).\n"
             f"  built for: {compat.describe(info)}\n"
             f"Build a wheel that includes this GPU, in an environment with the CUDA toolkit:\n"
-            f"    python -m prerast build-wheel --arch {cap[0]}.{cap[1]}")
+            f"    python -m prerast build-wheel --arch {cap[0]}.{cap[1]}"
+        )
     _state["devices"].add(index)

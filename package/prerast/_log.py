@@ -1,4 +1,5 @@
 """Log level in nvdiffrast's numbering: 0 info, 1 warning (default), 2 error, 3 fatal."""
+
 import logging
 
 _LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.CRITICAL}

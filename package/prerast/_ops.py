@@ -11,6 +11,7 @@ The list arguments (interpolate's `int[]? diff`, texture's `Tensor[]? mip`) are 
 pass None for an empty one: AOTInductor's proxy executor hands an empty list to an op as None, which a
 non-optional list argument would refuse when a precompiled package runs.
 """
+
 import functools
 
 import torch
@@ -29,11 +30,14 @@ _registered = []
 # argument cannot shift the meaning of another. tests/runtime/test_op_schemas.py checks every name used here against the
 # schemas.
 
+
 @functools.cache
 def schema_arguments(op):
     """The registered schema's arguments of prerast::<op>, in order, as (name, has a default, default)."""
-    return tuple((a.name, a.has_default_value(), a.default_value)
-                 for a in getattr(torch.ops.prerast, op).default._schema.arguments)
+    return tuple(
+        (a.name, a.has_default_value(), a.default_value)
+        for a in getattr(torch.ops.prerast, op).default._schema.arguments
+    )
 
 
 class Inputs:
@@ -61,8 +65,9 @@ class Inputs:
         values = self.__dict__.get("_values", {})
         if name in values:
             return values[name]
-        raise AttributeError(f"prerast::{self.__dict__.get('_op')} has no argument {name!r}; its schema has "
-                             f"{list(values)}")
+        raise AttributeError(
+            f"prerast::{self.__dict__.get('_op')} has no argument {name!r}; its schema has {list(values)}"
+        )
 
 
 def gradients(op, grads):
@@ -70,15 +75,20 @@ def gradients(op, grads):
     names = [name for name, _, _ in schema_arguments(op)]
     unknown = grads.keys() - names
     if unknown:
-        raise KeyError(f"prerast::{op}: the backward returns gradients for {sorted(unknown)}, which are not "
-                       f"arguments of its schema {names}")
+        raise KeyError(
+            f"prerast::{op}: the backward returns gradients for {sorted(unknown)}, which are not "
+            f"arguments of its schema {names}"
+        )
     return tuple(grads.get(name) for name in names)
 
 
 def _no_double_backward(op):
     def backward(ctx, *grads):
-        raise RuntimeError(f"prerast: {op} computes first-order gradients only; double backward (differentiating "
-                           "a gradient of a prerast op, e.g. with create_graph=True) is not supported")
+        raise RuntimeError(
+            f"prerast: {op} computes first-order gradients only; double backward (differentiating "
+            "a gradient of a prerast op, e.g. with create_graph=True) is not supported"
+        )
+
     return backward
 
 
@@ -89,6 +99,7 @@ def save_nothing(ctx, a, output):
 def _by_name(op, fake, setup, backward):
     """The three functions as torch.library calls them: with the inputs by position, and the backward returning
     one gradient per schema argument."""
+
     def fake_impl(*args, **kwargs):
         return fake(**Inputs(op, args, kwargs)._values)
 
@@ -97,6 +108,7 @@ def _by_name(op, fake, setup, backward):
 
     def backward_impl(ctx, *grads):
         return gradients(op, backward(ctx, *grads))
+
     return fake_impl, setup_context, backward_impl if backward else _no_double_backward(op)
 
 
@@ -113,8 +125,10 @@ def define(table):
     when it does (register())."""
     again = sorted(table.keys() & OPS.keys())
     if again:
-        raise ValueError(f"prerast: {again} already have a fake and autograd (from {OPS[again[0]][0].__module__}); "
-                         "define each op once, in its own module")
+        raise ValueError(
+            f"prerast: {again} already have a fake and autograd (from {OPS[again[0]][0].__module__}); "
+            "define each op once, in its own module"
+        )
     OPS.update(table)
     if _registered:
         _register(table)

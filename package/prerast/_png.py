@@ -1,4 +1,5 @@
 """A minimal PNG writer (8-bit RGB/RGBA), so that rendering to a file needs nothing beyond the standard library."""
+
 import struct
 import zlib
 
@@ -16,4 +17,6 @@ def write_png(path, pixels):
 
     header = struct.pack(">IIBBBBB", w, h, 8, 6 if c == 4 else 2, 0, 0, 0)
     with open(path, "wb") as f:
-        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b""))
+        f.write(
+            b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+        )

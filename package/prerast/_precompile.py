@@ -11,6 +11,7 @@ Two routes, chosen by `training`:
   kernels in it are C++ source: loading them needs a C++ compiler on the CPU.
 Either artifact serves only the torch (and Triton) it was made with, and GPU kernels only the GPU model.
 """
+
 import importlib
 import logging
 import os
@@ -44,18 +45,25 @@ def _all_dims_dynamic(example_inputs):
 
 def _require_torch_api(training):
     """Both routes are recent torch APIs: say which torch is needed instead of failing on a missing name."""
-    needed = ("torch.compile(...).aot_compile", "2.9") if training else \
-        ("torch._inductor.aoti_compile_and_package", "2.6")
-    present = hasattr(torch.compiler, "load_compiled_function") if training else \
-        hasattr(torch._inductor, "aoti_compile_and_package")
+    needed = (
+        ("torch.compile(...).aot_compile", "2.9") if training else ("torch._inductor.aoti_compile_and_package", "2.6")
+    )
+    present = (
+        hasattr(torch.compiler, "load_compiled_function")
+        if training
+        else hasattr(torch._inductor, "aoti_compile_and_package")
+    )
     if not present:
-        raise RuntimeError(f"prerast.precompile(training={training}) uses {needed[0]}, which torch "
-                           f"{torch.__version__} lacks; it needs torch >= {needed[1]}")
+        raise RuntimeError(
+            f"prerast.precompile(training={training}) uses {needed[0]}, which torch "
+            f"{torch.__version__} lacks; it needs torch >= {needed[1]}"
+        )
 
 
 def _static_only_libstdcxx(compiler):
     """True when compiler can link libstdc++ only statically: `-print-file-name` finds libstdc++.a but answers
     libstdc++.so with the bare name. (A compiler that uses no libstdc++, such as clang with libc++, finds neither.)"""
+
     def find(name):
         try:
             out = subprocess.run([compiler, f"-print-file-name={name}"], capture_output=True, text=True, timeout=60)
@@ -63,6 +71,7 @@ def _static_only_libstdcxx(compiler):
             return None
         found = out.stdout.strip()
         return found if out.returncode == 0 and os.path.isabs(found) and os.path.exists(found) else None
+
     return find("libstdc++.a") is not None and find("libstdc++.so") is None
 
 
@@ -81,7 +90,8 @@ def _require_shared_libstdcxx():
             f"prerast.precompile: the C++ compiler {compiler!r} has only a static libstdc++ "
             f"(`{compiler} -print-file-name=libstdc++.so` does not find a shared one). What Inductor builds with it "
             f"carries its own copy of libstdc++, which crashes when loaded next to torch's. Point CXX at a compiler "
-            f"that links libstdc++ dynamically, e.g. CXX=/usr/bin/g++ (a distribution's g++), and run again.")
+            f"that links libstdc++ dynamically, e.g. CXX=/usr/bin/g++ (a distribution's g++), and run again."
+        )
 
 
 def precompile(fn, example_inputs, path, training=False, dynamic=False):
@@ -187,22 +197,28 @@ def check_artifact(path):
             broken = z.testzip()
             names = z.namelist()
             if broken is None and not any(n.endswith("archive_format") for n in names):
-                raise ArtifactError(f"load_precompiled: {path} is a zip archive but no AOTInductor package (it has "
-                                    f"no archive_format entry; found {', '.join(names[:5]) or 'no files'}): "
-                                    "expected an artifact of prerast.precompile")
+                raise ArtifactError(
+                    f"load_precompiled: {path} is a zip archive but no AOTInductor package (it has "
+                    f"no archive_format entry; found {', '.join(names[:5]) or 'no files'}): "
+                    "expected an artifact of prerast.precompile"
+                )
             for name in names if broken is None else []:
                 if name.endswith(".so"):
                     with z.open(name) as member:
                         why = _integrity.foreign(member.read(64))
                     if why is not None:
-                        raise ArtifactError(f"load_precompiled: {path} holds {name}, which is {why}: the package "
-                                            "was compiled for another machine; precompile it on one like this")
+                        raise ArtifactError(
+                            f"load_precompiled: {path} holds {name}, which is {why}: the package "
+                            "was compiled for another machine; precompile it on one like this"
+                        )
     except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as e:
-        raise ArtifactError(f"load_precompiled: {path} is a damaged or truncated zip archive ({size} bytes: {e}); "
-                            f"{redo}") from e
+        raise ArtifactError(
+            f"load_precompiled: {path} is a damaged or truncated zip archive ({size} bytes: {e}); {redo}"
+        ) from e
     if broken is not None:
-        raise ArtifactError(f"load_precompiled: {path} is damaged: its member {broken} does not match its "
-                            f"checksum; {redo}")
+        raise ArtifactError(
+            f"load_precompiled: {path} is damaged: its member {broken} does not match its checksum; {redo}"
+        )
     return "inference"
 
 
@@ -232,9 +248,11 @@ def load_precompiled(path, fn=None):
         with open(path, "rb") as f:
             return torch.compiler.load_compiled_function(f, f_globals=fn.__globals__)
     except Exception as e:  # torch's deserializer meets a truncated or foreign file with whatever it trips on
-        raise ArtifactError(f"load_precompiled: {path} is not a training artifact of prerast.precompile that this "
-                            f"torch {torch.__version__} can load (damaged, truncated, or made by another torch?): "
-                            f"{type(e).__name__}: {e}") from e
+        raise ArtifactError(
+            f"load_precompiled: {path} is not a training artifact of prerast.precompile that this "
+            f"torch {torch.__version__} can load (damaged, truncated, or made by another torch?): "
+            f"{type(e).__name__}: {e}"
+        ) from e
 
 
 def import_target(spec):

@@ -1,5 +1,6 @@
 """rasterize and DepthPeeler: the public API over the prerast::rasterize_* ops, and
 those ops' fakes and autograd."""
+
 import torch
 
 from . import _checks, _loader, _ops
@@ -10,8 +11,9 @@ def _prepare(op, glctx, pos, tri, resolution, ranges):
     _loader.require()
     ranges = _checks.ranges_for(pos, ranges)
     if not isinstance(glctx, _Context):
-        raise TypeError(f"{op}: glctx must be a RasterizeCudaContext or RasterizeCpuContext, got "
-                        f"{type(glctx).__name__}")
+        raise TypeError(
+            f"{op}: glctx must be a RasterizeCudaContext or RasterizeCpuContext, got {type(glctx).__name__}"
+        )
     _checks.tensor(op, "pos", pos, torch.float32)
     _checks.tensor(op, "tri", tri, torch.int32)
     if ranges is not None:
@@ -61,8 +63,9 @@ def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     """
     height, width, ranges = _prepare("rasterize", glctx, pos, tri, resolution, ranges)
     glctx._check_free("rasterize")
-    rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, None, bool(grad_db),
-                                                    _checks.wants_derivatives(glctx))
+    rast, rast_db = torch.ops.prerast.rasterize_fwd(
+        pos, tri, height, width, ranges, None, bool(grad_db), _checks.wants_derivatives(glctx)
+    )
     return rast, rast_db
 
 
@@ -142,8 +145,9 @@ class DepthPeeler:
             raise RuntimeError("DepthPeeler.rasterize_next_layer: use the peeler inside a 'with' block")
         pos, tri, ranges = self._inputs
         height, width = self._size
-        rast, rast_db = torch.ops.prerast.rasterize_fwd(pos, tri, height, width, ranges, self._prev, self._grad_db,
-                                                        _checks.wants_derivatives(self._glctx))
+        rast, rast_db = torch.ops.prerast.rasterize_fwd(
+            pos, tri, height, width, ranges, self._prev, self._grad_db, _checks.wants_derivatives(self._glctx)
+        )
         self._prev = rast.detach()
         self.peeling_idx += 1
         return rast, rast_db
@@ -152,6 +156,7 @@ class DepthPeeler:
 # --- the ops' fakes and autograd ------------------------------------------------------------------------------
 # Each takes the op's arguments by schema name (_ops.py says how); _ops.define registers them with torch once the
 # plugin's schemas exist.
+
 
 def _rasterize_fwd_fake(pos, tri, height, width, ranges, peel_prev, grad_db, output_db):
     n = pos.shape[0] if pos.dim() == 3 else ranges.shape[0]
@@ -179,7 +184,9 @@ def _rasterize_backward(ctx, grad_rast, grad_rast_db):
     return {"pos": torch.ops.prerast.rasterize_bwd(pos, tri, rast, grad_rast.contiguous(), grad_db)}
 
 
-_ops.define({
-    "rasterize_fwd": (_rasterize_fwd_fake, _rasterize_setup, _rasterize_backward),
-    "rasterize_bwd": (_rasterize_bwd_fake, _ops.save_nothing, None),
-})
+_ops.define(
+    {
+        "rasterize_fwd": (_rasterize_fwd_fake, _rasterize_setup, _rasterize_backward),
+        "rasterize_bwd": (_rasterize_bwd_fake, _ops.save_nothing, None),
+    }
+)

@@ -5,6 +5,7 @@ Finding a cached build only reads files and loads none of torch's build tooling;
 subprocess on a fresh copy of the sources (shipped in the wheel as prerast/_src, or the checkout), in the
 environment of the running torch.
 """
+
 import importlib.util
 import os
 import shlex
@@ -42,9 +43,11 @@ def source_hash():
 
 def entry_fix(folder):
     """How to repair a damaged cache entry."""
-    return (f"Delete this build cache entry: {platforms.remove_folder(folder)}\n"
-            f"  then copy it again from the image that built it, or let `import prerast` rebuild it with "
-            f"{ENV_OPT_IN}=1.")
+    return (
+        f"Delete this build cache entry: {platforms.remove_folder(folder)}\n"
+        f"  then copy it again from the image that built it, or let `import prerast` rebuild it with "
+        f"{ENV_OPT_IN}=1."
+    )
 
 
 def examine(folder, run=None, sources=None):
@@ -67,9 +70,11 @@ def examine(folder, run=None, sources=None):
         return None, f"prerast will not load the build cache entry {folder}: {bad[0]}.\nFix: {bad[1]}"
     sources = sources if sources is not None else source_hash()
     if sources is not None and info.get("source_hash") != sources:
-        return None, (f"prerast will not load the build cache entry {folder}: it was built from other sources.\n"
-                      f"  expected: sources {sources} (its folder name, and the sources of this prerast)\n"
-                      f"  found:    sources {info.get('source_hash')} (its {build_info.INFO_FILE})\n{entry_fix(folder)}")
+        return None, (
+            f"prerast will not load the build cache entry {folder}: it was built from other sources.\n"
+            f"  expected: sources {sources} (its folder name, and the sources of this prerast)\n"
+            f"  found:    sources {info.get('source_hash')} (its {build_info.INFO_FILE})\n{entry_fix(folder)}"
+        )
     skip = compat.cuda_skip_reason(info, run)
     damaged = build_info.integrity_problems(info, [info["path"]] + ([info["cuda_path"]] if skip is None else []))
     if damaged:
@@ -126,19 +131,26 @@ def toolchain_problems(with_cuda, cuda_home):
     missing = []
     path, program = compiler()
     if not path:
-        how = ("install Visual Studio's C++ build tools and run from their Developer Command Prompt"
-               if platforms.current().key == "win32" else "install g++, or set CXX")
+        how = (
+            "install Visual Studio's C++ build tools and run from their Developer Command Prompt"
+            if platforms.current().key == "win32"
+            else "install g++, or set CXX"
+        )
         missing.append(f"a C++ compiler ({program} is not on PATH): {how}")
     if importlib.util.find_spec("setuptools") is None:
         missing.append("setuptools: pip install 'setuptools>=64' wheel")
     if with_cuda and not cuda_home:
-        missing.append(f"the CUDA toolkit (nvcc) for CUDA {torch.version.cuda}, which the running torch uses: "
-                       "install it, or set CUDA_HOME to it")
+        missing.append(
+            f"the CUDA toolkit (nvcc) for CUDA {torch.version.cuda}, which the running torch uses: "
+            "install it, or set CUDA_HOME to it"
+        )
     return missing
 
 
-VISIBLE_CAPABILITIES = ("import torch; print(' '.join('%d.%d' % torch.cuda.get_device_capability(i) "
-                        "for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else '')")
+VISIBLE_CAPABILITIES = (
+    "import torch; print(' '.join('%d.%d' % torch.cuda.get_device_capability(i) "
+    "for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else '')"
+)
 
 
 def default_archs(build_env, cuda_home):
@@ -149,8 +161,9 @@ def default_archs(build_env, cuda_home):
     if torch.version.cuda is None:
         return []
     if not any(os.environ.get(v) for v in ARCH_VARS):
-        out = subprocess.run([sys.executable, "-c", VISIBLE_CAPABILITIES], capture_output=True, text=True,
-                             stdin=subprocess.DEVNULL)
+        out = subprocess.run(
+            [sys.executable, "-c", VISIBLE_CAPABILITIES], capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
         caps = sorted(set(out.stdout.split()), key=lambda c: tuple(int(x) for x in c.split(".")))
         if out.returncode == 0 and caps:
             return caps[:-1] + [caps[-1] + "+PTX"]
@@ -176,10 +189,20 @@ def build_into(folder, root, archs, cuda_home, failed_log, log=_log):
         out = os.path.join(work, "lib")
         # The arch list fixed to what the cache key says, the commit of the sources, and (when ccache is in use)
         # builds from different temporary folders sharing its entries: the one build route's environment.
-        spec = _route.BuildSpec(source=tree, out_dir=out, kind="library", cuda_home=cuda_home, archs=archs,
-                                commit=_sources.source_commit(root), log_path=log_path)
-        log(f"building the plugin for torch {torch.__version__}" + (f", GPU archs {' '.join(archs)}" if archs else "")
-            + f" into {os.path.dirname(folder)} (log: {log_path})")
+        spec = _route.BuildSpec(
+            source=tree,
+            out_dir=out,
+            kind="library",
+            cuda_home=cuda_home,
+            archs=archs,
+            commit=_sources.source_commit(root),
+            log_path=log_path,
+        )
+        log(
+            f"building the plugin for torch {torch.__version__}"
+            + (f", GPU archs {' '.join(archs)}" if archs else "")
+            + f" into {os.path.dirname(folder)} (log: {log_path})"
+        )
         # Minutes of compiling: say what is compiled, and that it still runs while the compiler is quiet.
         try:
             took = _route.run_build(spec, log=log)
@@ -187,8 +210,9 @@ def build_into(folder, root, archs, cuda_home, failed_log, log=_log):
             shutil.copyfile(log_path, failed_log)
             with open(log_path) as f:
                 tail = "".join(f.readlines()[-LOG_TAIL_LINES:])
-            raise BuildFailed(f"the build failed (exit code {e.returncode}); full log in {failed_log}, "
-                              f"its end:\n{tail}") from e
+            raise BuildFailed(
+                f"the build failed (exit code {e.returncode}); full log in {failed_log}, its end:\n{tail}"
+            ) from e
         built = os.path.join(out, "prerast")
         for name in os.listdir(built):
             shutil.move(os.path.join(built, name), os.path.join(folder, name))
@@ -214,16 +238,19 @@ def find_or_build(allow_build=True, log=_log):
         return None, f"{ENV_OPT_IN}=1 is set: `import prerast` builds one into {_cache.cache_dir()}"
     root = _sources.source_root()
     if root is None:
-        raise BuildFailed("this prerast carries no sources to build from (prerast/_src is missing); reinstall "
-                          "it from a wheel or sdist, or use a clone")
+        raise BuildFailed(
+            "this prerast carries no sources to build from (prerast/_src is missing); reinstall "
+            "it from a wheel or sdist, or use a clone"
+        )
     with_cuda = torch.version.cuda is not None
     cuda_home = build_env.find_cuda_home() if with_cuda else None
     missing = toolchain_problems(with_cuda, cuda_home)
     if missing:
         raise BuildFailed("building here needs " + "; ".join(missing))
     archs = default_archs(build_env, cuda_home)
-    key = _cache.make_key(compat.base_version(__version__), torch.__version__, torch.version.cuda, archs,
-                          _sources.digest(root))
+    key = _cache.make_key(
+        compat.base_version(__version__), torch.__version__, torch.version.cuda, archs, _sources.digest(root)
+    )
     root_dir = _cache.cache_dir()
     failed_log = os.path.join(root_dir, key + ".failed.log")
 
@@ -231,10 +258,14 @@ def find_or_build(allow_build=True, log=_log):
         log(f"waiting for the build in process {pid or '?'} (lock {os.path.join(root_dir, key)}.lock)")
 
     try:
-        folder, built = _cache.build_once(root_dir, key,
-                                          lambda d: build_into(d, root, archs, cuda_home, failed_log, log),
-                                          lambda folder: entry_info(folder) is not None, on_wait=waiting,
-                                          explain=lambda folder: examine(folder)[1])
+        folder, built = _cache.build_once(
+            root_dir,
+            key,
+            lambda d: build_into(d, root, archs, cuda_home, failed_log, log),
+            lambda folder: entry_info(folder) is not None,
+            on_wait=waiting,
+            explain=lambda folder: examine(folder)[1],
+        )
     except (OSError, RuntimeError) as e:  # e.g. a full disk, or a folder of another user's in the way
         raise BuildFailed(f"building into {root_dir} failed: {e}") from e
     info, why = examine(folder)

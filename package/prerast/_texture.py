@@ -15,6 +15,7 @@ Conventions (the arithmetic lives in csrc/core/texture.h):
   footprint's major axis), plus mip_level_bias, clamped to [0, levels - 1]. 'linear-mipmap-nearest' reads
   level floor(lod).
 """
+
 import torch
 
 from . import _checks, _loader, _ops
@@ -49,8 +50,10 @@ class TextureMipChain:
         return len(self._levels)
 
     def __repr__(self):
-        return (f"TextureMipChain(base_shape={list(self._base_shape)}, levels={self.num_levels}, "
-                f"cube_mode={self._cube_mode})")
+        return (
+            f"TextureMipChain(base_shape={list(self._base_shape)}, levels={self.num_levels}, "
+            f"cube_mode={self._cube_mode})"
+        )
 
 
 def _check_tex(op, tex, cube):
@@ -62,8 +65,11 @@ def _check_tex(op, tex, cube):
     if tex.numel() == 0:
         raise ValueError(f"{op}: tex must have at least one texture, texel and channel, got shape {list(tex.shape)}")
     if not cube and tex.dim() != 4:
-        hint = " (a cube map needs boundary_mode='cube', or cube_mode=True for texture_construct_mip)" \
-            if tex.dim() == 5 else ""
+        hint = (
+            " (a cube map needs boundary_mode='cube', or cube_mode=True for texture_construct_mip)"
+            if tex.dim() == 5
+            else ""
+        )
         raise ValueError(f"{op}: a 2D texture must have shape [N, H, W, C], got {list(tex.shape)}{hint}")
 
 
@@ -123,22 +129,27 @@ def _levels_for(op, tex, mip, cube, max_mip_level):
     """The mip levels below tex to sample from a given chain (None is built inside texture_fwd_mipped)."""
     if isinstance(mip, TextureMipChain):
         if mip._base_shape != tuple(tex.shape) or mip._cube_mode != cube:
-            raise ValueError(f"{op}: mip was built for a texture of shape {list(mip._base_shape)} "
-                             f"(cube_mode={mip._cube_mode}) but tex has shape {list(tex.shape)} "
-                             f"(cube={cube}); rebuild it with texture_construct_mip(tex)")
+            raise ValueError(
+                f"{op}: mip was built for a texture of shape {list(mip._base_shape)} "
+                f"(cube_mode={mip._cube_mode}) but tex has shape {list(tex.shape)} "
+                f"(cube={cube}); rebuild it with texture_construct_mip(tex)"
+            )
         levels = mip._levels
     elif isinstance(mip, (list, tuple)):
         for i, t in enumerate(mip):
             _checks.tensor(op, f"mip[{i}]", t, torch.float32)
         levels = [t.contiguous() for t in mip]
     else:
-        raise TypeError(f"{op}: mip must be None, the result of texture_construct_mip, or a list of level tensors; "
-                        f"got {type(mip).__name__}")
+        raise TypeError(
+            f"{op}: mip must be None, the result of texture_construct_mip, or a list of level tensors; "
+            f"got {type(mip).__name__}"
+        )
     return levels if max_mip_level is None else levels[:max_mip_level]
 
 
-def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="auto", boundary_mode="wrap",
-            max_mip_level=None):
+def texture(
+    tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="auto", boundary_mode="wrap", max_mip_level=None
+):
     """Sample a 2D texture or cube map at texture coordinates, with optional mipmapping.
 
     Texel i of a side of n texels covers ``[i/n, (i+1)/n)``. The mip level of detail is ½·log2 of the larger
@@ -202,9 +213,11 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
     mipmapped = filt in (_MIP_NEAREST, _MIP_LINEAR) and max_mip_level != 0
     if mipmapped and uv_da is None and mip_level_bias is None:
         # Nothing would select a level: nvdiffrast refuses this instead of sampling level 0.
-        raise ValueError(f"{op}: filter_mode={filter_mode!r} needs uv_da (the screen derivatives of uv, e.g. "
-                         "interpolate(..., rast_db=rast_db, diff_attrs='all')) or mip_level_bias to choose a mip "
-                         "level; pass one, or use filter_mode='linear' (or max_mip_level=0) for no mipmapping")
+        raise ValueError(
+            f"{op}: filter_mode={filter_mode!r} needs uv_da (the screen derivatives of uv, e.g. "
+            "interpolate(..., rast_db=rast_db, diff_attrs='all')) or mip_level_bias to choose a mip "
+            "level; pass one, or use filter_mode='linear' (or max_mip_level=0) for no mipmapping"
+        )
     levels = _levels_for(op, tex, mip, cube, max_mip_level) if mipmapped and mip is not None else []
     tex, uv, uv_da, mip_level_bias = (None if t is None else t.contiguous() for t in (tex, uv, uv_da, mip_level_bias))
     if mipmapped and mip is None:
@@ -218,6 +231,7 @@ def texture(tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="aut
 # --- the ops' fakes and autograd ------------------------------------------------------------------------------
 # Each takes the op's arguments by schema name (_ops.py says how); _ops.define registers them with torch once the
 # plugin's schemas exist.
+
 
 def _mip_size(n):
     """Side of the next mip level (csrc/core/texture.h mip_size): halved, rounded down, at least 1."""
@@ -237,17 +251,24 @@ def _texture_grads_made(filter_mode, uv_da, bias, mip):
 def _texture_grads(filter_mode, uv_da, bias, mip, grad_tex, grad_uv, grad_da, grad_bias):
     """The gradients of texture_fwd's inputs that texture_bwd made, by name (None for the empty ones)."""
     made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, bias, mip)
-    return {"tex": grad_tex, "uv": grad_uv if made_uv else None, "uv_da": grad_da if made_da else None,
-            "mip_level_bias": grad_bias if made_bias else None}
+    return {
+        "tex": grad_tex,
+        "uv": grad_uv if made_uv else None,
+        "uv_da": grad_da if made_da else None,
+        "mip_level_bias": grad_bias if made_bias else None,
+    }
 
 
 def _texture_bwd_fake(tex, uv, uv_da, mip_level_bias, mip, filter_mode, boundary_mode, grad_out, fold_mip):
     made_uv, made_da, made_bias = _texture_grads_made(filter_mode, uv_da, mip_level_bias, mip)
     none = lambda: tex.new_empty((0,))  # noqa: E731  (one each: outputs must not alias)
-    return [torch.empty_like(tex), torch.empty_like(uv) if made_uv else none(),
-            torch.empty_like(uv_da) if made_da else none(),
-            torch.empty_like(mip_level_bias) if made_bias else none(),
-            *(none() if fold_mip else torch.empty_like(m) for m in mip or ())]
+    return [
+        torch.empty_like(tex),
+        torch.empty_like(uv) if made_uv else none(),
+        torch.empty_like(uv_da) if made_da else none(),
+        torch.empty_like(mip_level_bias) if made_bias else none(),
+        *(none() if fold_mip else torch.empty_like(m) for m in mip or ()),
+    ]
 
 
 def _mip_chain_shapes(tex, max_mip_level):
@@ -260,8 +281,10 @@ def _mip_chain_shapes(tex, max_mip_level):
 
 
 def _texture_mipped_fake(tex, uv, uv_da, mip_level_bias, max_mip_level, filter_mode, boundary_mode):
-    return [tex.new_empty((*uv.shape[:3], tex.shape[-1])),
-            *(tex.new_empty(s) for s in _mip_chain_shapes(tex, max_mip_level))]
+    return [
+        tex.new_empty((*uv.shape[:3], tex.shape[-1])),
+        *(tex.new_empty(s) for s in _mip_chain_shapes(tex, max_mip_level)),
+    ]
 
 
 def _texture_setup(ctx, a, output):
@@ -274,9 +297,12 @@ def _texture_backward(ctx, grad_out):
     filter_mode, boundary_mode = ctx.modes
     tex, uv, uv_da, bias, *mip = ctx.saved_tensors
     grad_tex, grad_uv, grad_da, grad_bias, *grad_mip = torch.ops.prerast.texture_bwd(
-        tex, uv, uv_da, bias, mip or None, filter_mode, boundary_mode, grad_out.contiguous())
-    return {**_texture_grads(filter_mode, uv_da, bias, mip, grad_tex, grad_uv, grad_da, grad_bias),
-            "mip": grad_mip if ctx.mip_is_list else None}
+        tex, uv, uv_da, bias, mip or None, filter_mode, boundary_mode, grad_out.contiguous()
+    )
+    return {
+        **_texture_grads(filter_mode, uv_da, bias, mip, grad_tex, grad_uv, grad_da, grad_bias),
+        "mip": grad_mip if ctx.mip_is_list else None,
+    }
 
 
 def _texture_mipped_setup(ctx, a, output):
@@ -290,10 +316,10 @@ def _texture_mipped_backward(ctx, grads):
     returned levels themselves (only a direct caller of the op has them) go back through the chain's adjoint."""
     filter_mode, boundary_mode = ctx.modes
     tex, uv, uv_da, bias, *mip = ctx.saved_tensors
-    grad_out = tex.new_zeros((*uv.shape[:3], tex.shape[-1])) \
-        if grads[0] is None else grads[0].contiguous()
+    grad_out = tex.new_zeros((*uv.shape[:3], tex.shape[-1])) if grads[0] is None else grads[0].contiguous()
     grad_tex, grad_uv, grad_da, grad_bias, *_ = torch.ops.prerast.texture_bwd(
-        tex, uv, uv_da, bias, mip or None, filter_mode, boundary_mode, grad_out, True)
+        tex, uv, uv_da, bias, mip or None, filter_mode, boundary_mode, grad_out, True
+    )
     below = None  # the gradient of level k from the returned levels k, k + 1, ...
     for k in range(len(mip), 0, -1):
         g = grads[k]
@@ -330,10 +356,12 @@ def _mip_down_adjoint_backward(ctx, grad):
     return {"grad_next": torch.ops.prerast.texture_mip_down(grad.contiguous())}
 
 
-_ops.define({
-    "texture_fwd": (_texture_fwd_fake, _texture_setup, _texture_backward),
-    "texture_bwd": (_texture_bwd_fake, _ops.save_nothing, None),
-    "texture_fwd_mipped": (_texture_mipped_fake, _texture_mipped_setup, _texture_mipped_backward),
-    "texture_mip_down": (_mip_down_fake, _mip_down_setup, _mip_down_backward),
-    "texture_mip_down_adjoint": (_mip_down_adjoint_fake, _ops.save_nothing, _mip_down_adjoint_backward),
-})
+_ops.define(
+    {
+        "texture_fwd": (_texture_fwd_fake, _texture_setup, _texture_backward),
+        "texture_bwd": (_texture_bwd_fake, _ops.save_nothing, None),
+        "texture_fwd_mipped": (_texture_mipped_fake, _texture_mipped_setup, _texture_mipped_backward),
+        "texture_mip_down": (_mip_down_fake, _mip_down_setup, _mip_down_backward),
+        "texture_mip_down_adjoint": (_mip_down_adjoint_fake, _ops.save_nothing, _mip_down_adjoint_backward),
+    }
+)

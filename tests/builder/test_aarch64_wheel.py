@@ -12,6 +12,7 @@ PRERAST_AARCH64_WHEEL=path tests that wheel instead of building one. Measured on
 20-75 s, the render under qemu 155 s, the op tests under qemu 350 s, the CUDA probe 45 s: about 10 minutes in all
 (docs/platforms-core.md has the details).
 """
+
 import json
 import os
 import re
@@ -26,15 +27,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 
 from ci.build import buildable, cross, wheel as wheels
-from ci.repair import symbols  # noqa: E402
 from ci.build.tools import ToolsMissing  # noqa: E402
+from ci.repair import symbols  # noqa: E402
 
 EM_AARCH64 = 183  # e_machine of an ELF file for aarch64 (x86-64 is 62)
 # CPU op tests run under qemu: every op, forward and backward, against the NumPy references and finite
 # differences; 121 tests, 6 minutes under qemu here (all of tests/core/ops would take some 50).
-QEMU_TESTS = ["tests/core/ops/test_rasterize.py", "tests/core/ops/test_interpolate.py", "tests/core/ops/test_antialias.py",
-              "tests/core/ops/test_texture_cube.py", "tests/core/ops/test_rasterize_grad.py", "tests/core/ops/test_texture_lod.py",
-              "tests/core/ops/test_depth_peel.py"]
+QEMU_TESTS = [
+    "tests/core/ops/test_rasterize.py",
+    "tests/core/ops/test_interpolate.py",
+    "tests/core/ops/test_antialias.py",
+    "tests/core/ops/test_texture_cube.py",
+    "tests/core/ops/test_rasterize_grad.py",
+    "tests/core/ops/test_texture_lod.py",
+    "tests/core/ops/test_depth_peel.py",
+]
 
 platforms = pytest.mark.platforms
 
@@ -49,6 +56,7 @@ def test_cross_env_points_the_build_at_the_target():
     assert "CFLAGS" not in env and env["PATH"] == "/usr/bin"
     # The torch it links against is the stable ABI's floor, the oldest torch the wheel serves.
     from prerast_meta import compat
+
     assert tuple(int(x) for x in cross.TORCH.split(".")[:2]) == compat.STABLE_FLOOR
 
 
@@ -115,8 +123,9 @@ def test_no_x86_code_in_the_library(aarch64_wheel, tmp_path):
     sections = subprocess.run(["readelf", "-S", "-W", lib], capture_output=True, text=True, check=True).stdout
     assert ".text" in sections
     # x86's AVX2 rasterizer is built only for x86-64: none of its code (vector registers) is in this library.
-    asm = subprocess.run(["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", lib], capture_output=True,
-                         text=True, check=True).stdout
+    asm = subprocess.run(
+        ["aarch64-linux-gnu-objdump", "-d", "--no-show-raw-insn", lib], capture_output=True, text=True, check=True
+    ).stdout
     assert re.search(r"\bfadd\s+[sv]\d", asm) and not re.search(r"%ymm|%xmm|vfmadd", asm)
     # Fused multiply-adds would break the bits the x86-64 build gives (-ffp-contract=off keeps them out; GCC
     # contracts by default on aarch64): the core's float arithmetic uses none.
@@ -126,9 +135,13 @@ def test_no_x86_code_in_the_library(aarch64_wheel, tmp_path):
 
 def glibc_floor(library):
     """The newest GLIBC_x.y version the library imports, as (x, y)."""
-    versions = [tuple(int(v) for v in m.group(1).split("."))
-                for _, version in symbols.undefined_symbols(library) if version
-                for m in [re.fullmatch(r"GLIBC_([\d.]+)", version)] if m]
+    versions = [
+        tuple(int(v) for v in m.group(1).split("."))
+        for _, version in symbols.undefined_symbols(library)
+        if version
+        for m in [re.fullmatch(r"GLIBC_([\d.]+)", version)]
+        if m
+    ]
     return max(v[:2] for v in versions)
 
 
@@ -182,15 +195,17 @@ def test_render_under_qemu_equals_the_x86_render_bit_for_bit(aarch64_wheel):
     assert got["machine"] == "aarch64" and got["torch"].startswith(cross.TORCH)
     assert want["machine"] == "x86_64"
     assert got["hashes"]["in.pos"] == want["hashes"]["in.pos"]  # the same scene on both
-    assert got["hashes"] == want["hashes"], {k: (v, got["hashes"][k]) for k, v in want["hashes"].items()
-                                             if got["hashes"][k] != v}
+    assert got["hashes"] == want["hashes"], {
+        k: (v, got["hashes"][k]) for k, v in want["hashes"].items() if got["hashes"][k] != v
+    }
     assert got["nonzero"] == want["nonzero"] and all(n > 0 for n in got["nonzero"].values())
 
 
 @platforms
 def test_cpu_op_tests_pass_under_qemu(aarch64_wheel):
-    r, seconds = qemu_python(aarch64_wheel, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=8",
-                                             *QEMU_TESTS], timeout=2400)
+    r, seconds = qemu_python(
+        aarch64_wheel, ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--durations=8", *QEMU_TESTS], timeout=2400
+    )
     tail = r.stdout[-3000:] + r.stderr[-3000:]
     print(f"\nop tests under qemu: {seconds:.0f} s\n{r.stdout[-2500:]}")
     assert r.returncode == 0, tail
@@ -206,6 +221,7 @@ def test_cuda_library_cross_compile_probe(request):
     if "platforms" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("runs nvcc twice (a minute): run with -m platforms")
     from prerast_meta import build_env
+
     home = build_env.find_cuda_home()
     if not home or not os.path.exists(os.path.join(home, "bin", "nvcc")):
         pytest.skip("needs a CUDA toolkit (CUDA_HOME)")
@@ -232,14 +248,23 @@ def test_forced_install_on_x86_64_is_a_binary_mismatch(aarch64_wheel, tmp_path):
     """The aarch64 wheel's files on this x86-64 machine (pip install --no-deps of the wrong file): importing
     prerast raises BinaryMismatchError naming both machines, a Python exception and never a crash in dlopen."""
     env = dict(os.environ, PYTHONPATH=cross.install(aarch64_wheel))
-    r = subprocess.run([sys.executable, "-c", "import prerast"], capture_output=True, text=True, env=env,
-                       timeout=300, cwd=str(tmp_path))
+    r = subprocess.run(
+        [sys.executable, "-c", "import prerast"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
     assert r.returncode == 1, (r.returncode, r.stderr)  # an uncaught exception, not a signal
     last = r.stderr.strip().splitlines()
     (error,) = [line for line in last if line.startswith("prerast.errors.BinaryMismatchError: ")]
     assert "_C.abi3.so" in error and "not a library for this machine" in error, error
-    assert re.search(r"found:\s+a Linux AArch64 library \(ELF 64-bit little-endian\), but this Python runs on "
-                     r"Linux x86-64", r.stderr), r.stderr
+    assert re.search(
+        r"found:\s+a Linux AArch64 library \(ELF 64-bit little-endian\), but this Python runs on "
+        r"Linux x86-64",
+        r.stderr,
+    ), r.stderr
 
 
 # python -m ci build --cell <the aarch64 CPU cell>: the matrix's cell for this machine's cross build.
@@ -256,8 +281,14 @@ def test_matrix_lists_the_aarch64_cpu_cell_as_buildable_here():
     except ToolsMissing as e:
         pytest.skip(str(e))
     cell = cross_cell()
-    out = subprocess.run([sys.executable, "-m", "ci", "matrix", "--local"], capture_output=True, text=True, cwd=ROOT,
-                         check=True, timeout=300).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "ci", "matrix", "--local"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        timeout=300,
+    ).stdout
     (line,) = [line for line in out.splitlines() if line.startswith(cell.id + " ")]
     assert "aarch64" in line and line.endswith("-> buildable here"), line
     # Its CUDA cells and the other machines' are listed with the reason they are built in the workflow.
@@ -268,7 +299,6 @@ def test_matrix_lists_the_aarch64_cpu_cell_as_buildable_here():
 
 def test_cross_cell_without_its_toolchain_names_the_packages(monkeypatch, capsys):
     from ci import __main__ as cli
-    from ci.build import cells
 
     real = cross.shutil.which
     monkeypatch.setattr(cross.shutil, "which", lambda p: None if p.startswith(("aarch64", "qemu")) else real(p))
@@ -286,8 +316,13 @@ def test_build_cell_of_another_machine_goes_to_the_cross_build(monkeypatch, tmp_
     monkeypatch.setattr(buildable, "verdict", lambda cell, py=None: (True, ""))
     calls = []
     for name in ("build_cell", "build_cross_cell"):
-        monkeypatch.setattr(cells, name, lambda cell, py, *a, _n=name, **k: calls.append((_n, cell.id)) or
-                            {"cell": cell.id, "python": py, "status": "ok", "times": {}})
+        monkeypatch.setattr(
+            cells,
+            name,
+            lambda cell, py, *a, _n=name, **k: (
+                calls.append((_n, cell.id)) or {"cell": cell.id, "python": py, "status": "ok", "times": {}}
+            ),
+        )
     for cell_id in (cross_cell().id, "2.13.0+cpu"):
         cli.main(["build", "--cell", cell_id, "--out", str(tmp_path), "--work", str(tmp_path), "--no-cross-check"])
     assert calls == [("build_cross_cell", cross_cell().id), ("build_cell", "2.13.0+cpu")]
@@ -305,8 +340,24 @@ def test_ci_build_cell_cross_builds_and_renders_the_x86_bits_under_qemu(tmp_path
         pytest.skip(str(e))
     cell = cross_cell()
     started = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "ci", "build", "--cell", cell.id, "--out", str(tmp_path / "out"),
-                        "--work", str(tmp_path / "work")], capture_output=True, text=True, cwd=ROOT, timeout=3000)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ci",
+            "build",
+            "--cell",
+            cell.id,
+            "--out",
+            str(tmp_path / "out"),
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=3000,
+    )
     print(f"\npython -m ci build --cell {cell.id}: {time.perf_counter() - started:.0f} s")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (result_file,) = (tmp_path / "out").glob("*/result.json")
@@ -318,7 +369,12 @@ def test_ci_build_cell_cross_builds_and_renders_the_x86_bits_under_qemu(tmp_path
     with zipfile.ZipFile(result["wheel"]) as z:
         machines = {n: elf_machine(z.read(n)[:20]) for n in z.namelist() if n.endswith(".so")}
     assert machines and set(machines.values()) == {EM_AARCH64}, machines
-    native = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "support", "platform_render.py")], capture_output=True,
-                            text=True, check=True, timeout=600)
+    native = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "tests", "support", "platform_render.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
     assert result["smoke"]["hashes"] == json.loads(native.stdout)["hashes"]
     assert cell.id in r.stdout and "render under qemu" in r.stdout

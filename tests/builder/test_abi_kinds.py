@@ -1,6 +1,7 @@
 """The two builds of one binding source: the stable-ABI plugin and the classic (ATen) one register the same ops
 with the same schemas, and a raw op refuses the same bad input with the same exception kind. The installed
 plugin is one kind; the other is built here (CPU only) and each is loaded in a process of its own."""
+
 import json
 import os
 import subprocess
@@ -63,10 +64,20 @@ def other_kind(tmp_path_factory):
     env = dict(os.environ, PRERAST_ABI=kind, PRERAST_FORCE_CPU="1")
     # Through the test environment's ccache (torch >= 2.13 puts one found on PATH in front of the compiler), kept
     # in .venv between runs; paths under the tree count as relative, so a tree at another temporary path hits.
-    env.update(PATH=os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]), CCACHE_BASEDIR=tree,
-               CCACHE_NOHASHDIR="1", CCACHE_DIR=os.path.join(ROOT, ".venv", "ccache-tests"))
-    out = subprocess.run([sys.executable, "setup.py", "build_ext", "-b", str(work / "lib"), "-t", str(work / "tmp")],
-                         cwd=tree, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    env.update(
+        PATH=os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")]),
+        CCACHE_BASEDIR=tree,
+        CCACHE_NOHASHDIR="1",
+        CCACHE_DIR=os.path.join(ROOT, ".venv", "ccache-tests"),
+    )
+    out = subprocess.run(
+        [sys.executable, "setup.py", "build_ext", "-b", str(work / "lib"), "-t", str(work / "tmp")],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     with open(work / "lib" / "prerast" / "_build_info.json") as f:
         assert json.load(f)["abi"] == kind

@@ -1,6 +1,7 @@
 """`python -m ci abi-proof` on the wheel under test, next to a torch it was not built with: the CPU-only build of
 torch 2.13.0 (the wheel is built with the CUDA torch 2.14.1). A stable CUDA wheel must load there with its CPU
 ops, pass the op tests, and say that its CUDA kernels were not loaded."""
+
 import json
 import os
 import subprocess
@@ -17,9 +18,25 @@ pytestmark = pytest.mark.wheel
 def test_proof_of_one_torch(tmp_path):
     wheel = find_test_wheel()
     with open(os.devnull) as devnull:
-        out = subprocess.run([sys.executable, "-m", "ci", "abi-proof", wheel, "--torch", "2.13.0+cpu",
-                              "--work", str(tmp_path / "work"), "--json", str(tmp_path / "proof.json")],
-                             cwd=ROOT, capture_output=True, text=True, stdin=devnull)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "ci",
+                "abi-proof",
+                wheel,
+                "--torch",
+                "2.13.0+cpu",
+                "--work",
+                str(tmp_path / "work"),
+                "--json",
+                str(tmp_path / "proof.json"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            stdin=devnull,
+        )
     if "No matching distribution found for torch==2.13.0+cpu" in out.stderr:
         pytest.skip("torch 2.13.0+cpu cannot be installed here")
     with open(tmp_path / "proof.json") as f:

@@ -3,6 +3,7 @@
 for win_amd64, delocate for macosx_*, auditwheel for Linux). The compile and the repair tools are stood in for:
 the raw wheel is written with the platform tag of the OS faked, and the repair tool's command is recorded
 (tests/builder/test_repair_real.py runs the real delocate and delvewheel)."""
+
 import json
 import os
 import shutil
@@ -11,8 +12,8 @@ import zipfile
 
 import pytest
 
-from prerast_meta import build_wheel as route, repair
 from prerast import _build_wheel
+from prerast_meta import build_wheel as route, repair
 
 
 def test_cpu_spec_forces_the_cpu_library_and_keeps_the_environments_archs():
@@ -25,8 +26,15 @@ def test_cpu_spec_forces_the_cpu_library_and_keeps_the_environments_archs():
 
 
 def test_cuda_spec_pins_toolkit_archs_abi_and_its_own_variables():
-    spec = route.BuildSpec(source="/src", out_dir="/out", cuda_home="/opt/cuda", archs=["8.0", "9.0+PTX"],
-                           abi="classic", commit="abc123", env={"CC": "aarch64-linux-gnu-gcc", "CFLAGS": None})
+    spec = route.BuildSpec(
+        source="/src",
+        out_dir="/out",
+        cuda_home="/opt/cuda",
+        archs=["8.0", "9.0+PTX"],
+        abi="classic",
+        commit="abc123",
+        env={"CC": "aarch64-linux-gnu-gcc", "CFLAGS": None},
+    )
     env = route.environment(spec, base={"PRERAST_FORCE_CPU": "1", "TORCH_CUDA_ARCH_LIST": "7.5", "CFLAGS": "-O0"})
     assert env["CUDA_HOME"] == "/opt/cuda" and "PRERAST_FORCE_CPU" not in env
     assert env["PRERAST_CUDA_ARCH_LIST"] == "8.0;9.0+PTX" and "TORCH_CUDA_ARCH_LIST" not in env
@@ -36,21 +44,48 @@ def test_cuda_spec_pins_toolkit_archs_abi_and_its_own_variables():
 
 def test_command_of_each_kind():
     wheel = route.BuildSpec(source="/src", out_dir="/out", python="py")
-    assert route.command(wheel, "/raw") == ["py", "-m", "pip", "wheel", "-v", "--no-build-isolation", "--no-deps",
-                                            "--disable-pip-version-check", "-w", "/raw", os.path.abspath("/src")]
-    in_place = route.BuildSpec(source="/src", out_dir="/src/package/prerast", python="py", kind="in-place",
-                               build_temp="/src/build/dev-cpu")
-    assert route.command(in_place) == ["py", "setup.py", "build_ext", "--inplace", "--force", "--build-temp",
-                                       "/src/build/dev-cpu"]
+    assert route.command(wheel, "/raw") == [
+        "py",
+        "-m",
+        "pip",
+        "wheel",
+        "-v",
+        "--no-build-isolation",
+        "--no-deps",
+        "--disable-pip-version-check",
+        "-w",
+        "/raw",
+        os.path.abspath("/src"),
+    ]
+    in_place = route.BuildSpec(
+        source="/src", out_dir="/src/package/prerast", python="py", kind="in-place", build_temp="/src/build/dev-cpu"
+    )
+    assert route.command(in_place) == [
+        "py",
+        "setup.py",
+        "build_ext",
+        "--inplace",
+        "--force",
+        "--build-temp",
+        "/src/build/dev-cpu",
+    ]
     library = route.BuildSpec(source="/src", out_dir="/lib", python="py", kind="library")
-    assert route.command(library) == ["py", "setup.py", "build_ext", "-b", "/lib", "-t",
-                                      os.path.join("/src", "build", "temp")]
+    assert route.command(library) == [
+        "py",
+        "setup.py",
+        "build_ext",
+        "-b",
+        "/lib",
+        "-t",
+        os.path.join("/src", "build", "temp"),
+    ]
     with pytest.raises(ValueError, match="expected one of wheel, in-place, library"):
         route.BuildSpec(source="/src", out_dir="/out", kind="editable")
 
 
 def fake_raw_wheel(plat, library):
     """Stands in for the compile: the raw wheel setuptools names with the platform tag of the OS it runs on."""
+
     def build(spec, raw_dir, log=print, **kw):
         os.makedirs(raw_dir, exist_ok=True)
         path = os.path.join(raw_dir, f"prerast-0.2.0-cp310-abi3-{plat}.whl")
@@ -59,6 +94,7 @@ def fake_raw_wheel(plat, library):
             z.writestr(f"prerast/{library}", b"binary")
             z.writestr("prerast-0.2.0.dist-info/RECORD", "")
         return path
+
     return build
 
 
@@ -82,8 +118,9 @@ def repair_calls(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("plat, library", [("win_amd64", "_C.pyd"), ("macosx_11_0_arm64", "_C.abi3.so"),
-                                           ("linux_x86_64", "_C.abi3.so")])
+@pytest.mark.parametrize(
+    "plat, library", [("win_amd64", "_C.pyd"), ("macosx_11_0_arm64", "_C.abi3.so"), ("linux_x86_64", "_C.abi3.so")]
+)
 def test_build_wheel_repairs_with_the_tool_of_the_platform_tag(tmp_path, monkeypatch, repair_calls, plat, library):
     monkeypatch.setattr(route, "raw_wheel", fake_raw_wheel(plat, library))
     path = _build_wheel.build_wheel(str(tmp_path / "out"), log=lambda msg: None)
@@ -109,8 +146,9 @@ def test_build_wheel_without_repair_copies_the_raw_wheel(tmp_path, monkeypatch, 
 
 def test_missing_repair_tool_is_this_oss_and_says_how_to_get_it(monkeypatch):
     monkeypatch.setattr(_build_wheel.sys, "platform", "win32")
-    monkeypatch.setattr(_build_wheel.importlib.util, "find_spec",
-                        lambda name: None if name == "delvewheel" else object())
+    monkeypatch.setattr(
+        _build_wheel.importlib.util, "find_spec", lambda name: None if name == "delvewheel" else object()
+    )
     assert _build_wheel.repair_tool_of_this_os() == "delvewheel"
     assert _build_wheel.repair_tool_missing("delvewheel") == "pip install delvewheel"
     assert _build_wheel.repair_tool_missing("delocate") is None

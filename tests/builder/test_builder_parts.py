@@ -1,5 +1,6 @@
 """Pieces of `python -m ci build` that decide and report, without building anything: which cells this machine can
 build (and the reason it gives for the others), progress output of a long command, and the summary table."""
+
 import os
 import sys
 
@@ -7,8 +8,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.build import buildable, local, progress, summary, tools
 from ci import matrix  # noqa: E402
+from ci.build import buildable, local, progress, summary, tools
 
 
 @pytest.fixture
@@ -35,7 +36,10 @@ def test_verdicts_name_the_missing_piece(machine):
 
 def test_verdict_names_pips_cap(machine, monkeypatch):
     monkeypatch.setattr(local, "torch_constraints", lambda: (("<=", "2.12.1"),))
-    assert buildable.verdict(matrix.find("2.13.0+cpu"), "3.11") == (False, "pip's constraints here cap torch (<=2.12.1)")
+    assert buildable.verdict(matrix.find("2.13.0+cpu"), "3.11") == (
+        False,
+        "pip's constraints here cap torch (<=2.12.1)",
+    )
 
 
 def test_a_pypi_cell_is_buildable_when_its_toolkit_is_here(machine, monkeypatch):
@@ -47,14 +51,17 @@ def test_a_pypi_cell_is_buildable_when_its_toolkit_is_here(machine, monkeypatch)
     assert not ok and "not on the indexes reachable here" in why
 
 
-@pytest.mark.parametrize("specs, version, expected", [
-    ((("<=", "2.14.1"),), "2.14.1", True),
-    ((("<=", "2.14.1"),), "2.15.0", False),
-    ((("<", "2.14"), (">=", "2.4")), "2.13.0", True),
-    ((("<", "2.14"), (">=", "2.4")), "2.14.1", False),
-    ((("!=", "2.12.1"),), "2.12.1", False),
-    ((), "9.9.9", True),
-])
+@pytest.mark.parametrize(
+    "specs, version, expected",
+    [
+        ((("<=", "2.14.1"),), "2.14.1", True),
+        ((("<=", "2.14.1"),), "2.15.0", False),
+        ((("<", "2.14"), (">=", "2.4")), "2.13.0", True),
+        ((("<", "2.14"), (">=", "2.4")), "2.14.1", False),
+        ((("!=", "2.12.1"),), "2.12.1", False),
+        ((), "9.9.9", True),
+    ],
+)
 def test_constraints_on_torch(monkeypatch, specs, version, expected):
     monkeypatch.setattr(local, "torch_constraints", lambda: specs)
     assert local.allowed(version) is expected
@@ -86,27 +93,64 @@ def test_long_command_shows_progress_and_fails_with_its_log(tmp_path, monkeypatc
 
 
 def test_summary_lists_built_failed_and_unbuildable_cells(machine):
-    ok = {"cell": "2.13.0+cpu", "python": "3.11", "status": "ok", "wheel": "/d/prerast-0.1.0+pt213cpu-x.whl",
-          "size": 1_500_000, "archs": [], "platform_tag": "manylinux_2_34_x86_64",
-          "times": {"cold": 130.0, "warm": 29.0}, "ccache_warm": {"hits": 3, "misses": 0},
-          "smoke": {"first_frame_s": 0.004, "gpu": None, "venv_read_only": True}}
-    bad = {"cell": "2.14.1+cu130", "python": "3.11", "status": "failed", "step": "smoke", "times": {"cold": 61.0},
-           "error": "smoke test failed"}
-    checks = [{"wheel_cell": "2.14.1+cu130", "runtime": "2.13.0+cpu py3.11", "ok": True,
-               "message": "  mismatch:  torch 2.14.1+cu130 (built) != torch 2.13.0+cpu (running)"}]
+    ok = {
+        "cell": "2.13.0+cpu",
+        "python": "3.11",
+        "status": "ok",
+        "wheel": "/d/prerast-0.1.0+pt213cpu-x.whl",
+        "size": 1_500_000,
+        "archs": [],
+        "platform_tag": "manylinux_2_34_x86_64",
+        "times": {"cold": 130.0, "warm": 29.0},
+        "ccache_warm": {"hits": 3, "misses": 0},
+        "smoke": {"first_frame_s": 0.004, "gpu": None, "venv_read_only": True},
+    }
+    bad = {
+        "cell": "2.14.1+cu130",
+        "python": "3.11",
+        "status": "failed",
+        "step": "smoke",
+        "times": {"cold": 61.0},
+        "error": "smoke test failed",
+    }
+    checks = [
+        {
+            "wheel_cell": "2.14.1+cu130",
+            "runtime": "2.13.0+cpu py3.11",
+            "ok": True,
+            "message": "  mismatch:  torch 2.14.1+cu130 (built) != torch 2.13.0+cpu (running)",
+        }
+    ]
     text = summary.table([ok, bad], matrix.load(), checks)
-    assert "| 2.13.0+cpu | 3.11 | prerast-0.1.0+pt213cpu-x.whl | 1.5 MB | cpu | manylinux_2_34_x86_64 | 2:10 | 0:29 (3/3 hits)" in text
+    assert (
+        "| 2.13.0+cpu | 3.11 | prerast-0.1.0+pt213cpu-x.whl | 1.5 MB | cpu | manylinux_2_34_x86_64 | 2:10 | 0:29 (3/3 hits)"
+        in text
+    )
     assert "| 2.14.1+cu130 | 3.11 | FAILED at smoke" in text
-    assert "refused with BinaryMismatchError: `mismatch:  torch 2.14.1+cu130 (built) != torch 2.13.0+cpu (running)`" in text
+    assert (
+        "refused with BinaryMismatchError: `mismatch:  torch 2.14.1+cu130 (built) != torch 2.13.0+cpu (running)`"
+        in text
+    )
     unbuilt = text.split("not built on this machine")[1]
     assert "| 2.14.1+cu126 |" in unbuilt and "2.13.0+cpu |" not in unbuilt
-    assert "| 2.4.0+cu124 | 3.10 3.11 3.12 | 7.5 8.0 8.6 8.9 9.0+PTX | needs CUDA 12.4 nvcc; this machine has CUDA 12.6 |" in unbuilt
+    assert (
+        "| 2.4.0+cu124 | 3.10 3.11 3.12 | 7.5 8.0 8.6 8.9 9.0+PTX | needs CUDA 12.4 nvcc; this machine has CUDA 12.6 |"
+        in unbuilt
+    )
 
 
 def test_summary_without_ccache_says_the_warm_build_was_not_measured(machine):
-    r = {"cell": "2.13.0+cpu", "python": "3.11", "status": "ok", "wheel": "/d/prerast-0.1.0+pt213cpu-x.whl",
-         "size": 1_500_000, "archs": [], "platform_tag": "manylinux_2_34_x86_64", "times": {"cold": 95.0},
-         "smoke": {"first_frame_s": 0.004, "gpu": None, "venv_read_only": False}}
+    r = {
+        "cell": "2.13.0+cpu",
+        "python": "3.11",
+        "status": "ok",
+        "wheel": "/d/prerast-0.1.0+pt213cpu-x.whl",
+        "size": 1_500_000,
+        "archs": [],
+        "platform_tag": "manylinux_2_34_x86_64",
+        "times": {"cold": 95.0},
+        "smoke": {"first_frame_s": 0.004, "gpu": None, "venv_read_only": False},
+    }
     row = summary.built_rows([r]).splitlines()[-1]
     assert "| 1:35 | warm build not measured (no ccache) |" in row
 
@@ -145,7 +189,9 @@ def test_build_stops_before_any_work_when_a_tool_is_missing(monkeypatch, tmp_pat
     from ci.build import cells
 
     monkeypatch.setattr(buildable, "verdict", lambda cell, py=None: (True, ""))
-    monkeypatch.setattr(tools, "problems", lambda pythons: ["git (copies the working tree to build from): apt-get install git"])
+    monkeypatch.setattr(
+        tools, "problems", lambda pythons: ["git (copies the working tree to build from): apt-get install git"]
+    )
     monkeypatch.setattr(cells, "build_cell", lambda *a, **k: pytest.fail("built although a tool is missing"))
     rc = cli.main(["build", "--cell", "2.13.0+cpu", "--out", str(tmp_path)])
     assert rc == tools.ToolsMissing.exit_code == 3

@@ -2,6 +2,7 @@
 grafted in (those libraries stay external, resolved from torch at run time), the manylinux tag auditwheel derives
 from its symbol versions, the name of its cell, and build metadata for the torch it is tested with. The smoke test
 of the same wheel is in test_runtime_wheel.py."""
+
 import fnmatch
 import os
 import re
@@ -14,8 +15,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix
-from ci.repair import symbols
 from ci.build import wheel  # noqa: E402
+from ci.repair import symbols
 from wheel_under_test import find_test_wheel  # noqa: E402
 
 pytestmark = pytest.mark.wheel

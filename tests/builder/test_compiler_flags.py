@@ -2,6 +2,7 @@
 another compiler family, and setup.py builds its extensions with exactly those flags: setup.py is run in a
 subprocess with torch, its extension classes and setuptools.setup faked and sys.platform set to each OS, and the
 extensions it would build are read back."""
+
 import ast
 import json
 import os
@@ -33,8 +34,17 @@ def test_contraction_is_off_and_no_other_familys_flag(platform_key, compiler):
     assert "--fmad=false" in f.nvcc and "--fmad=true" not in f.nvcc
     host = f.nvcc[f.nvcc.index("-Xcompiler") + 1]  # what nvcc hands the host compiler
     everything = f.cxx + f.link + [host]
-    for bad in ("-ffast-math", "-Ofast", "-ffp-contract=fast", "-ffp-contract=on", "/fp:fast", "/fp:contract",
-                "-fopenmp", "/openmp", "-Xpreprocessor"):
+    for bad in (
+        "-ffast-math",
+        "-Ofast",
+        "-ffp-contract=fast",
+        "-ffp-contract=on",
+        "/fp:fast",
+        "/fp:contract",
+        "-fopenmp",
+        "/openmp",
+        "-Xpreprocessor",
+    ):
         assert bad not in everything, (platform_key, compiler, bad)
     if compiler == "msvc":
         assert host == "/fp:precise"
@@ -51,8 +61,9 @@ def test_macos_deployment_target_and_linker():
     assert "-mmacosx-version-min=11.0" in f.cxx and f.link == ["-mmacosx-version-min=11.0"]
     assert not any("--exclude-libs" in x for x in f.link)  # ld64 rejects it
     assert not any(x.startswith("-mmacosx") for x in compiler_flags.flags("darwin", "apple-clang").cxx)
-    assert compiler_flags.build_flags("darwin", {"MACOSX_DEPLOYMENT_TARGET": "12.3"}).link == \
-        ["-mmacosx-version-min=12.3"]
+    assert compiler_flags.build_flags("darwin", {"MACOSX_DEPLOYMENT_TARGET": "12.3"}).link == [
+        "-mmacosx-version-min=12.3"
+    ]
     assert compiler_flags.flags("linux", "gcc").link == ["-Wl,--exclude-libs,ALL"]
 
 
@@ -107,11 +118,20 @@ print(json.dumps([{"name": e.name, "compile": e.extra_compile_args, "link": e.ex
 def setup_extensions(platform, cuda, tmp_path, **env):
     cuda_home = tmp_path / "cuda"
     (cuda_home / "bin").mkdir(parents=True, exist_ok=True)
-    environ = {k: v for k, v in os.environ.items() if k not in ("CXX", "MACOSX_DEPLOYMENT_TARGET", "PRERAST_ABI",
-                                                                "PRERAST_FORCE_CPU")}
+    environ = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("CXX", "MACOSX_DEPLOYMENT_TARGET", "PRERAST_ABI", "PRERAST_FORCE_CPU")
+    }
     environ.update(CUDA_HOME=str(cuda_home), PRERAST_CUDA_ARCH_LIST="9.0", **env)
-    r = subprocess.run([sys.executable, "-c", FAKE_BUILD, platform, "cuda" if cuda else "cpu", ROOT],
-                       capture_output=True, text=True, timeout=120, env=environ, cwd=str(tmp_path))
+    r = subprocess.run(
+        [sys.executable, "-c", FAKE_BUILD, platform, "cuda" if cuda else "cpu", ROOT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=environ,
+        cwd=str(tmp_path),
+    )
     assert r.returncode == 0, r.stderr
     return {e["name"]: e for e in json.loads(r.stdout.strip().splitlines()[-1])}
 
@@ -127,16 +147,17 @@ def test_setup_py_builds_with_these_flags(platform_key, compiler, tmp_path):
     assert sorted(exts) == (["prerast._C", "prerast._C_cuda"] if cuda else ["prerast._C"])
     for name, ext in exts.items():
         cxx = ext["compile"]["cxx"]
-        assert cxx[:len(want.cxx)] == want.cxx, cxx  # the function's flags, then only defines (and includes)
-        assert all(x.startswith("-D") for x in cxx[len(want.cxx):] if not x.startswith("-idirafter")
-                   and not os.path.isabs(x)), cxx
+        assert cxx[: len(want.cxx)] == want.cxx, cxx  # the function's flags, then only defines (and includes)
+        assert all(
+            x.startswith("-D") for x in cxx[len(want.cxx) :] if not x.startswith("-idirafter") and not os.path.isabs(x)
+        ), cxx
         if compiler == "msvc":
             assert not any(x == "-idirafter" for x in cxx), cxx
         assert ext["link"] == want.link
         assert sum(x.startswith("-DPRERAST_VERSION_BYTES=") for x in cxx) == 1, cxx
         if name == "prerast._C_cuda":
             nvcc = ext["compile"]["nvcc"]
-            assert nvcc[:len(want.nvcc)] == want.nvcc, nvcc
+            assert nvcc[: len(want.nvcc)] == want.nvcc, nvcc
             assert not any("PRERAST_VERSION" in x for x in nvcc), nvcc  # nvcc splits -D at commas
             assert "-gencode" in nvcc or any(x.startswith("-gencode") for x in nvcc), nvcc
 
@@ -149,8 +170,11 @@ def test_setup_py_spells_no_flags_itself():
     strings.remove(ast.get_docstring(tree, clean=False))
     for flag in ("-O", "-g0", "-ffp-contract", "-fvisibility", "--fmad", "-Xcompiler", "-Wl,", "/fp:", "/O2"):
         assert not any(flag in s for s in strings), flag
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-             and n.func.attr == "build_flags"]
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "build_flags"
+    ]
     assert len(calls) == 1
 
 
@@ -169,8 +193,11 @@ def test_version_define_compiles_back_to_the_version(tmp_path):
     src.write_text(VERSION_PROGRAM)
     for version in ("0.4.0.dev1+pt214cu130", "1.0.0+cpu", "2.0.0rc1"):
         exe = tmp_path / "version"
-        subprocess.run(["g++", "-std=c++17", compiler_flags.version_define(version), str(src), "-o", str(exe)],
-                       check=True, timeout=120)
+        subprocess.run(
+            ["g++", "-std=c++17", compiler_flags.version_define(version), str(src), "-o", str(exe)],
+            check=True,
+            timeout=120,
+        )
         assert subprocess.run([str(exe)], capture_output=True, text=True, timeout=60).stdout == version
     assert compiler_flags.version_define("0.1") == "-DPRERAST_VERSION_BYTES=48,46,49"
     for bad in ("", "0.1\n", "0.1\u00e9"):

@@ -2,6 +2,7 @@
 tree, an edit of one C++ file recompiles that file alone, and pytest run through `python -m ci dev -- ...` sees the
 edit. CPU only, with a compiler cache kept in .venv/ccache-tests between runs (a copy of the tree elsewhere hits
 the same entries: CCACHE_BASEDIR), so that after the first run the whole file costs seconds of compiling."""
+
 import glob
 import json
 import os
@@ -43,16 +44,23 @@ def test_sees_the_edit():
 def run_dev(copy, *args):
     env = dict(os.environ, CCACHE_DIR=CCACHE_DIR)
     env.pop("PRERAST_FORCE_CPU", None)
-    out = subprocess.run([sys.executable, "-m", "ci", "dev", "--cpu", *args], cwd=copy, env=env,
-                         capture_output=True, text=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-m", "ci", "dev", "--cpu", *args],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert out.returncode == 0, f"{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
     (reported,) = re.findall(r"(\d+) object\(s\) recompiled(?:: (.*)| \(nothing had changed\))$", out.stdout, re.M)
     return out.stdout, (reported[1].split(", ") if reported[1] else [])
 
 
 def probe(copy):
-    out = subprocess.run([sys.executable, "-c", PROBE], cwd=copy, env=dev.pytest_env(copy), capture_output=True,
-                         text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], cwd=copy, env=dev.pytest_env(copy), capture_output=True, text=True, timeout=300
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -104,8 +112,14 @@ def test_in_place_files_stay_out_of_a_wheel_and_the_shipped_sources(copy, tmp_pa
     # What a wheel's build_py puts in the wheel: the Python package and its _src copy, no in-place build output.
     lib = tmp_path / "lib"
     env = dict(os.environ, PRERAST_FORCE_CPU="1")
-    out = subprocess.run([sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)], cwd=copy,
-                         env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     shipped = [os.path.relpath(os.path.join(d, n), lib) for d, _, files in os.walk(lib) for n in files]
     assert "prerast/__init__.py" in shipped and "prerast/_src/csrc/bindings/library.cpp" in shipped

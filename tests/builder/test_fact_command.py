@@ -1,4 +1,5 @@
 """`python -m ci fact NAME` prints the fact the code owns, for the workflow's shell steps."""
+
 import os
 import platform
 import subprocess
@@ -8,8 +9,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.matrix import facts
 from ci import matrix  # noqa: E402
+from ci.matrix import facts
 
 
 def fact(name):
@@ -25,9 +26,12 @@ def test_stable_floor_is_the_oldest_torch_a_stable_cell_serves():
 
 
 def test_plat_is_the_tag_of_this_machines_target():
-    target = next(t for t in matrix.targets().values()
-                  if t.os == {"linux": "linux", "win32": "windows", "darwin": "macos"}[sys.platform]
-                  and t.machine.lower() == platform.machine().lower())
+    target = next(
+        t
+        for t in matrix.targets().values()
+        if t.os == {"linux": "linux", "win32": "windows", "darwin": "macos"}[sys.platform]
+        and t.machine.lower() == platform.machine().lower()
+    )
     assert fact("plat") == target.plat
     if sys.platform.startswith("linux"):
         assert fact("plat") == f"manylinux_2_28_{platform.machine()}"

@@ -2,6 +2,7 @@
 no cycle inside the runtime package nor inside ci/, ci/'s subpackages importing each other only downward (LAYERS),
 prerast_meta free of torch and of the runtime package, ci/ and setup.py depending on the package only through
 prerast_meta, and the loader's state read through its functions alone."""
+
 import ast
 import glob
 import os
@@ -16,8 +17,10 @@ META = os.path.join(ROOT, "prerast_meta")
 
 def module_files(folder, package):
     """{module name: file} of the package in folder."""
-    return {f"{package}.{os.path.basename(p)[:-3]}".replace(".__init__", ""): p
-            for p in sorted(glob.glob(os.path.join(folder, "*.py")))}
+    return {
+        f"{package}.{os.path.basename(p)[:-3]}".replace(".__init__", ""): p
+        for p in sorted(glob.glob(os.path.join(folder, "*.py")))
+    }
 
 
 def package_tree(folder, package):
@@ -48,7 +51,9 @@ def imported(path, package):
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             # `from pkg import mod` imports pkg.mod; `from pkg import name` needs pkg itself initialised.
             subs = {f"{base}.{a.name}" for a in node.names}
             found |= subs if all(s in ALL_MODULES for s in subs) else subs | {base}
@@ -72,7 +77,7 @@ def cycle(edges):
         stack.append(n)
         for m in sorted(edges[n]):
             if state.get(m) == "open":
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in state:
                 found = visit(m)
                 if found:
@@ -127,8 +132,9 @@ def test_package_imports_form_a_tree():
 
 def test_ci_imports_form_a_tree_in_declared_layers():
     assert {layer(n) for n in CI_MODULES} - {None} == set(range(len(LAYERS))), "a layer of LAYERS has no module"
-    assert {n for n in CI_MODULES if layer(n) is None} == {"ci", "ci.__main__", "ci.cli"}, \
+    assert {n for n in CI_MODULES if layer(n) is None} == {"ci", "ci.__main__", "ci.cli"}, (
         "a module of ci/ outside its subpackages: put it in the one whose job it does (LAYERS)"
+    )
     assert cycle(CI_EDGES) is None, " -> ".join(cycle(CI_EDGES))
     assert upward_imports(CI_EDGES) == []
 
@@ -171,8 +177,15 @@ def test_only_the_loader_touches_its_state(folder):
         if path.endswith(os.path.join("prerast", "_loader.py")):
             continue
         tree = ast.parse(open(path).read(), path)
-        set_in_tests = {id(c.args[0]) for c in ast.walk(tree) if folder == "tests" and isinstance(c, ast.Call)
-                        and isinstance(c.func, ast.Attribute) and c.func.attr == "setitem" and c.args}
+        set_in_tests = {
+            id(c.args[0])
+            for c in ast.walk(tree)
+            if folder == "tests"
+            and isinstance(c, ast.Call)
+            and isinstance(c.func, ast.Attribute)
+            and c.func.attr == "setitem"
+            and c.args
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr == "_state":
                 assert id(node) in set_in_tests, f"{path}:{node.lineno} reads the loader's _state"

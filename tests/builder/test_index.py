@@ -1,6 +1,7 @@
 """Index generation (ci/publish/index.py), tested the way users meet it: pip installs from the generated find-links pages
 and PEP 503 index over file:// in a fresh virtualenv. The wheels are small stand-ins with the layout of real ones
 (dist-info, tags, prerast/_build_info.json), so that no compiler runs here."""
+
 import base64
 import hashlib
 import json
@@ -16,19 +17,35 @@ sys.path.insert(0, ROOT)
 from ci.publish import index  # noqa: E402
 
 
-def make_wheel(folder, version, torch_version, cuda, python_tag="cp310", requires_python=">=3.10",
-               plat="manylinux_2_28_x86_64", abi="stable"):
+def make_wheel(
+    folder,
+    version,
+    torch_version,
+    cuda,
+    python_tag="cp310",
+    requires_python=">=3.10",
+    plat="manylinux_2_28_x86_64",
+    abi="stable",
+):
     name = f"prerast-{version}-{python_tag}-abi3-{plat}.whl"
     dist_info = f"prerast-{version.split('+')[0]}.dist-info"
     files = {
         "prerast/__init__.py": b"",
-        "prerast/_build_info.json": json.dumps({"prerast_version": version, "torch_version": torch_version,
-                                                "cuda_version": cuda, "abi": abi,
-                                                "torch_floor": "2.10" if abi == "stable" else None}).encode(),
-        f"{dist_info}/METADATA": (f"Metadata-Version: 2.1\nName: prerast\nVersion: {version}\n"
-                                  f"Requires-Python: {requires_python}\n").encode(),
-        f"{dist_info}/WHEEL": (f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\n"
-                               f"Tag: {python_tag}-abi3-{plat}\n").encode(),
+        "prerast/_build_info.json": json.dumps(
+            {
+                "prerast_version": version,
+                "torch_version": torch_version,
+                "cuda_version": cuda,
+                "abi": abi,
+                "torch_floor": "2.10" if abi == "stable" else None,
+            }
+        ).encode(),
+        f"{dist_info}/METADATA": (
+            f"Metadata-Version: 2.1\nName: prerast\nVersion: {version}\nRequires-Python: {requires_python}\n"
+        ).encode(),
+        f"{dist_info}/WHEEL": (
+            f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: {python_tag}-abi3-{plat}\n"
+        ).encode(),
     }
     record = []
     for path, data in files.items():
@@ -80,14 +97,32 @@ def pip_install(venv, *args):
     find-links run gets --no-index (an --index-url run names its only index itself)."""
     python = os.path.join(venv, "bin", "python")
     only = [] if "--index-url" in args else ["--no-index"]
-    return subprocess.run([python, "-m", "pip", "--isolated", "--disable-pip-version-check", "install", "--no-deps",
-                           "--force-reinstall", *only, *args], capture_output=True, text=True)
+    return subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "--isolated",
+            "--disable-pip-version-check",
+            "install",
+            "--no-deps",
+            "--force-reinstall",
+            *only,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+    )
 
 
 def installed_version(venv):
     python = os.path.join(venv, "bin", "python")
-    return subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('prerast'))"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('prerast'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def test_a_wheel_is_on_the_page_of_every_torch_build_it_serves(site):
@@ -145,13 +180,16 @@ def test_release_urls_and_merging_with_the_published_manifest(wheels, tmp_path):
     first = tmp_path / "first"
     index.write(index.collect([wheels["old"]], base_url="https://example.invalid/v0.1.0/"), str(first))
     second = tmp_path / "second"
-    entries = index.collect([wheels["new"], wheels["classic"]], base_url="https://example.invalid/v0.2.0",
-                            manifest=str(first / "manifest.json"))
+    entries = index.collect(
+        [wheels["new"], wheels["classic"]],
+        base_url="https://example.invalid/v0.2.0",
+        manifest=str(first / "manifest.json"),
+    )
     index.write(entries, str(second))
     page = (second / "torch-2.14.1+cu130.html").read_text()
     old_sha = hashlib.sha256(open(wheels["old"], "rb").read()).hexdigest()
     assert f'href="https://example.invalid/v0.1.0/{os.path.basename(wheels["old"])}#sha256={old_sha}"' in page
-    assert f'https://example.invalid/v0.2.0/{os.path.basename(wheels["new"])}#sha256=' in page
+    assert f"https://example.invalid/v0.2.0/{os.path.basename(wheels['new'])}#sha256=" in page
     assert "pt24cu121" in (second / "torch-2.4.1+cu121.html").read_text()
     simple = (second / "simple" / "prerast" / "index.html").read_text()
     assert simple.count("<a href=") == 3
@@ -168,10 +206,15 @@ def test_a_wheel_without_build_metadata_is_not_indexed(tmp_path):
 def test_page_name_matches_the_loader(tmp_path):
     import prerast._loader as loader
 
-    for torch_version, cuda in (("2.14.1+cu130", "13.0"), ("2.13.0+cpu", None), ("2.4.1+cu124", "12.4"),
-                                ("2.12.0+cu126", "12.6")):
-        command = loader.fix_command({"python": "3.11.0", "torch_version": torch_version, "cuda_version": cuda,
-                                      "cxx11_abi": True})
+    for torch_version, cuda in (
+        ("2.14.1+cu130", "13.0"),
+        ("2.13.0+cpu", None),
+        ("2.4.1+cu124", "12.4"),
+        ("2.12.0+cu126", "12.6"),
+    ):
+        command = loader.fix_command(
+            {"python": "3.11.0", "torch_version": torch_version, "cuda_version": cuda, "cxx11_abi": True}
+        )
         assert command.endswith("/" + index.page_name(torch_version, cuda))
 
 
@@ -184,8 +227,9 @@ def test_every_page_the_loader_names_for_a_served_build_exists(site):
     for cell in matrix.select(matrix.load(), published=True):
         for release, platform in cell.serves:
             cuda = None if platform == "cpu" else f"{platform[2:-1]}.{platform[-1]}"
-            command = loader.fix_command({"python": "3.11.0", "torch_version": f"{release}+{platform}",
-                                          "cuda_version": cuda, "cxx11_abi": True})
+            command = loader.fix_command(
+                {"python": "3.11.0", "torch_version": f"{release}+{platform}", "cuda_version": cuda, "cxx11_abi": True}
+            )
             assert command.endswith(f"/torch-{release}+{platform}.html"), command
             assert f"torch-{release}+{platform}.html" in cell.pages
             pin = command.split('"')[1].split("==")[1]
@@ -215,35 +259,72 @@ def test_each_platforms_wheel_is_on_the_pages_of_its_cell(platforms_site):
     from ci import matrix
 
     out, made, entries = platforms_site
-    for name, cell_id in (("linux-x86_64", "2.14.1+cu130"), ("linux-aarch64", "2.14.1+cu130-linux-aarch64"),
-                          ("windows-amd64", "2.14.1+cu130-windows-amd64"), ("macos-arm64", "2.14.1+cpu-macos-arm64"),
-                          ("aarch64-cu12", "2.14.1+cu126-linux-aarch64"), ("windows-cu12", "2.14.1+cu126-windows-amd64")):
+    for name, cell_id in (
+        ("linux-x86_64", "2.14.1+cu130"),
+        ("linux-aarch64", "2.14.1+cu130-linux-aarch64"),
+        ("windows-amd64", "2.14.1+cu130-windows-amd64"),
+        ("macos-arm64", "2.14.1+cpu-macos-arm64"),
+        ("aarch64-cu12", "2.14.1+cu126-linux-aarch64"),
+        ("windows-cu12", "2.14.1+cu126-windows-amd64"),
+    ):
         entry = entries[os.path.basename(made[name])]
         assert entry["pages"] == matrix.find(cell_id).pages, name
     # The CPU page lists the CPU-serving wheel of every platform; a CUDA 13 page all but macOS's.
     cpu = (out / "torch-2.12.0+cpu.html").read_text()
-    assert all(os.path.basename(made[n]) in cpu for n in ("linux-x86_64", "linux-aarch64", "windows-amd64", "macos-arm64"))
+    assert all(
+        os.path.basename(made[n]) in cpu for n in ("linux-x86_64", "linux-aarch64", "windows-amd64", "macos-arm64")
+    )
     cu13 = (out / "torch-2.12.0+cu130.html").read_text()
     assert cu13.count("<a href=") == 3 and "macosx" not in cu13
     cu12 = (out / "torch-2.10.0+cu128.html").read_text()
     assert cu12.count("<a href=") == 2 and "+cu12" in cu12
 
 
-@pytest.mark.parametrize("plat, name", [("manylinux_2_28_x86_64", "linux-x86_64"),
-                                        ("manylinux_2_28_aarch64", "linux-aarch64"), ("win_amd64", "windows-amd64"),
-                                        ("macosx_11_0_arm64", "macos-arm64")])
+@pytest.mark.parametrize(
+    "plat, name",
+    [
+        ("manylinux_2_28_x86_64", "linux-x86_64"),
+        ("manylinux_2_28_aarch64", "linux-aarch64"),
+        ("win_amd64", "windows-amd64"),
+        ("macosx_11_0_arm64", "macos-arm64"),
+    ],
+)
 def test_pip_on_each_platform_takes_its_own_wheel_from_one_page(platforms_site, tmp_path, plat, name):
     """pip, asked as that platform's pip would ask (pip download --platform), picks that platform's file from the
     shared page, and the right one for CUDA 12 torch (pip never widens a --platform: each asks the tag its files
     carry)."""
     out, made, _ = platforms_site
-    for page, key in (("torch-2.14.1+cpu.html", name), ("torch-2.14.1+cu126.html", {
-            "linux-aarch64": "aarch64-cu12", "windows-amd64": "windows-cu12"}.get(name))):
+    for page, key in (
+        ("torch-2.14.1+cpu.html", name),
+        ("torch-2.14.1+cu126.html", {"linux-aarch64": "aarch64-cu12", "windows-amd64": "windows-cu12"}.get(name)),
+    ):
         dest = tmp_path / page
-        got = subprocess.run([sys.executable, "-m", "pip", "--isolated", "--disable-pip-version-check", "download",
-                              "--no-deps", "--no-index", "--only-binary=:all:", "--platform", plat,
-                              "--python-version", "3.12", "--implementation", "cp", "-d", str(dest),
-                              "-f", (out / page).as_uri(), "prerast"], capture_output=True, text=True)
+        got = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "--isolated",
+                "--disable-pip-version-check",
+                "download",
+                "--no-deps",
+                "--no-index",
+                "--only-binary=:all:",
+                "--platform",
+                plat,
+                "--python-version",
+                "3.12",
+                "--implementation",
+                "cp",
+                "-d",
+                str(dest),
+                "-f",
+                (out / page).as_uri(),
+                "prerast",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if key is None:  # no CUDA 12 wheel for this platform
             assert got.returncode != 0 and "No matching distribution" in got.stderr, got.stderr
             continue

@@ -3,6 +3,7 @@ leaves nothing a later import loads (which then refuses, or builds, cleanly), a 
 checks keeps nothing, racing builders build once, and stale temporary folders are cleaned by the next build.
 Also load_precompiled: a missing, empty, truncated, damaged or foreign artifact is an ArtifactError naming it.
 setup.py is replaced by a stand-in that 'builds' by copying the installed plugin, so nothing is compiled."""
+
 import glob
 import json
 import os
@@ -16,8 +17,8 @@ import zipfile
 
 import pytest
 
-from prerast import _cache, _loader
 from installs import IMPORT_REPORT, copy_package, env_for, run_python
+from prerast import _cache, _loader
 
 pytestmark = pytest.mark.slow  # builds at first use, raced and killed, in child processes
 
@@ -49,6 +50,7 @@ for name in info["libraries"]:
 json.dump(info, open(os.path.join(out, "_build_info.json"), "w"))
 """
 
+
 @pytest.fixture
 def site(tmp_path):
     """A copy of the installed prerast whose own plugin does not fit, building with FAKE_SETUP; the cache folder;
@@ -57,14 +59,25 @@ def site(tmp_path):
     with open(os.path.join(path, "prerast", "_src", "setup.py"), "w") as f:
         f.write(FAKE_SETUP)
     cache = str(tmp_path / "cache")
-    env = dict(PRERAST_BUILD_ON_MISMATCH=1, PRERAST_CACHE_DIR=cache, FAKE_MODE="ok", FAKE_LOG=str(tmp_path / "log"),
-               FAKE_FROM=os.path.dirname(_loader.require()["path"]))
+    env = dict(
+        PRERAST_BUILD_ON_MISMATCH=1,
+        PRERAST_CACHE_DIR=cache,
+        FAKE_MODE="ok",
+        FAKE_LOG=str(tmp_path / "log"),
+        FAKE_FROM=os.path.dirname(_loader.require()["path"]),
+    )
     return path, cache, env
 
 
 def start(path, cache, **env):
-    return subprocess.Popen([sys.executable, "-c", IMPORT_REPORT, cache], env=env_for(path, **env), cwd=path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", IMPORT_REPORT, cache],
+        env=env_for(path, **env),
+        cwd=path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc, timeout=300):
@@ -174,12 +187,17 @@ def test_damaged_or_foreign_artifacts_are_refused(tmp_path):
     torch.save(torch.zeros(1000), saved)
     cases[saved] = "no AOTInductor package"
     cut = tmp_path / "cut.pt2"
-    cut.write_bytes(saved.read_bytes()[:len(saved.read_bytes()) // 2])
+    cut.write_bytes(saved.read_bytes()[: len(saved.read_bytes()) // 2])
     cases[cut] = "damaged or truncated zip archive"
     elf = open(_loader.require()["path"], "rb").read(4096)
     foreign = tmp_path / "foreign.pt2"
-    stored_zip(foreign, {"m/archive_format": b"pt2", "m/data/aotinductor/model/m.wrapper.so":
-                         elf[:18] + struct.pack("<H", 183) + elf[20:]})
+    stored_zip(
+        foreign,
+        {
+            "m/archive_format": b"pt2",
+            "m/data/aotinductor/model/m.wrapper.so": elf[:18] + struct.pack("<H", 183) + elf[20:],
+        },
+    )
     cases[foreign] = "AArch64"
     flipped = tmp_path / "flipped.pt2"
     stored_zip(flipped, {"m/archive_format": b"pt2", "m/data/weights": b"a" * 1000})

@@ -3,6 +3,7 @@
 
 The tree checks wait for the one commit that formats the whole tree (docs/contributing.md, "Linters and
 formatters"): that commit runs the formatters and sets FORMATTED to True. The configuration checks run already."""
+
 import glob
 import os
 import shutil
@@ -12,7 +13,7 @@ import sys
 import pytest
 
 # True from the commit that formatted the whole tree once; until then the three tree checks skip.
-FORMATTED = False
+FORMATTED = True
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CPP_SUFFIXES = (".h", ".cpp", ".cu", ".cuh")
@@ -23,8 +24,10 @@ def tool(name):
     """The tool installed next to this Python (ci/requirements-ci.txt puts it there), else the one on PATH."""
     path = shutil.which(name, path=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     if path is None:
-        pytest.fail(f"{name} is neither next to {sys.executable} nor on PATH; install the pinned version with "
-                    "`python -m pip install -r ci/requirements-ci.txt`")
+        pytest.fail(
+            f"{name} is neither next to {sys.executable} nor on PATH; install the pinned version with "
+            "`python -m pip install -r ci/requirements-ci.txt`"
+        )
     return path
 
 
@@ -38,8 +41,12 @@ def version(name):
 
 def cpp_files():
     """The C++ and CUDA sources of the plugin and of the host test programs, relative to the root."""
-    found = [os.path.relpath(p, ROOT) for folder in ("csrc", os.path.join("tests", "host"))
-             for p in glob.glob(os.path.join(ROOT, folder, "**", "*"), recursive=True) if p.endswith(CPP_SUFFIXES)]
+    found = [
+        os.path.relpath(p, ROOT)
+        for folder in ("csrc", os.path.join("tests", "host"))
+        for p in glob.glob(os.path.join(ROOT, folder, "**", "*"), recursive=True)
+        if p.endswith(CPP_SUFFIXES)
+    ]
     assert len(found) >= 30, found  # the glob found the sources
     return sorted(found)
 
@@ -69,9 +76,11 @@ def test_ruff_reads_the_repositorys_configuration_and_reports_findings():
 
 def test_clang_format_reads_the_repositorys_style_and_reports_findings():
     # Two-space indents, a one-line if, and a 101-column line that the Google style's 80 columns would wrap.
-    formatted = ("int f(int a) {\n  if (a > 0) return a;\n"
-                 "  return some_function(first_argument_name, second_argument_name, third_argument, fourth_argument);\n"
-                 "}\n")
+    formatted = (
+        "int f(int a) {\n  if (a > 0) return a;\n"
+        "  return some_function(first_argument_name, second_argument_name, third_argument, fourth_argument);\n"
+        "}\n"
+    )
     check = [tool("clang-format"), "--dry-run", "-Werror", "--assume-filename", "csrc/core/example.cpp"]
     out = run(check, formatted)
     assert out.returncode == 0, failure("clang-format", out)

@@ -1,5 +1,6 @@
 """ci/matrix.toml expanded into cells, checked against the parts of the project that name wheels independently:
 setup.py's local tag (prerast_meta.compat), the loader's fix-it command, nvcc's arch list, and the built wheel."""
+
 import datetime
 import os
 import re
@@ -11,8 +12,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.matrix import cibw
 from ci import matrix  # noqa: E402
+from ci.matrix import cibw
 from prerast_meta import build_env, compat  # noqa: E402
 
 CELLS = matrix.load()
@@ -41,8 +42,9 @@ def test_stable_floor_is_stated_once():
     # One untagged (PyPI) wheel per target: PyPI's CUDA major where torch has CUDA builds, else the CPU one.
     for target in matrix.targets().values():
         untagged = [c for c in STABLE if c.local_tag == "" and c.target == target]
-        assert [(c.cuda or "cpu").split(".")[0] for c in untagged] == \
-            [compat.PYPI_CUDA_MAJOR if target.has_cuda else "cpu"], target.name
+        assert [(c.cuda or "cpu").split(".")[0] for c in untagged] == [
+            compat.PYPI_CUDA_MAJOR if target.has_cuda else "cpu"
+        ], target.name
 
 
 def test_every_torch_build_is_served_by_exactly_one_published_wheel():
@@ -132,7 +134,7 @@ def expected_local_tag(cell):
         return f"pt{major}{minor}{cell.platform}"
     if cell.platform == "cpu":
         return "cpu" if cell.target.has_cuda else ""
-    cuda_major = cell.platform[len("cu"):-1]  # cu126 -> 12
+    cuda_major = cell.platform[len("cu") : -1]  # cu126 -> 12
     return "" if cuda_major == compat.PYPI_CUDA_MAJOR else f"cu{cuda_major}"
 
 
@@ -147,15 +149,19 @@ def test_local_tag_is_the_one_setup_py_stamps(cell):
 def test_wheel_name_follows_the_wheel_spec():
     assert matrix.find("2.14.1+cu130").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl"
     assert matrix.find("2.14.1+cu126").wheel_name("0.1.0") == "prerast-0.1.0+cu12-cp310-abi3-manylinux_2_28_x86_64.whl"
-    assert matrix.find("2.4+cu121").wheel_name("0.1.0") == "prerast-0.1.0+pt24cu121-cp310-abi3-manylinux_2_28_x86_64.whl"
+    assert (
+        matrix.find("2.4+cu121").wheel_name("0.1.0") == "prerast-0.1.0+pt24cu121-cp310-abi3-manylinux_2_28_x86_64.whl"
+    )
     for cell in CELLS:
-        parts = cell.wheel_name("1.2.3")[:-len(".whl")].split("-")
+        parts = cell.wheel_name("1.2.3")[: -len(".whl")].split("-")
         version = "1.2.3" + (f"+{cell.local_tag}" if cell.local_tag else "")
         assert parts == ["prerast", version, "cp310", "abi3", cell.target.plat]
     assert matrix.find("2.14.1+cu130-windows-amd64").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-win_amd64.whl"
     assert matrix.find("2.14.1+cpu-macos-arm64").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-macosx_11_0_arm64.whl"
-    assert matrix.find("2.14.1+cu126-linux-aarch64").wheel_name("0.1.0") == \
-        "prerast-0.1.0+cu12-cp310-abi3-manylinux_2_28_aarch64.whl"
+    assert (
+        matrix.find("2.14.1+cu126-linux-aarch64").wheel_name("0.1.0")
+        == "prerast-0.1.0+cu12-cp310-abi3-manylinux_2_28_aarch64.whl"
+    )
 
 
 def test_every_target_gets_the_platforms_the_issue_names():
@@ -168,8 +174,9 @@ def test_every_target_gets_the_platforms_the_issue_names():
     arm = by_target["linux-aarch64"]
     assert set(arm) == {"cpu", "12", "13"}
     assert {"8.7", "9.0+PTX"} == set(arm["12"].archs)
-    assert [a.rstrip("+PTX") for a in arm["13"].archs] == ["9.0", "10.0", "11.0", "12.1"] and \
-        arm["13"].archs[-1].endswith("+PTX")
+    assert [a.rstrip("+PTX") for a in arm["13"].archs] == ["9.0", "10.0", "11.0", "12.1"] and arm["13"].archs[
+        -1
+    ].endswith("+PTX")
     assert set(by_target["windows-amd64"]) >= {"12", "13"}
     assert set(by_target["macos-arm64"]) == {"cpu"}
     assert all(c.target == matrix.default_target() for c in CLASSIC)
@@ -184,11 +191,21 @@ def test_cell_ids_name_their_target_unless_it_is_the_default():
         matrix.find("2.14.1+cu130-linux-riscv64")
 
 
-@pytest.mark.parametrize("tag, target", [
-    ("manylinux_2_28_x86_64", "linux-x86_64"), ("linux_x86_64", "linux-x86_64"),
-    ("manylinux_2_17_x86_64.manylinux2014_x86_64", "linux-x86_64"), ("manylinux_2_34_aarch64", "linux-aarch64"),
-    ("win_amd64", "windows-amd64"), ("macosx_11_0_arm64", "macos-arm64"), ("macosx_14_0_arm64", "macos-arm64"),
-    ("macosx_11_0_x86_64", None), ("win32", None), ("manylinux_2_28_ppc64le", None)])
+@pytest.mark.parametrize(
+    "tag, target",
+    [
+        ("manylinux_2_28_x86_64", "linux-x86_64"),
+        ("linux_x86_64", "linux-x86_64"),
+        ("manylinux_2_17_x86_64.manylinux2014_x86_64", "linux-x86_64"),
+        ("manylinux_2_34_aarch64", "linux-aarch64"),
+        ("win_amd64", "windows-amd64"),
+        ("macosx_11_0_arm64", "macos-arm64"),
+        ("macosx_14_0_arm64", "macos-arm64"),
+        ("macosx_11_0_x86_64", None),
+        ("win32", None),
+        ("manylinux_2_28_ppc64le", None),
+    ],
+)
 def test_platform_tags_map_to_their_target(tag, target):
     found = matrix.target_of_tag(tag)
     assert (found.name if found else None) == target
@@ -197,14 +214,19 @@ def test_platform_tags_map_to_their_target(tag, target):
 def test_broken_targets_are_refused(tmp_path):
     text = open(matrix.MATRIX_FILE).read()
     broken = {
-        "no \\[target.windows-arm64\\] table": text.replace('target = "windows-amd64"\npr = true', 'target = "windows-arm64"\npr = true'),
+        "no \\[target.windows-arm64\\] table": text.replace(
+            'target = "windows-amd64"\npr = true', 'target = "windows-arm64"\npr = true'
+        ),
         "not one of machine": text.replace('plat = "win_amd64"', 'plat = "win_arm64"'),
         "pypi": re.sub(r'pypi = "cu130"( +# PyPI\'s aarch64)', r'pypi = "cu999"\1', text),
         "runner 'macos-16' is not a label of \\[runners\\]": text.replace('runner = "macos-15"', 'runner = "macos-16"'),
-        "tool_runner: runner 'ubuntu-26.04'": text.replace('tool_runner = "ubuntu-24.04"', 'tool_runner = "ubuntu-26.04"'),
+        "tool_runner: runner 'ubuntu-26.04'": text.replace(
+            'tool_runner = "ubuntu-24.04"', 'tool_runner = "ubuntu-26.04"'
+        ),
         "expected its retirement date": text.replace('"macos-14" = 2026-11-02', '"macos-14" = "2026-11-02"'),
-        "has no cu126 build for macos-arm64": text.replace('platform = "cpu"           # the only torch build for macOS',
-                                                           'platform = "cu126"  #'),
+        "has no cu126 build for macos-arm64": text.replace(
+            'platform = "cpu"           # the only torch build for macOS', 'platform = "cu126"  #'
+        ),
     }
     for why, edited in broken.items():
         assert edited != text, why
@@ -234,7 +256,11 @@ def test_each_targets_pypi_build_is_what_pypi_serves_there():
     """PyPI's torch is a CUDA 13 build on Linux x86-64 and (from 2.11 on) aarch64, a CPU build on Windows and
     macOS: the stable cell of that build installs plain torch===X from PyPI, the others come from torch's index."""
     assert {n: t.pypi for n, t in matrix.targets().items()} == {
-        "linux-x86_64": "cu130", "linux-aarch64": "cu130", "windows-amd64": "cpu", "macos-arm64": "cpu"}
+        "linux-x86_64": "cu130",
+        "linux-aarch64": "cu130",
+        "windows-amd64": "cpu",
+        "macos-arm64": "cpu",
+    }
     arm = matrix.find("2.14.1+cu130-linux-aarch64")
     assert arm.on_pypi and arm.torch_requirement() == ("torch===2.14.1", [])
     windows = matrix.find("2.14.1+cu130-windows-amd64")
@@ -252,7 +278,8 @@ def test_a_retired_or_unknown_runner_is_named(tmp_path, monkeypatch, capsys):
     (problem,) = matrix.retired_runners(used, datetime.date(2026, 11, 2), str(path))
     assert problem.startswith("[target.macos-arm64]: runner 'macos-14' was retired on 2026-11-02")
     assert matrix.retired_runners({"macos-26": ["a job"]}) == [
-        "a job: runner 'macos-26' is not in ci/matrix.toml's [runners] table"]
+        "a job: runner 'macos-26' is not in ci/matrix.toml's [runners] table"
+    ]
     # gh-matrix, the workflow's first use of the matrix, refuses to plan jobs on it (today is past 2026-11-02).
     from ci import __main__ as cli
 
@@ -307,18 +334,21 @@ def test_find_resolves_full_and_minor_release_names():
         matrix.find("torch-2.14")
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda t: t["torch"][0].update(pypi="cu999"), "pypi platform 'cu999' is not among"),
-    (lambda t: t["torch"][0].update(publish=["cu777"]), "publish names \\['cu777'\\]"),
-    (lambda t: t["torch"][0].update(pythons=["3.9", "3.10"]), "below the abi3 floor"),
-    (lambda t: t["torch"][0]["platforms"].append("cu999"), 'needs a \\[cuda."99.9"\\] table'),
-    (lambda t: t["torch"].append(dict(t["torch"][0])), "listed twice"),
-    (lambda t: t["torch"][0].update(version="2.4.1"), "lowest patch release of its minor"),
-    (lambda t: t["torch"][-1].update(pr=["cpu"]), "served by the \\[\\[stable.cell\\]\\] wheels"),
-    (lambda t: t["stable"]["cell"][0].update(torch="2.9.0"), "build with a torch release >= 2.10"),
-    (lambda t: t["target"]["linux-aarch64"].update(plat="manylinux_2_28_aarch64"), "manylinux policy only"),
-    (lambda t: t["target"]["linux-aarch64"].update(manylinux="2_28"), "is not a policy such as"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda t: t["torch"][0].update(pypi="cu999"), "pypi platform 'cu999' is not among"),
+        (lambda t: t["torch"][0].update(publish=["cu777"]), "publish names \\['cu777'\\]"),
+        (lambda t: t["torch"][0].update(pythons=["3.9", "3.10"]), "below the abi3 floor"),
+        (lambda t: t["torch"][0]["platforms"].append("cu999"), 'needs a \\[cuda."99.9"\\] table'),
+        (lambda t: t["torch"].append(dict(t["torch"][0])), "listed twice"),
+        (lambda t: t["torch"][0].update(version="2.4.1"), "lowest patch release of its minor"),
+        (lambda t: t["torch"][-1].update(pr=["cpu"]), "served by the \\[\\[stable.cell\\]\\] wheels"),
+        (lambda t: t["stable"]["cell"][0].update(torch="2.9.0"), "build with a torch release >= 2.10"),
+        (lambda t: t["target"]["linux-aarch64"].update(plat="manylinux_2_28_aarch64"), "manylinux policy only"),
+        (lambda t: t["target"]["linux-aarch64"].update(manylinux="2_28"), "is not a policy such as"),
+    ],
+)
 def test_inconsistent_matrix_is_refused(tmp_path, change, message):
     data = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
     change(data)
@@ -340,7 +370,8 @@ def test_a_linux_targets_image_and_tag_follow_its_one_manylinux_value(tmp_path):
     linux = {n: t for n, t in matrix.targets(str(path)).items() if t.os == "linux"}
     assert {n: (t.image, t.plat) for n, t in linux.items()} == {
         "linux-x86_64": ("manylinux_2_34", "manylinux_2_34_x86_64"),
-        "linux-aarch64": ("manylinux_2_34", "manylinux_2_34_aarch64")}
+        "linux-aarch64": ("manylinux_2_34", "manylinux_2_34_aarch64"),
+    }
     from ci.build import cross
 
     assert cross.PLATFORM == matrix.targets()["linux-aarch64"].plat
@@ -348,6 +379,7 @@ def test_a_linux_targets_image_and_tag_follow_its_one_manylinux_value(tmp_path):
 
 def to_toml(data):
     """Just enough TOML writing for the matrix's shapes (tables of scalars/lists, arrays of tables)."""
+
     def value(v):
         if isinstance(v, str):
             return '"' + v + '"'
@@ -380,8 +412,11 @@ def to_toml(data):
                         lines += [f'"{k}" = {value(v)}' for k, v in rows.items()]
         else:
             lines.append(f"[{key}]")
-            lines += [f"{quoted(k)} = {value(v)}" for k, v in table.items() if not isinstance(v, list) or not v
-                      or not isinstance(v[0], dict)]
+            lines += [
+                f"{quoted(k)} = {value(v)}"
+                for k, v in table.items()
+                if not isinstance(v, list) or not v or not isinstance(v[0], dict)
+            ]
             for sub, rows in table.items():
                 if isinstance(rows, list) and rows and isinstance(rows[0], dict):
                     for row in rows:
@@ -405,14 +440,17 @@ def test_cibuildwheel_environment_of_a_cell():
 
 
 def test_github_matrix_lists_the_selected_cells():
-    out = subprocess.run([sys.executable, "-m", "ci", "gh-matrix", "--pr"], cwd=ROOT, capture_output=True, text=True,
-                         check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "ci", "gh-matrix", "--pr"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     import json
 
     jobs = json.loads(out)["include"]
     assert [j["cell"] for j in jobs] == [c.id for c in CELLS if c.pr]
-    assert all(set(j) == {"cell", "torch", "platform", "pythons", "target", "os", "runner", "cuda", "ccache", "timeout"}
-               for j in jobs)
+    assert all(
+        set(j) == {"cell", "torch", "platform", "pythons", "target", "os", "runner", "cuda", "ccache", "timeout"}
+        for j in jobs
+    )
 
 
 def test_toolkit_installs_only_what_the_plugin_compiles_and_links():
@@ -443,8 +481,11 @@ def test_timeouts_leave_room_for_every_cell():
 def _table_rows(path, heading):
     text = open(os.path.join(ROOT, path)).read()
     section = text.split(heading, 1)[1]
-    return [[c.strip() for c in line.strip().strip("|").split("|")] for line in section.splitlines()
-            if line.startswith("| ") and not line.startswith("| ---")][1:]
+    return [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| ---")
+    ][1:]
 
 
 def test_readme_platform_table_names_every_published_stable_wheel():

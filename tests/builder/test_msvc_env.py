@@ -1,5 +1,6 @@
 """`python -m ci msvc-env` with stand-ins for vswhere.exe and cmd.exe: the commands it runs, the variables it
 prints for $GITHUB_ENV (those vcvarsall.bat changed, nothing else), and its errors when Visual Studio is missing."""
+
 import os
 import subprocess
 import sys
@@ -14,23 +15,34 @@ VS = r"C:\Program Files\Microsoft Visual Studio\2022\Enterprise"
 VSWHERE = r"C:\Program Files (x86)\Microsoft Visual Studio\Installer\vswhere.exe"
 VCVARSALL = VS + r"\VC\Auxiliary\Build\vcvarsall.bat"
 MSVC_BIN = VS + r"\VC\Tools\MSVC\14.44.35207\bin\HostX64\x64"
-BEFORE = {"Path": r"C:\Windows\system32;C:\hostedtoolcache\windows\Python\3.12.10\x64", "ProgramFiles(x86)":
-          r"C:\Program Files (x86)", "TEMP": r"C:\Users\runneradmin\AppData\Local\Temp", "INCLUDE": ""}
+BEFORE = {
+    "Path": r"C:\Windows\system32;C:\hostedtoolcache\windows\Python\3.12.10\x64",
+    "ProgramFiles(x86)": r"C:\Program Files (x86)",
+    "TEMP": r"C:\Users\runneradmin\AppData\Local\Temp",
+    "INCLUDE": "",
+}
 # What cmd.exe prints for vcvarsall.bat x64 && echo MARKER && set: the banner, then every variable.
-CMD_OUTPUT = "\r\n".join([
-    "**********************************************************************",
-    "** Visual Studio 2022 Developer Command Prompt v17.14.8",
-    "**********************************************************************",
-    "[vcvarsall.bat] Environment initialized for: 'x64'",
-    msvc_env.MARKER + " ",
-    "INCLUDE=" + VS + r"\VC\Tools\MSVC\14.44.35207\include;C:\Program Files (x86)\Windows Kits\10\include\10.0.26100.0\ucrt",
-    "LIB=" + VS + r"\VC\Tools\MSVC\14.44.35207\lib\x64",
-    "Path=" + MSVC_BIN + ";" + BEFORE["Path"],
-    "ProgramFiles(x86)=" + BEFORE["ProgramFiles(x86)"],
-    "TEMP=" + BEFORE["TEMP"],
-    "VSINSTALLDIR=" + VS + "\\",
-    "VSCMD_ARG_TGT_ARCH=x64",
-]) + "\r\n"
+CMD_OUTPUT = (
+    "\r\n".join(
+        [
+            "**********************************************************************",
+            "** Visual Studio 2022 Developer Command Prompt v17.14.8",
+            "**********************************************************************",
+            "[vcvarsall.bat] Environment initialized for: 'x64'",
+            msvc_env.MARKER + " ",
+            "INCLUDE="
+            + VS
+            + r"\VC\Tools\MSVC\14.44.35207\include;C:\Program Files (x86)\Windows Kits\10\include\10.0.26100.0\ucrt",
+            "LIB=" + VS + r"\VC\Tools\MSVC\14.44.35207\lib\x64",
+            "Path=" + MSVC_BIN + ";" + BEFORE["Path"],
+            "ProgramFiles(x86)=" + BEFORE["ProgramFiles(x86)"],
+            "TEMP=" + BEFORE["TEMP"],
+            "VSINSTALLDIR=" + VS + "\\",
+            "VSCMD_ARG_TGT_ARCH=x64",
+        ]
+    )
+    + "\r\n"
+)
 
 
 class FakeWindows:
@@ -62,8 +74,16 @@ def test_prints_exactly_the_variables_vcvarsall_changed(capsys):
     assert printed["Path"].split(";")[0] == MSVC_BIN and printed["VSINSTALLDIR"] == VS + "\\"
     assert "\r" not in out
     # vswhere: the newest installation with the C++ x64 tools; then vcvarsall.bat x64 and set, in one cmd.exe.
-    assert fake.ran[0] == [VSWHERE, "-latest", "-products", "*", "-requires",
-                           "Microsoft.VisualStudio.Component.VC.Tools.x86.x64", "-property", "installationPath"]
+    assert fake.ran[0] == [
+        VSWHERE,
+        "-latest",
+        "-products",
+        "*",
+        "-requires",
+        "Microsoft.VisualStudio.Component.VC.Tools.x86.x64",
+        "-property",
+        "installationPath",
+    ]
     assert fake.ran[1] == f'cmd /d /s /c ""{VCVARSALL}" x64 && echo {msvc_env.MARKER} && set"'
 
 
@@ -78,14 +98,18 @@ def test_a_value_with_a_line_break_uses_the_multiline_form():
     text = msvc_env.github_env_lines({"A": "1", "B": "two\nlines"})
     lines = text.splitlines()
     assert lines[0] == "A=1" and lines[1].startswith("B<<") and lines[2:4] == ["two", "lines"]
-    assert lines[4] == lines[1][len("B<<"):] and "two" not in lines[4]
+    assert lines[4] == lines[1][len("B<<") :] and "two" not in lines[4]
 
 
-@pytest.mark.parametrize("fake, message", [
-    (FakeWindows(files=()), "vswhere.exe not found at " + VSWHERE),
-    (FakeWindows(vswhere_out=""), "found no Visual Studio with Microsoft.VisualStudio.Component.VC.Tools.x86.x64"),
-    (FakeWindows(files=(VSWHERE,)), VCVARSALL + " not found"),
-], ids=["no vswhere", "no C++ tools", "no vcvarsall"])
+@pytest.mark.parametrize(
+    "fake, message",
+    [
+        (FakeWindows(files=()), "vswhere.exe not found at " + VSWHERE),
+        (FakeWindows(vswhere_out=""), "found no Visual Studio with Microsoft.VisualStudio.Component.VC.Tools.x86.x64"),
+        (FakeWindows(files=(VSWHERE,)), VCVARSALL + " not found"),
+    ],
+    ids=["no vswhere", "no C++ tools", "no vcvarsall"],
+)
 def test_missing_visual_studio_exits_3_and_says_what(fake, message, capsys):
     assert msvc_env.main([], environ=BEFORE, run=fake.run, exists=fake.exists) == 3
     out, err = capsys.readouterr()
@@ -101,8 +125,15 @@ def test_a_failing_vcvarsall_exits_1_with_its_output(capsys):
 
 
 def test_the_command_is_listed_and_runs(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "ci", "msvc-env"], cwd=ROOT, capture_output=True, text=True,
-                         env=dict(os.environ, **{"ProgramFiles(x86)": str(tmp_path)}))
+    out = subprocess.run(
+        [sys.executable, "-m", "ci", "msvc-env"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, **{"ProgramFiles(x86)": str(tmp_path)}),
+    )
     assert out.returncode == 3 and "vswhere.exe not found at " + str(tmp_path) in out.stderr
-    assert "msvc-env" in subprocess.run([sys.executable, "-m", "ci", "--help"], cwd=ROOT, capture_output=True,
-                                        text=True).stdout
+    assert (
+        "msvc-env"
+        in subprocess.run([sys.executable, "-m", "ci", "--help"], cwd=ROOT, capture_output=True, text=True).stdout
+    )

@@ -1,4 +1,5 @@
 """`python -m ci pages-url-check`: the pages job deploys only where prerast's loader looks for the index."""
+
 import os
 import subprocess
 import sys
@@ -10,8 +11,13 @@ from prerast_meta import compat  # noqa: E402
 
 
 def check(url, repository="prerast/prerast"):
-    return subprocess.run([sys.executable, "-m", "ci", "pages-url-check", url], cwd=ROOT, capture_output=True,
-                          text=True, env=dict(os.environ, GITHUB_REPOSITORY=repository))
+    return subprocess.run(
+        [sys.executable, "-m", "ci", "pages-url-check", url],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, GITHUB_REPOSITORY=repository),
+    )
 
 
 def test_the_repositorys_own_pages_url_passes():
@@ -24,10 +30,12 @@ def test_the_repositorys_own_pages_url_passes():
 
 
 def test_a_fork_a_rename_or_a_custom_domain_stops_the_deploy():
-    for url, repository in (("https://someone.github.io/prerast", "someone/prerast"),
-                            ("https://prerast.github.io/prerast-next", "prerast/prerast-next"),
-                            ("https://prerast.github.io", "prerast/prerast.github.io"),
-                            ("https://prerast.example.org", "prerast/prerast")):
+    for url, repository in (
+        ("https://someone.github.io/prerast", "someone/prerast"),
+        ("https://prerast.github.io/prerast-next", "prerast/prerast-next"),
+        ("https://prerast.github.io", "prerast/prerast.github.io"),
+        ("https://prerast.example.org", "prerast/prerast"),
+    ):
         out = check(url, repository)
         assert out.returncode == 1 and out.stdout == "", url
         assert f"is {url}, but prerast's loader names the index {compat.DEFAULT_INDEX_URL}" in out.stderr

@@ -1,8 +1,9 @@
 """`python -m ci preflight` against fake indexes (local folders of empty wheel files named as the real indexes name
 them): pip reads only the names, so the real `pip index versions` answers without the network."""
+
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 
@@ -55,9 +56,11 @@ def published_indexes(root):
             for platform in platforms:
                 tag = pytorch_index_tag(release, platform)
                 names = [torch_wheel(f"{release}+{platform}", p, tag) for p in pythons[minor]]
-                names += [f"torch-{release}+{platform}-cp313-cp313t-{tag}.whl",
-                          torch_wheel(f"{release}+{platform}", "3.12", "manylinux_2_28_aarch64"),
-                          torch_wheel(f"{release}+{platform}", "3.12", "win_amd64")]
+                names += [
+                    f"torch-{release}+{platform}-cp313-cp313t-{tag}.whl",
+                    torch_wheel(f"{release}+{platform}", "3.12", "manylinux_2_28_aarch64"),
+                    torch_wheel(f"{release}+{platform}", "3.12", "win_amd64"),
+                ]
                 fake_index(root / "whl" / platform, *names)
             names = [torch_wheel(release, p, pypi_tag(release)) for p in pythons[minor]]
             fake_index(root / "pypi", *names, torch_wheel(release, "3.12", "manylinux_2_28_aarch64"))
@@ -81,9 +84,12 @@ def add_other_targets(root, release, platforms, pythons, skip=()):
                 abi = "none" if target.os == "macos" else None
                 fake_index(root / "pypi", *[torch_wheel(release, p, target.plat, abi) for p in pythons])
             else:
-                fake_index(root / "whl" / platform, *[torch_wheel(f"{release}+{platform}", p, target.plat)
-                                                       for p in pythons])
-    fake_index(root / "pypi", torch_wheel(release, "3.12", "win_arm64"), torch_wheel(release, "3.12", "macosx_10_15_x86_64"))
+                fake_index(
+                    root / "whl" / platform, *[torch_wheel(f"{release}+{platform}", p, target.plat) for p in pythons]
+                )
+    fake_index(
+        root / "pypi", torch_wheel(release, "3.12", "win_arm64"), torch_wheel(release, "3.12", "macosx_10_15_x86_64")
+    )
 
 
 @pytest.mark.slow
@@ -105,8 +111,9 @@ def test_a_target_without_its_builds_is_reported(tmp_path):
 
 
 def run_preflight(*args):
-    return subprocess.run([sys.executable, "-m", "ci", "preflight", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "ci", "preflight", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 @pytest.mark.slow
@@ -132,8 +139,11 @@ def test_without_the_linux_tag_the_older_builds_are_missing(tmp_path, monkeypatc
     assert preflight.main(["--published", "--pypi", pypi, "--torch-index", torch_index]) == 1
     captured = capsys.readouterr()
     missing = {line.split()[1] for line in captured.out.splitlines() if line.startswith("preflight: ")}
-    expected = {c.id for c in matrix.select(CELLS, published=True)
-                if not c.on_pypi and pytorch_index_tag(c.torch, c.platform) == "linux_x86_64"}
+    expected = {
+        c.id
+        for c in matrix.select(CELLS, published=True)
+        if not c.on_pypi and pytorch_index_tag(c.torch, c.platform) == "linux_x86_64"
+    }
     assert missing == expected and len(expected) >= 5
 
 
@@ -146,8 +156,9 @@ def test_torch_index_option_needs_its_platform_placeholder(capsys):
 def test_every_python_of_a_cell_is_asked_and_the_missing_one_named(tmp_path):
     cell = matrix.find("2.14.1+cu126")
     present = [p for p in cell.pythons if p != "3.13"]
-    index = fake_index(tmp_path / "idx", *(torch_wheel(cell.id, p) for p in present),
-                       torch_wheel("2.14.1+cu130", "3.13"))  # another build of the same release does not count
+    index = fake_index(
+        tmp_path / "idx", *(torch_wheel(cell.id, p) for p in present), torch_wheel("2.14.1+cu130", "3.13")
+    )  # another build of the same release does not count
     problems = preflight.check([cell], index_for=lambda c: index)
     assert [(c, p) for c, p, _ in problems] == [("2.14.1+cu126", "3.13")]
     assert "has no torch 2.14.1+cu126 for Python 3.13 on manylinux_2_28_x86_64" in problems[0][2]
@@ -164,8 +175,11 @@ def test_the_pypi_build_is_the_plain_version(tmp_path):
 def test_older_manylinux_tags_count_and_newer_ones_do_not(tmp_path):
     old = matrix.find("2.4+cpu")
     new = matrix.find("2.13.0+cpu")
-    index = fake_index(tmp_path / "idx", *(torch_wheel(old.id, p, "manylinux1_x86_64") for p in old.pythons),
-                       *(torch_wheel(new.id, p, "manylinux_2_34_x86_64") for p in new.pythons))
+    index = fake_index(
+        tmp_path / "idx",
+        *(torch_wheel(old.id, p, "manylinux1_x86_64") for p in old.pythons),
+        *(torch_wheel(new.id, p, "manylinux_2_34_x86_64") for p in new.pythons),
+    )
     problems = preflight.check([old, new], index_for=lambda c: index)
     assert {c for c, _, _ in problems} == {"2.13.0+cpu"}  # glibc 2.34 wheels do not install in the 2.28 image
     assert len(problems) == len(new.pythons)
@@ -214,23 +228,30 @@ def test_command_names_missing_cells_and_fails(monkeypatch, capsys):
 # setuptools' distutils shim give way to the stdlib's for the rest of the process, which breaks the C++ builds of
 # torch.compile in the tests that follow.
 REFERENCE_TAGS = {
-    "linux": ("from pip._vendor.packaging import _manylinux, _musllinux, tags\n"
-              "_manylinux._get_glibc_version = lambda: (2, 28)\n"
-              "_musllinux._get_musl_version = lambda executable: None\n"
-              "tags.sysconfig.get_platform = lambda: 'linux-{machine}'\n"
-              "found = list(tags._linux_platforms(is_32bit=False))\n"),
-    "macos": ("from pip._vendor.packaging import tags\n"
-              "found = [t for t in tags.mac_platforms(version=({runner}, 0), arch='{machine}') if t.endswith('_{machine}')]\n"),
+    "linux": (
+        "from pip._vendor.packaging import _manylinux, _musllinux, tags\n"
+        "_manylinux._get_glibc_version = lambda: (2, 28)\n"
+        "_musllinux._get_musl_version = lambda executable: None\n"
+        "tags.sysconfig.get_platform = lambda: 'linux-{machine}'\n"
+        "found = list(tags._linux_platforms(is_32bit=False))\n"
+    ),
+    "macos": (
+        "from pip._vendor.packaging import tags\n"
+        "found = [t for t in tags.mac_platforms(version=({runner}, 0), arch='{machine}') if t.endswith('_{machine}')]\n"
+    ),
     "windows": "found = ['win_' + '{machine}'.lower()]\n",
 }
 
 
 def reference_tags(target):
     runner = (target.runner.split("-") + ["0"])[1]
-    code = REFERENCE_TAGS[target.os].format(machine=target.machine, runner=runner) + \
-        "import json\nprint(json.dumps(found))\n"
-    return json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                     timeout=120).stdout)
+    code = (
+        REFERENCE_TAGS[target.os].format(machine=target.machine, runner=runner)
+        + "import json\nprint(json.dumps(found))\n"
+    )
+    return json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120).stdout
+    )
 
 
 @pytest.mark.parametrize("name", sorted(matrix.targets()))
@@ -251,7 +272,8 @@ def test_target_platforms_are_what_pip_there_accepts(name):
         assert f"linux_{target.machine}" in got and f"manylinux_2_34_{target.machine}" not in got
         # Elsewhere than x86, manylinux starts at glibc 2.17.
         oldest = {"x86_64": {"manylinux_2_5_x86_64", "manylinux1_x86_64"}}.get(
-            target.machine, {f"manylinux_2_17_{target.machine}", f"manylinux2014_{target.machine}"})
+            target.machine, {f"manylinux_2_17_{target.machine}", f"manylinux2014_{target.machine}"}
+        )
         assert oldest <= set(got)
         older = {"x86_64": "manylinux_2_4_x86_64"}.get(target.machine, f"manylinux_2_16_{target.machine}")
         assert older not in got
@@ -272,9 +294,11 @@ def test_the_comparison_ignores_order_and_catches_a_missing_tag():
 
 def test_an_unreachable_index_is_an_error_not_a_missing_build():
     # pip's answer when the host does not resolve: retries, then the same words as for a missing build.
-    stderr = ("WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after "
-              "connection broken by 'NewConnectionError(...: Name or service not known')': /whl/cu126/torch/\n"
-              "ERROR: No matching distribution found for torch\n")
+    stderr = (
+        "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after "
+        "connection broken by 'NewConnectionError(...: Name or service not known')': /whl/cu126/torch/\n"
+        "ERROR: No matching distribution found for torch\n"
+    )
     versions, error = preflight.parse_answer(1, "", stderr)
     assert (versions, error) == (None, "index not reached (Name or service not known)")
     assert preflight.parse_answer(1, "", "ERROR: No matching distribution found for torch\n") == (set(), None)

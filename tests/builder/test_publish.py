@@ -1,6 +1,7 @@
 """Publish what passed (ci/publish/plan.py): which targets of a tag run publish given the wheels present, what the
 summary and the notes say, which wheels go to PyPI; and the workflow's publishing jobs: when they run, and that
 their `python -m ci` commands are the ones `python -m ci rehearse` runs."""
+
 import json
 import os
 import re
@@ -54,8 +55,11 @@ def test_a_target_publishes_when_all_its_cells_passed(left_out, published):
 
 
 def test_the_table_would_catch_the_needs_every_job_rule():
-    wrong = [(left_out, published) for left_out, published in TABLE
-             if needs_every_job(wheels_without(*left_out), CELLS, "0.2.0")["published"] != published]
+    wrong = [
+        (left_out, published)
+        for left_out, published in TABLE
+        if needs_every_job(wheels_without(*left_out), CELLS, "0.2.0")["published"] != published
+    ]
     assert len(wrong) == 5  # every row where something is missing but something still publishes
 
 
@@ -63,7 +67,9 @@ def test_wheels_match_their_cells_by_target_and_local_tag():
     x86 = matrix.find("2.14.1+cu130")
     # A wheel built here may carry a newer manylinux level than the CI's.
     assert publish.cell_of_wheel("prerast-0.2.0-cp310-abi3-manylinux_2_34_x86_64.whl", CELLS) == x86
-    assert publish.cell_of_wheel("prerast-0.2.0+cu12-cp310-abi3-win_amd64.whl", CELLS).id == "2.14.1+cu126-windows-amd64"
+    assert (
+        publish.cell_of_wheel("prerast-0.2.0+cu12-cp310-abi3-win_amd64.whl", CELLS).id == "2.14.1+cu126-windows-amd64"
+    )
     assert publish.cell_of_wheel("prerast-0.2.0+cu11-cp310-abi3-win_amd64.whl", CELLS) is None
     # A wheel of another version is no cell's wheel in this release: left out, and the required cell is missing.
     names = wheels_without("2.14.1+cu130") + [x86.wheel_name("0.1.9")]
@@ -73,16 +79,39 @@ def test_wheels_match_their_cells_by_target_and_local_tag():
 def test_summary_and_notes_name_each_failed_cell_with_its_jobs_link(tmp_path):
     jobs_file = tmp_path / "jobs.json"
     windows = [c for c in CELLS if c.target.name == "windows-amd64"]
-    pages = [{"total_count": 2, "jobs": [{"name": publish.job_name(c), "conclusion": "failure",
-                                          "html_url": f"https://github.com/o/r/actions/runs/7/job/{i}"}]}
-             for i, c in enumerate(windows)]
+    pages = [
+        {
+            "total_count": 2,
+            "jobs": [
+                {
+                    "name": publish.job_name(c),
+                    "conclusion": "failure",
+                    "html_url": f"https://github.com/o/r/actions/runs/7/job/{i}",
+                }
+            ],
+        }
+        for i, c in enumerate(windows)
+    ]
     jobs_file.write_text("".join(json.dumps(p) for p in pages))  # gh api --paginate: one answer per page
     (tmp_path / "wheels").mkdir()
     for name in wheels_without("windows-amd64"):
         (tmp_path / "wheels" / name).write_bytes(b"")
-    args = ["--wheels", str(tmp_path / "wheels"), "--selection", "published", "--jobs", str(jobs_file), "--out",
-            str(tmp_path / "plan.json"), "--summary", str(tmp_path / "summary.md"), "--notes", str(tmp_path / "n.md"),
-            "--version", "0.2.0"]
+    args = [
+        "--wheels",
+        str(tmp_path / "wheels"),
+        "--selection",
+        "published",
+        "--jobs",
+        str(jobs_file),
+        "--out",
+        str(tmp_path / "plan.json"),
+        "--summary",
+        str(tmp_path / "summary.md"),
+        "--notes",
+        str(tmp_path / "n.md"),
+        "--version",
+        "0.2.0",
+    ]
     assert publish.plan_main(args) == 0
     plan = json.load(open(tmp_path / "plan.json"))
     assert plan["missing"][0]["cells"][1]["job_url"] == "https://github.com/o/r/actions/runs/7/job/1"
@@ -102,12 +131,16 @@ def test_pypi_gets_the_untagged_wheels_of_the_publishing_targets(tmp_path):
         (tmp_path / "wheels" / name).write_bytes(b"")
     plan = publish.plan(wheels_without("macos-arm64"), CELLS, "0.2.0")
     names = publish.pypi_dir(plan, str(tmp_path / "wheels"), str(tmp_path / "pypi"))
-    assert sorted(os.listdir(tmp_path / "pypi")) == sorted(names) == sorted(
-        c.wheel_name("0.2.0") for c in CELLS if not c.local_tag and c.target.name != "macos-arm64")
+    assert (
+        sorted(os.listdir(tmp_path / "pypi"))
+        == sorted(names)
+        == sorted(c.wheel_name("0.2.0") for c in CELLS if not c.local_tag and c.target.name != "macos-arm64")
+    )
     assert len(names) == 3  # Linux x86-64 and aarch64, Windows: CUDA 13, no local tag
     with pytest.raises(publish.PlanError, match="no wheel for PyPI"):
-        publish.pypi_dir(publish.plan(wheels_without("2.14.1+cu130"), CELLS, "0.2.0"), str(tmp_path / "wheels"),
-                         str(tmp_path / "p2"))
+        publish.pypi_dir(
+            publish.plan(wheels_without("2.14.1+cu130"), CELLS, "0.2.0"), str(tmp_path / "wheels"), str(tmp_path / "p2")
+        )
 
 
 PUBLISH_IF = "${{ !cancelled() && github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v') }}"
@@ -133,8 +166,12 @@ def test_publishing_jobs_run_on_a_pushed_tag_also_after_a_failed_wheel_job():
 
 def ci_lines(job):
     # A fact a step reads into its shell ($(python -m ci fact NAME)) is no publishing command.
-    return [line.strip() for s in jobs()[job]["steps"] for line in s.get("run", "").splitlines()
-            if "python -m ci " in re.sub(r"\$\(python -m ci fact [\w-]+\)", "", line)]
+    return [
+        line.strip()
+        for s in jobs()[job]["steps"]
+        for line in s.get("run", "").splitlines()
+        if "python -m ci " in re.sub(r"\$\(python -m ci fact [\w-]+\)", "", line)
+    ]
 
 
 def test_the_rehearsal_runs_the_workflows_publishing_commands():
@@ -148,7 +185,9 @@ def test_the_rehearsal_runs_the_workflows_publishing_commands():
         assert f"python -m ci {command} " in every
     # Can fail: a step the rehearsal would pass over (one with a GitHub expression in its script).
     steps = jobs()["release"]["steps"]
-    broken = [dict(s, run=s["run"] + "\necho ${{ github.sha }}") if "release-upload" in s.get("run", "") else s
-              for s in steps]
-    assert rehearse.commands(dict(jobs(), release=dict(jobs()["release"], steps=broken)))["release"] != \
-        ci_lines("release")
+    broken = [
+        dict(s, run=s["run"] + "\necho ${{ github.sha }}") if "release-upload" in s.get("run", "") else s for s in steps
+    ]
+    assert rehearse.commands(dict(jobs(), release=dict(jobs()["release"], steps=broken)))["release"] != ci_lines(
+        "release"
+    )

@@ -1,6 +1,7 @@
 """`bash ci/test.sh --quick`: the same build virtualenv as the whole suite, then the CPU library built in place and
 the tests that pyproject.toml's markers leave unmarked, against that in-place package; no wheel is built. The script
 runs here with stand-ins for its Pythons that record what they were asked to do."""
+
 import os
 import re
 import shutil
@@ -58,8 +59,13 @@ def test_quick_runs_the_unmarked_tests_in_place(tmp_path):
 
 
 def collected(*pytest_args):
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", *pytest_args],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", *pytest_args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return {line.split("::")[0] for line in out.stdout.splitlines() if "::" in line}
 
@@ -67,10 +73,20 @@ def collected(*pytest_args):
 def test_quick_markers_keep_the_unit_tests_and_leave_the_builds_out():
     files = collected("-m", quick_markers(), "tests")
     every = collected("tests")
-    assert "tests/core/ops/test_rasterize.py" in files and "tests/builder/test_lint.py" in files and "tests/builder/test_matrix.py" in files
+    assert (
+        "tests/core/ops/test_rasterize.py" in files
+        and "tests/builder/test_lint.py" in files
+        and "tests/builder/test_matrix.py" in files
+    )
     left_out = every - files
     # Builds of wheels, of the whole docs site, of the core with cross toolchains; the example programs.
-    for slow in ("tests/builder/test_two_images.py", "tests/builder/test_cell_end_to_end.py", "tests/builder/test_abi_kinds.py",
-                 "tests/docs/test_docs_site.py", "tests/builder/test_dev_loop.py", "tests/runtime/examples/test_examples.py"):
+    for slow in (
+        "tests/builder/test_two_images.py",
+        "tests/builder/test_cell_end_to_end.py",
+        "tests/builder/test_abi_kinds.py",
+        "tests/docs/test_docs_site.py",
+        "tests/builder/test_dev_loop.py",
+        "tests/runtime/examples/test_examples.py",
+    ):
         assert slow in left_out, slow
     assert len(files) > 2 * len(left_out)

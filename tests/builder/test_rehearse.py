@@ -1,6 +1,7 @@
 """`python -m ci rehearse`: the tag run's publishing jobs run here against the gh stand-in, a local pypiserver and
 the pages over HTTP, then prerast installed from both; run once with the wheel under test (ci/test.sh's) and
 synthetic wheels of the other cells."""
+
 import json
 import os
 import shutil
@@ -32,8 +33,23 @@ def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("rehearse")
     (tmp / "wheels").mkdir()
     shutil.copy(wheel, tmp / "wheels")
-    out = subprocess.run([sys.executable, "-m", "ci", "rehearse", "--wheels", str(tmp / "wheels"), "--report",
-                          str(tmp / "r.json"), "--work", str(tmp / "work")], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ci",
+            "rehearse",
+            "--wheels",
+            str(tmp / "wheels"),
+            "--report",
+            str(tmp / "r.json"),
+            "--work",
+            str(tmp / "work"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     print(out.stdout[-5000:], out.stderr[-5000:])
     assert os.path.exists(tmp / "r.json"), out.stderr
     return out.returncode, {s["name"]: s for s in json.load(open(tmp / "r.json"))["scenarios"]}
@@ -52,7 +68,9 @@ def test_a_clean_run_publishes_every_target_and_installs_from_both(report):
     assert clean["published"] == TARGETS and clean["missing"] == []
     assert sorted(clean["pypi_files"]) == sorted(
         os.path.basename(find_test_wheel()) if c.id == "2.14.1+cu130" else c.wheel_name(release.package_version())
-        for c in CELLS if not c.local_tag)
+        for c in CELLS
+        if not c.local_tag
+    )
     assert {f"manifest-{t}.json" for t in TARGETS} <= set(clean["release_assets"])
     assert len(clean["release_assets"]) == len(CELLS) + len(TARGETS)
     assert clean["installs"] == [{"from": "pypi", "ok": True}, {"from": "pages", "ok": True}]
@@ -67,8 +85,11 @@ def test_the_same_run_again_changes_nothing(report):
 def test_a_missing_target_is_named_and_the_rerun_completes_the_release(report):
     missing, rerun = report[1]["one target missing"], report[1]["re-run with it present"]
     assert missing["missing"] == ["windows-amd64"] and "windows-amd64" not in missing["published"]
-    assert not any(publish.cell_of_wheel(n, CELLS).target.name == "windows-amd64"
-                   for n in missing["release_assets"] if n.endswith(".whl"))
+    assert not any(
+        publish.cell_of_wheel(n, CELLS).target.name == "windows-amd64"
+        for n in missing["release_assets"]
+        if n.endswith(".whl")
+    )
     assert "manifest-windows-amd64.json" not in missing["release_assets"]
     assert all(s["ok"] for s in (missing, rerun)) and all(i["ok"] for i in missing["installs"] + rerun["installs"])
     assert rerun["published"] == TARGETS

@@ -2,6 +2,7 @@
 anything builds; `python -m ci release-check` before tagging; and the Pages index built from every release's own
 manifests, run here as the workflow's own step texts with the stand-in `gh` (ci/publish/gh_standin.py); release assets
 never replaced."""
+
 import json
 import os
 import subprocess
@@ -81,8 +82,11 @@ def test_workflow_checks_the_tag_first_and_names_both(tmp_path):
 
 def test_build_lists_agree_and_disagreements_are_named():
     assert release.build_problems() == []
-    releases = {"2.4": {"platforms": ["cpu", "cu124"]}, "2.5": {"platforms": ["cpu", "cu999"]},
-                "2.6": {"platforms": ["cpu"]}}
+    releases = {
+        "2.4": {"platforms": ["cpu", "cu124"]},
+        "2.5": {"platforms": ["cpu", "cu999"]},
+        "2.6": {"platforms": ["cpu"]},
+    }
     published = {"2.4": {"cpu", "cu124"}, "2.5": {"cpu"}, "2.7": {"cpu"}}
     problems = release.build_problems(releases, published)
     assert len(problems) == 3
@@ -105,9 +109,13 @@ def test_release_check_prints_the_checks_and_the_settings_to_tick(capsys):
 
 def test_release_check_refuses_a_version_already_tagged_elsewhere(tmp_path, capsys):
     """A checkout whose version was not bumped since its last release: the tag exists and names another commit."""
+
     def git(*args):
-        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+            check=True,
+            capture_output=True,
+        )
 
     (tmp_path / release.VERSION_FILE).parent.mkdir(parents=True)
     (tmp_path / release.VERSION_FILE).write_text('__version__ = "0.4.0"\n')
@@ -141,8 +149,11 @@ def tag_run(fake_gh, work, tag, *wheels, deploy=True):
     plan = {"published": ["linux-x86_64"], "missing": [], "wheels": names, "version": tag[1:], "required_missing": []}
     (work / tag / "plan.json").write_text(json.dumps(plan))
     (work / tag / "notes.md").write_text("notes")
-    env = {"GH_STANDIN_DIR": str(fake_gh), "GITHUB_REF_NAME": tag,
-           "ASSETS_URL": f"https://example.invalid/download/{tag}"}
+    env = {
+        "GH_STANDIN_DIR": str(fake_gh),
+        "GITHUB_REF_NAME": tag,
+        "ASSETS_URL": f"https://example.invalid/download/{tag}",
+    }
     upload = run_step(step("release", "Upload the wheels")["run"], work / tag, **env)
     assert upload.returncode == 0, upload.stderr
     if not deploy:
@@ -165,8 +176,9 @@ def test_every_release_stays_on_the_pages_whatever_the_live_site_shows(tmp_path)
     assert "1 releases merged" in first.stdout
     assets = sorted(os.listdir(fake_gh / "v0.1.0"))
     assert assets == ["manifest-linux-x86_64.json", "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
-    tag_run(fake_gh, work, "v0.2.0", ("0.2.0", "2.14.1+cu130", "13.0"), ("0.2.0+cu12", "2.14.1+cu126", "12.6"),
-            deploy=False)
+    tag_run(
+        fake_gh, work, "v0.2.0", ("0.2.0", "2.14.1+cu130", "13.0"), ("0.2.0+cu12", "2.14.1+cu126", "12.6"), deploy=False
+    )
     third = tag_run(fake_gh, work, "v0.3.0", ("0.3.0", "2.14.1+cu130", "13.0"))
     assert third.returncode == 0, third.stderr
     page = listed(work, "v0.3.0", "torch-2.12.0+cu130.html")
@@ -188,8 +200,10 @@ def test_a_release_without_its_manifest_stops_the_deploy(tmp_path):
     (fake_gh / "v0.1.1").mkdir()
     (fake_gh / "notes").mkdir()
     (fake_gh / "notes" / "changes.txt").write_text("")
-    releases += [{"tagName": "v0.1.1", "isDraft": True, "createdAt": "2026-12-05"},
-                 {"tagName": "notes", "isDraft": False, "createdAt": "2026-12-06"}]
+    releases += [
+        {"tagName": "v0.1.1", "isDraft": True, "createdAt": "2026-12-05"},
+        {"tagName": "notes", "isDraft": False, "createdAt": "2026-12-06"},
+    ]
     json.dump(releases, open(fake_gh / "releases.json", "w"))
     out = tag_run(fake_gh, work, "v0.2.0", ("0.2.0", "2.14.1+cu130", "13.0"))
     assert out.returncode == 1
@@ -221,8 +235,13 @@ def gh_bin(tmp_path, monkeypatch, calls=None):
 
 
 def x86_plan(*names):
-    return {"published": ["linux-x86_64"], "missing": [], "wheels": list(names), "version": "0.2.0",
-            "required_missing": []}
+    return {
+        "published": ["linux-x86_64"],
+        "missing": [],
+        "wheels": list(names),
+        "version": "0.2.0",
+        "required_missing": [],
+    }
 
 
 @pytest.mark.parametrize("digest", [True, False], ids=["digest", "download"])
@@ -260,8 +279,11 @@ def test_manifests_are_the_same_bytes_anywhere():
     made = []
     for _ in range(2):
         with tempfile.TemporaryDirectory() as d:
-            made.append(release.target_manifest("linux-x86_64", [make_wheel(d, "0.2.0", "2.14.1+cu130", "13.0")],
-                                                "https://example.invalid/v0.2.0/"))
+            made.append(
+                release.target_manifest(
+                    "linux-x86_64", [make_wheel(d, "0.2.0", "2.14.1+cu130", "13.0")], "https://example.invalid/v0.2.0/"
+                )
+            )
     assert made[0] == made[1] and b'"path"' not in made[0] and b"/tmp" not in made[0]
     entry = json.loads(made[0])["wheels"][0]
     assert entry["url"] == "https://example.invalid/v0.2.0/prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"
@@ -295,19 +317,34 @@ def test_the_standin_refuses_what_github_refuses(tmp_path, monkeypatch):
 def test_release_manifests_merge_per_target_and_older_single_manifests(tmp_path, monkeypatch):
     gh, state = gh_bin(tmp_path, monkeypatch)
     subprocess.run([gh, "release", "create", "v0.1.0", "--notes", ""], check=True)
-    old = {"wheels": [{"file": "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl", "url": "u1", "sha256": "a",
-                       "path": "/home/runner/w.whl", "pages": ["torch-2.14.1+cu130.html"]}]}
+    old = {
+        "wheels": [
+            {
+                "file": "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl",
+                "url": "u1",
+                "sha256": "a",
+                "path": "/home/runner/w.whl",
+                "pages": ["torch-2.14.1+cu130.html"],
+            }
+        ]
+    }
     (state / "v0.1.0" / "manifest.json").write_text(json.dumps(old))
     (state / "v0.1.0" / "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
     subprocess.run([gh, "release", "create", "v0.2.0", "--notes", ""], check=True)
     for target, plat in (("linux-x86_64", "manylinux_2_28_x86_64"), ("macos-arm64", "macosx_11_0_arm64")):
-        entry = {"file": f"prerast-0.2.0-cp310-abi3-{plat}.whl", "url": f"u-{target}", "sha256": "b",
-                 "pages": ["torch-2.14.1+cpu.html"]}
+        entry = {
+            "file": f"prerast-0.2.0-cp310-abi3-{plat}.whl",
+            "url": f"u-{target}",
+            "sha256": "b",
+            "pages": ["torch-2.14.1+cpu.html"],
+        }
         (state / "v0.2.0" / f"manifest-{target}.json").write_text(json.dumps({"target": target, "wheels": [entry]}))
     out = tmp_path / "previous.json"
     assert release.release_manifests(str(out), gh, str(tmp_path)) == ["v0.1.0", "v0.2.0"]
     merged = json.load(open(out))["wheels"]
-    assert [e["file"] for e in merged] == ["prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl",
-                                           "prerast-0.2.0-cp310-abi3-macosx_11_0_arm64.whl",
-                                           "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
+    assert [e["file"] for e in merged] == [
+        "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl",
+        "prerast-0.2.0-cp310-abi3-macosx_11_0_arm64.whl",
+        "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl",
+    ]
     assert all("path" not in e for e in merged)

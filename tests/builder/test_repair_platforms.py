@@ -5,6 +5,7 @@ to the file (copies it, grafts what it is told to, retags where told to); tests/
 real delocate and delvewheel.
 Also the host-side pieces of the Windows and macOS jobs: the torch pin (python -m ci pin-torch) and the smoke
 test's runtime environment on Windows."""
+
 import json
 import os
 import shutil
@@ -15,9 +16,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+from ci.build import smoke  # noqa: E402
 from ci.matrix import cibw
 from ci.repair import check
-from ci.build import smoke  # noqa: E402
 from prerast_meta import repair  # noqa: E402
 
 
@@ -43,9 +44,9 @@ def fake_tool(monkeypatch):
         raw = next(w for w in cmd if w.endswith(".whl"))
         name = os.path.basename(raw)
         if "auditwheel" in cmd:  # tagged what --plat says
-            name = name[:-len(".whl")].rsplit("-", 1)[0] + "-" + cmd[cmd.index("--plat") + 1] + ".whl"
+            name = name[: -len(".whl")].rsplit("-", 1)[0] + "-" + cmd[cmd.index("--plat") + 1] + ".whl"
         if state["retag"]:
-            name = name[:-len(".whl")].rsplit("-", 1)[0] + "-" + state["retag"] + ".whl"
+            name = name[: -len(".whl")].rsplit("-", 1)[0] + "-" + state["retag"] + ".whl"
         dest = os.path.join(out, name)
         shutil.copy(raw, dest)
         if state["graft"]:
@@ -100,8 +101,9 @@ def test_linux_aarch64_wheels_get_the_aarch64_policy_tag(tmp_path, fake_tool, mo
 
 
 def test_tool_of_a_platform_tag():
-    assert [repair.tool_for(t) for t in ("linux_x86_64", "manylinux_2_28_aarch64", "win_amd64", "macosx_11_0_arm64")] \
-        == ["auditwheel", "auditwheel", "delvewheel", "delocate"]
+    assert [
+        repair.tool_for(t) for t in ("linux_x86_64", "manylinux_2_28_aarch64", "win_amd64", "macosx_11_0_arm64")
+    ] == ["auditwheel", "auditwheel", "delvewheel", "delocate"]
     with pytest.raises(ValueError, match="no repair tool for the platform tag 'any'"):
         repair.tool_for("any")
     with pytest.raises(ValueError, match="unknown repair tool 'zip'"):
@@ -110,8 +112,11 @@ def test_tool_of_a_platform_tag():
 
 def test_pin_torch_writes_the_constraint_file(tmp_path, capsys):
     path = tmp_path / ".cibw" / "constraints.txt"
-    env = {"PRERAST_CELL": "2.14.1+cpu-macos-arm64", "PRERAST_TORCH_REQUIREMENT": "torch===2.14.1",
-           "PIP_CONSTRAINT": str(path)}
+    env = {
+        "PRERAST_CELL": "2.14.1+cpu-macos-arm64",
+        "PRERAST_TORCH_REQUIREMENT": "torch===2.14.1",
+        "PIP_CONSTRAINT": str(path),
+    }
     assert cibw.pin_torch_main([], env) == 0
     assert path.read_text() == "torch===2.14.1\n"
     assert cibw.pin_torch_main([], {"PIP_CONSTRAINT": str(path)}) == 2
@@ -128,5 +133,6 @@ def test_smoke_runtime_on_windows_keeps_the_system_folder_and_moves_home_and_tem
     assert env["SystemRoot"] == "WINDOWS" and env["USERPROFILE"] == home
     assert env["TEMP"] == env["TMP"] == env["TMPDIR"] and env["LOCALAPPDATA"].startswith(home)
     monkeypatch.setattr(smoke, "_windows", lambda: False)
-    assert smoke.runtime_env(venv, home)["PATH"] == os.path.join(venv, "bin") and "SystemRoot" not in \
-        smoke.runtime_env(venv, home)
+    assert smoke.runtime_env(venv, home)["PATH"] == os.path.join(venv, "bin") and "SystemRoot" not in smoke.runtime_env(
+        venv, home
+    )

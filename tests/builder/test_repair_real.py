@@ -10,8 +10,9 @@ real delocate and delvewheel, on wheels shaped like the plugin's, built here wit
 Each must come out tagged exactly as it went in, with nothing of torch or CUDA grafted and the plugin still
 naming torch's libraries; a library that is not torch's is grafted when the tool finds it, and stops the repair
 when it does not."""
-import json
+
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -51,24 +52,38 @@ def make_wheel(folder, plat, library, data):
     """A wheel as the build writes it: the package (delocate grafts into a package's folder: prerast/.dylibs), the
     plugin and a _build_info.json stamping it (prerast_meta/build_info.py)."""
     path = os.path.join(folder, f"prerast-0.1.0-cp310-abi3-{plat}.whl")
-    info = {"abi": "stable", "prerast_version": "0.1.0", "torch_version": "2.14.1", "cuda_version": None,
-            "python_tag": "cp310-abi3", "library": library,
-            "libraries": {library: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}}}
+    info = {
+        "abi": "stable",
+        "prerast_version": "0.1.0",
+        "torch_version": "2.14.1",
+        "cuda_version": None,
+        "python_tag": "cp310-abi3",
+        "library": library,
+        "libraries": {library: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}},
+    }
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("prerast/__init__.py", "")
         z.writestr(f"prerast/{library}", data)
         z.writestr("prerast/_build_info.json", json.dumps(info, indent=2, sort_keys=True))
         z.writestr("prerast-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: prerast\nVersion: 0.1.0\n")
-        z.writestr("prerast-0.1.0.dist-info/WHEEL",
-                   f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp310-abi3-{plat}\n")
+        z.writestr(
+            "prerast-0.1.0.dist-info/WHEEL",
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp310-abi3-{plat}\n",
+        )
         z.writestr("prerast-0.1.0.dist-info/RECORD", "")
     return path
 
 
 def repair(wheel, out, env):
     """`python -m ci repair WHEEL OUT` as cibuildwheel runs it; (exit status, output, the wheels in OUT)."""
-    done = subprocess.run([sys.executable, "-m", "ci", "repair", wheel, out], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "ci", "repair", wheel, out],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     wheels = sorted(n for n in os.listdir(out) if n.endswith(".whl")) if os.path.isdir(out) else []
     return done.returncode, done.stdout + done.stderr, wheels
 
@@ -87,14 +102,28 @@ def assert_stamped(path, info, name):
 
 # --- macOS: delocate-wheel ------------------------------------------------------------------------------------
 
+
 def dylib(folder, name, install_name):
     src = os.path.join(folder, name + ".c")
     with open(src, "w") as f:
         f.write(f"int {name}_f(void) {{ return 1; }}\n")
     out = os.path.join(folder, f"lib{name}.dylib")
     # -nostdlib: no macOS SDK here, and the stubs need no libSystem.
-    run(["clang-14", "-target", "arm64-apple-macos11", "-dynamiclib", "-fuse-ld=lld", "-nostdlib",
-         "-install_name", install_name, src, "-o", out])
+    run(
+        [
+            "clang-14",
+            "-target",
+            "arm64-apple-macos11",
+            "-dynamiclib",
+            "-fuse-ld=lld",
+            "-nostdlib",
+            "-install_name",
+            install_name,
+            src,
+            "-o",
+            out,
+        ]
+    )
     return out
 
 
@@ -108,8 +137,22 @@ def macos_wheel(folder, torch_lib, extra=()):
         f.write("int plugin(void) { return " + " + ".join(f"{n}_f()" for n in names) + "; }\n")
     plugin = os.path.join(folder, "_C.abi3.so")
     libs = ["-L", torch_lib] + [a for lib_dir, name in extra for a in ("-L", lib_dir)] + [f"-l{n}" for n in names]
-    run(["clang-14", "-target", "arm64-apple-macos11", "-bundle", "-undefined", "dynamic_lookup", "-fuse-ld=lld",
-         "-nostdlib", src, *libs, "-o", plugin])
+    run(
+        [
+            "clang-14",
+            "-target",
+            "arm64-apple-macos11",
+            "-bundle",
+            "-undefined",
+            "dynamic_lookup",
+            "-fuse-ld=lld",
+            "-nostdlib",
+            src,
+            *libs,
+            "-o",
+            plugin,
+        ]
+    )
     return make_wheel(folder, "macosx_11_0_arm64", "_C.abi3.so", open(plugin, "rb").read())
 
 
@@ -122,8 +165,11 @@ def load_commands(path):
 @pytest.fixture(scope="module")
 def macos(tmp_path_factory):
     """The cell's stub torch (a package on PYTHONPATH) and the environment `python -m ci repair` runs in."""
-    need(["clang-14", "ld64.lld-14", "llvm-otool-14", "llvm-install-name-tool-14", "llvm-lipo-14"],
-         "clang-14 lld-14 llvm-14", "delocate")
+    need(
+        ["clang-14", "ld64.lld-14", "llvm-otool-14", "llvm-install-name-tool-14", "llvm-lipo-14"],
+        "clang-14 lld-14 llvm-14",
+        "delocate",
+    )
     base = tmp_path_factory.mktemp("macos")
     torch_lib = base / "site" / "torch" / "lib"
     torch_lib.mkdir(parents=True)
@@ -158,8 +204,9 @@ def test_delocate_grafts_a_library_that_is_not_torchs(macos):
     assert rc == 0 and wheels == ["prerast-0.1.0-cp310-abi3-macosx_11_0_arm64.whl"], log
     plugin, names, info = unpacked(os.path.join(out, wheels[0]), "prerast/_C.abi3.so", str(macos["base"] / "gx"))
     assert [n for n in names if "/.dylibs/" in n] == ["prerast/.dylibs/libfoo.dylib"]
-    assert load_commands(plugin) == [f"@rpath/lib{n}.dylib" for n in TORCH_DYLIBS] + \
-        ["@loader_path/.dylibs/libfoo.dylib"]
+    assert load_commands(plugin) == [f"@rpath/lib{n}.dylib" for n in TORCH_DYLIBS] + [
+        "@loader_path/.dylibs/libfoo.dylib"
+    ]
     assert_stamped(plugin, info, "_C.abi3.so")  # the rewritten plugin's stamp follows it
 
 
@@ -193,12 +240,21 @@ def test_delocate_looks_for_torch_where_the_repairing_python_does(macos, tmp_pat
 
 # --- Windows: delvewheel --------------------------------------------------------------------------------------
 
+
 def dll(folder, name):
     src = os.path.join(folder, name + ".c")
     with open(src, "w") as f:
         f.write(f"__declspec(dllexport) int {name}_f(void) {{ return 1; }}\n")
-    run(["x86_64-w64-mingw32-gcc", "-shared", src, "-o", os.path.join(folder, name + ".dll"),
-         f"-Wl,--out-implib,{os.path.join(folder, 'lib' + name + '.dll.a')}"])
+    run(
+        [
+            "x86_64-w64-mingw32-gcc",
+            "-shared",
+            src,
+            "-o",
+            os.path.join(folder, name + ".dll"),
+            f"-Wl,--out-implib,{os.path.join(folder, 'lib' + name + '.dll.a')}",
+        ]
+    )
 
 
 def windows_wheel(folder, torch_lib, extra=()):
@@ -207,8 +263,7 @@ def windows_wheel(folder, torch_lib, extra=()):
     src = os.path.join(folder, "plugin.c")
     with open(src, "w") as f:
         f.write("".join(f"int {n}_f(void);\n" for n in names))
-        f.write("__declspec(dllexport) int PyInit__C(void) { return "
-                + " + ".join(f"{n}_f()" for n in names) + "; }\n")
+        f.write("__declspec(dllexport) int PyInit__C(void) { return " + " + ".join(f"{n}_f()" for n in names) + "; }\n")
     plugin = os.path.join(folder, "_C.pyd")
     libs = ["-L", torch_lib] + [a for lib_dir, name in extra for a in ("-L", lib_dir)] + [f"-l{n}" for n in names]
     run(["x86_64-w64-mingw32-gcc", "-shared", src, *libs, "-o", plugin])

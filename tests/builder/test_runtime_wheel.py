@@ -1,5 +1,6 @@
 """The repaired wheel in a fresh runtime virtualenv with no compiler: it imports, renders, compiles nothing and
 writes nothing. Slow (creates a virtualenv with torch): marked `wheel`."""
+
 import json
 import os
 import subprocess
@@ -37,8 +38,8 @@ def png_pixels(path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     w, h = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     i = data.index(b"IDAT")
-    n = int.from_bytes(data[i - 4:i], "big")
-    return w, h, zlib.decompress(data[i + 4:i + 4 + n])
+    n = int.from_bytes(data[i - 4 : i], "big")
+    return w, h, zlib.decompress(data[i + 4 : i + 4 + n])
 
 
 def test_wheel_renders_without_compiler(runtime_venv, tmp_path):
@@ -53,12 +54,15 @@ def test_wheel_renders_without_compiler(runtime_venv, tmp_path):
     assert (w, h) == (256, 256) and any(raw)
 
 
-@pytest.mark.parametrize("offence, evidence", [
-    # A runtime that starts the compiler it was given (as a JIT build would) ...
-    ("import os, subprocess; subprocess.run([os.environ['CXX'], '-c', 'plugin.cpp'])", "compiler_calls"),
-    # ... or leaves a file behind (a build folder, a cache) must fail the smoke test.
-    ("import os; open(os.path.join(os.environ['HOME'], 'leftover.o'), 'w').close()", "files_written"),
-])
+@pytest.mark.parametrize(
+    "offence, evidence",
+    [
+        # A runtime that starts the compiler it was given (as a JIT build would) ...
+        ("import os, subprocess; subprocess.run([os.environ['CXX'], '-c', 'plugin.cpp'])", "compiler_calls"),
+        # ... or leaves a file behind (a build folder, a cache) must fail the smoke test.
+        ("import os; open(os.path.join(os.environ['HOME'], 'leftover.o'), 'w').close()", "files_written"),
+    ],
+)
 def test_smoke_test_catches_compiling_and_writing(runtime_venv, tmp_path, monkeypatch, offence, evidence):
     from ci.build import smoke
 
@@ -69,23 +73,38 @@ def test_smoke_test_catches_compiling_and_writing(runtime_venv, tmp_path, monkey
 
 def test_wheel_refuses_wrong_torch_version(runtime_venv, tmp_path):
     # The same install, with its metadata claiming another torch: import must fail with the loader's message.
-    site = subprocess.run([os.path.join(runtime_venv, "bin", "python"), "-c",
-                           "import prerast, os; print(os.path.dirname(prerast.__file__))"],
-                          capture_output=True, text=True, check=True,
-                          env=wheel_tools.runtime_env(runtime_venv, str(tmp_path))).stdout.strip()
+    site = subprocess.run(
+        [
+            os.path.join(runtime_venv, "bin", "python"),
+            "-c",
+            "import prerast, os; print(os.path.dirname(prerast.__file__))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=wheel_tools.runtime_env(runtime_venv, str(tmp_path)),
+    ).stdout.strip()
     info = os.path.join(site, "_build_info.json")
     original = open(info).read()
     try:
         # A classic binary of another torch minor (a stable one would serve any torch from 2.10 on).
         claimed = dict(json.loads(original), torch_version="2.4.1+cu124", abi="classic")
         open(info, "w").write(json.dumps(claimed))
-        out = subprocess.run([os.path.join(runtime_venv, "bin", "python"), "-c", "import prerast"],
-                             capture_output=True, text=True, env=wheel_tools.runtime_env(runtime_venv, str(tmp_path)))
+        out = subprocess.run(
+            [os.path.join(runtime_venv, "bin", "python"), "-c", "import prerast"],
+            capture_output=True,
+            text=True,
+            env=wheel_tools.runtime_env(runtime_venv, str(tmp_path)),
+        )
     finally:
         open(info, "w").write(original)
     assert out.returncode == 1
     assert "BinaryMismatchError" in out.stderr
-    running = subprocess.run([os.path.join(runtime_venv, "bin", "python"), "-c", "import torch; print(torch.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    running = subprocess.run(
+        [os.path.join(runtime_venv, "bin", "python"), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert "2.4.1+cu124" in out.stderr and running in out.stderr and running != "2.4.1+cu124"
     assert "pip install" in out.stderr

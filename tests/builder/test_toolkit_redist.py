@@ -1,6 +1,7 @@
 """`python -m ci toolkit-redist` against a fake NVIDIA redist root on disk: redistrib_<release>.json files and
 component zips laid out as NVIDIA lays them out (<component>/<platform>/<component>-<platform>-<version>-archive.zip,
 each with one top folder). Reached as a folder path and as a file:// URL; no network."""
+
 import hashlib
 import json
 import os
@@ -12,8 +13,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.matrix import cibw
 from ci import matrix
+from ci.matrix import cibw
 from ci.toolkit import redist  # noqa: E402
 
 PLATFORM = "windows-x86_64"
@@ -52,9 +53,13 @@ def make_root(tmp_path, releases=("12.6.3", "13.0.0", "13.0.2"), companions=True
             digest = hashlib.sha256(archive.read_bytes()).hexdigest()
             if corrupt == name:
                 digest = "0" * 64
-            manifest[name] = {"name": name, "version": version, "license": "CUDA Toolkit",
-                              PLATFORM: {"relative_path": relative, "sha256": digest, "size": str(archive.stat().st_size)},
-                              "linux-x86_64": {"relative_path": f"{name}/linux-x86_64/none.tar.xz", "sha256": "x"}}
+            manifest[name] = {
+                "name": name,
+                "version": version,
+                "license": "CUDA Toolkit",
+                PLATFORM: {"relative_path": relative, "sha256": digest, "size": str(archive.stat().st_size)},
+                "linux-x86_64": {"relative_path": f"{name}/linux-x86_64/none.tar.xz", "sha256": "x"},
+            }
         (root / f"redistrib_{release}.json").write_text(json.dumps(manifest))
     (root / "index.html").write_text("not a release")
     return root
@@ -65,7 +70,13 @@ PACKAGES = matrix.toolkit()["packages"]
 
 def test_redist_names_of_the_toolkit_packages():
     assert [redist.redist_name(p) for p in PACKAGES] == [
-        "cuda_nvcc", "cuda_cudart", "cuda_cccl", "cuda_nvrtc", "cuda_nvtx", "cuda_profiler_api"]
+        "cuda_nvcc",
+        "cuda_cudart",
+        "cuda_cccl",
+        "cuda_nvrtc",
+        "cuda_nvtx",
+        "cuda_profiler_api",
+    ]
 
 
 @pytest.mark.parametrize("as_url", [False, True])
@@ -77,8 +88,9 @@ def test_newest_release_of_the_cuda_version_unpacked_into_one_tree(tmp_path, as_
     record = redist.install(where, "13.0", PACKAGES, PLATFORM, str(out), log=lambda m: None)
     assert record["release"] == "13.0.2"
     # The packages and nvcc's companions that this release lists; nothing else.
-    assert sorted(record["components"]) == sorted(["cuda_nvcc", "cuda_crt", "libnvvm", "cuda_cudart", "cuda_cccl",
-                                                   "cuda_nvrtc", "cuda_nvtx", "cuda_profiler_api"])
+    assert sorted(record["components"]) == sorted(
+        ["cuda_nvcc", "cuda_crt", "libnvvm", "cuda_cudart", "cuda_cccl", "cuda_nvrtc", "cuda_nvtx", "cuda_profiler_api"]
+    )
     assert record["components"]["cuda_nvcc"] == "13.0.2.9"
     for name, files in FILES.items():
         for path, data in files.items():

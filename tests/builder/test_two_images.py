@@ -5,6 +5,7 @@ to the venv (no compiler, nvcc or ninja), CUDA_HOME unset and CC/CXX=/bin/false,
 the PNG it is asked to write. Both use a CPU torch, installed once into .venv/test-torch-cpu and shared through a
 .pth file, so that every build here is a CPU build of seconds (with ccache). Slow: marked `wheel`.
 """
+
 import glob
 import json
 import os
@@ -20,9 +21,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci.build import wheel as wheel_tools  # noqa: E402
-from shared_torch import make_venv, pip, shared_torch  # noqa: E402
 from prerast import _cache  # noqa: E402
 from prerast_meta import sources as _sources  # noqa: E402
+from shared_torch import make_venv, pip, shared_torch  # noqa: E402
 
 pytestmark = pytest.mark.wheel
 
@@ -62,8 +63,11 @@ def claim_other_torch(venv):
 
 
 def devel_env(venv, **extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("PRERAST_") and k not in ("TORCH_CUDA_ARCH_LIST", "PYTHONPATH", "VIRTUAL_ENV")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PRERAST_") and k not in ("TORCH_CUDA_ARCH_LIST", "PYTHONPATH", "VIRTUAL_ENV")
+    }
     env.update(PATH=os.path.join(venv, "bin") + os.pathsep + os.environ["PATH"], PYTHONDONTWRITEBYTECODE="1")
     env.update({k: str(v) for k, v in extra.items()})
     return env
@@ -76,13 +80,24 @@ def runtime_env(venv, home, **extra):
 
 
 def python(venv, args, env, cwd, **kw):
-    return subprocess.run([os.path.join(venv, "bin", "python")] + args, env=env, cwd=cwd, capture_output=True,
-                          text=True, stdin=subprocess.DEVNULL, timeout=900, **kw)
+    return subprocess.run(
+        [os.path.join(venv, "bin", "python")] + args,
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=900,
+        **kw,
+    )
 
 
 def files_under(folder):
-    return sorted((os.path.relpath(os.path.join(d, f), folder), os.path.getmtime(os.path.join(d, f)))
-                  for d, _, files in os.walk(folder) for f in files)
+    return sorted(
+        (os.path.relpath(os.path.join(d, f), folder), os.path.getmtime(os.path.join(d, f)))
+        for d, _, files in os.walk(folder)
+        for f in files
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +114,12 @@ def wheel(images):
     """build-wheel from the checkout, in the devel image: its two packages, prerast (package/) and prerast_meta
     (the root), on PYTHONPATH, run from another folder."""
     checkout = os.pathsep.join([os.path.join(ROOT, "package"), ROOT])
-    out = python(images["devel"], ["-m", "prerast", "build-wheel", "--out", str(images["work"] / "wheels")],
-                 devel_env(images["devel"], PYTHONPATH=checkout), cwd=images["work"])
+    out = python(
+        images["devel"],
+        ["-m", "prerast", "build-wheel", "--out", str(images["work"] / "wheels")],
+        devel_env(images["devel"], PYTHONPATH=checkout),
+        cwd=images["work"],
+    )
     assert out.returncode == 0, out.stderr[-5000:]
     assert "compiling csrc/bindings/rasterize.cpp" in out.stderr  # minutes of compiling are not silent
     return out.stdout.strip().splitlines()[-1]
@@ -127,9 +146,24 @@ def race(images, devel_mismatched):
     barrier = images["work"] / "race-barrier"
     barrier.mkdir()
     env = devel_env(devel_mismatched, PRERAST_BUILD_ON_MISMATCH=1, PRERAST_CACHE_DIR=cache)
-    procs = [subprocess.Popen([os.path.join(devel_mismatched, "bin", "python"), "-c", RENDER,
-                               str(images["work"] / f"race{i}.png"), str(barrier), "2"], env=env, cwd=images["work"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [
+                os.path.join(devel_mismatched, "bin", "python"),
+                "-c",
+                RENDER,
+                str(images["work"] / f"race{i}.png"),
+                str(barrier),
+                "2",
+            ],
+            env=env,
+            cwd=images["work"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=900)
@@ -139,8 +173,9 @@ def race(images, devel_mismatched):
 
 
 def test_build_wheel_from_checkout(images, wheel):
-    torch_version = python(images["devel"], ["-c", "import torch; print(torch.__version__)"],
-                           devel_env(images["devel"]), images["work"]).stdout.strip()
+    torch_version = python(
+        images["devel"], ["-c", "import torch; print(torch.__version__)"], devel_env(images["devel"]), images["work"]
+    ).stdout.strip()
     major, minor = (int(x) for x in torch_version.split(".")[:2])
     name = os.path.basename(wheel)
     tag = "cpu" if (major, minor) >= (2, 10) else f"pt{major}{minor}cpu"  # stable or classic build
@@ -165,8 +200,7 @@ def test_runtime_renders_from_wheel(images, wheel_render):
     assert report["binary"].startswith(images["runtime"]) and report["nonblack_pixels"] > 0
     home = images["work"] / "home-doctor"
     home.mkdir()
-    out = python(images["runtime"], ["-m", "prerast", "doctor", "--json"], runtime_env(images["runtime"], home),
-                 home)
+    out = python(images["runtime"], ["-m", "prerast", "doctor", "--json"], runtime_env(images["runtime"], home), home)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["plugin"]["source"] == "bundled" and doc["source_build"]["ninja"] is None
@@ -176,14 +210,19 @@ def test_runtime_renders_from_wheel(images, wheel_render):
 def test_build_wheel_from_installed_prerast(images, devel_mismatched, wheel):
     # The installed prerast's own plugin does not fit, and no checkout is at hand: its shipped sources build.
     out_dir = images["work"] / "wheels-installed"
-    out = python(devel_mismatched, ["-m", "prerast", "build-wheel", "--no-repair", "--out", str(out_dir)],
-                 devel_env(devel_mismatched), images["work"])
+    out = python(
+        devel_mismatched,
+        ["-m", "prerast", "build-wheel", "--no-repair", "--out", str(out_dir)],
+        devel_env(devel_mismatched),
+        images["work"],
+    )
     assert out.returncode == 0, out.stderr[-5000:]
     built = out.stdout.strip().splitlines()[-1]
     assert os.path.dirname(built) == str(out_dir)
     assert os.path.basename(built) == os.path.basename(wheel).split("-manylinux")[0] + "-linux_x86_64.whl"
     assert f"sources: {os.path.join(site_package(devel_mismatched), '_src')}" in out.stderr
     with zipfile.ZipFile(built) as a, zipfile.ZipFile(wheel) as b:
+
         def shipped(z):  # files only: a repaired wheel also lists folders
             return sorted(n for n in z.namelist() if n.startswith("prerast/_src/") and not n.endswith("/"))
 
@@ -194,9 +233,15 @@ def test_build_wheel_from_installed_prerast(images, devel_mismatched, wheel):
 def test_killed_first_use_build_leaves_no_blocking_lock(images, devel_mismatched):
     cache = images["work"] / "cache-killed"
     env = devel_env(devel_mismatched, PRERAST_BUILD_ON_MISMATCH=1, PRERAST_CACHE_DIR=cache)
-    proc = subprocess.Popen([os.path.join(devel_mismatched, "bin", "python"), "-c", "import prerast"], env=env,
-                            cwd=images["work"], start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [os.path.join(devel_mismatched, "bin", "python"), "-c", "import prerast"],
+        env=env,
+        cwd=images["work"],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while not glob.glob(str(cache / ".partial-*" / "build.log")):  # the compiler is running
         assert proc.poll() is None and time.time() < deadline, proc.stderr.read()

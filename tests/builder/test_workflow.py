@@ -1,6 +1,7 @@
 """The CI workflow and the cibuildwheel configuration agree with ci/matrix.toml: actionlint accepts the workflow,
 the workflow takes its job list from the matrix file (it names no cell itself), and cibuildwheel, given each cell's
 environment, prints exactly that cell's build identifiers."""
+
 import dataclasses
 import os
 import re
@@ -13,9 +14,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+from ci import matrix  # noqa: E402
 from ci.matrix import cibw
 from ci.repair import check
-from ci import matrix  # noqa: E402
 from prerast_meta import compat  # noqa: E402
 
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
@@ -44,8 +45,9 @@ def test_actionlint_would_catch_a_broken_workflow(tmp_path):
     broken.mkdir(parents=True)
     text = open(WORKFLOW).read().replace("needs.matrix.outputs.cells", "needs.matrix.outputs.cellz")
     (broken / "wheels.yml").write_text(text)
-    out = subprocess.run([tool("actionlint"), "-no-color", str(broken / "wheels.yml")], capture_output=True, text=True,
-                         cwd=tmp_path)
+    out = subprocess.run(
+        [tool("actionlint"), "-no-color", str(broken / "wheels.yml")], capture_output=True, text=True, cwd=tmp_path
+    )
     assert out.returncode != 0 and "cellz" in out.stdout
 
 
@@ -143,13 +145,20 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
         (save,) = uses(job, "actions/cache/save")
         assert save["with"] == {"path": cache["with"]["path"], "key": key}
         assert save["if"] == cache["if"] + " && github.event_name == 'schedule'"
-        assert job["steps"].index(save) > next(i for i, s in enumerate(job["steps"]) if "cibuildwheel" in s.get("run", ""))
+        assert job["steps"].index(save) > next(
+            i for i, s in enumerate(job["steps"]) if "cibuildwheel" in s.get("run", "")
+        )
         clean_up_step = next(step for step in job["steps"] if "rm -rf" in step.get("run", ""))
         assert clean_up_step["if"] == "matrix.os == 'linux'"
         clean_up = clean_up_step["run"]
         assert clean_up.startswith("df -h") and clean_up.rstrip().endswith("df -h /")
-        for path in ("/usr/share/dotnet", "/usr/local/lib/android", "/opt/ghc", "/opt/hostedtoolcache/CodeQL",
-                     "/usr/local/share/boost"):
+        for path in (
+            "/usr/share/dotnet",
+            "/usr/local/lib/android",
+            "/opt/ghc",
+            "/opt/hostedtoolcache/CodeQL",
+            "/usr/local/share/boost",
+        ):
             assert path in clean_up
     env = cibw.environment(matrix.find("2.14.1+cu130"))["CIBW_ENVIRONMENT"]
     assert 'CCACHE_MAXSIZE="' in env
@@ -180,8 +189,9 @@ def test_job_model_counts_a_cuda_torch_per_smoke_tested_python():
     assert every - two == pytest.approx(skipped * (cibw.MINUTES["torch_cuda"] - cibw.MINUTES["python_skipped"]))
     published = matrix.select(CELLS, published=True)
     assert cibw.runner_minutes(published) < cibw.runner_minutes(published, smoke_every_python=True)
-    assert all(job["timeout"] >= 2 * cibw.expected_minutes(c)
-               for c, job in zip(CELLS, cibw.github_matrix(CELLS)["include"]))
+    assert all(
+        job["timeout"] >= 2 * cibw.expected_minutes(c) for c, job in zip(CELLS, cibw.github_matrix(CELLS)["include"])
+    )
 
 
 def test_ccache_where_the_build_uses_it_and_no_dnf_ccache():
@@ -223,8 +233,14 @@ def selection_of(event, ref, choice=""):
             f.write("#!/bin/sh\necho '{}'\n")
         os.chmod(os.path.join(tmp, "python"), 0o755)
         output = os.path.join(tmp, "output")
-        env = dict(os.environ, PATH=tmp + os.pathsep + os.environ["PATH"], EVENT=event, GITHUB_REF=ref, CHOICE=choice,
-                   GITHUB_OUTPUT=output)
+        env = dict(
+            os.environ,
+            PATH=tmp + os.pathsep + os.environ["PATH"],
+            EVENT=event,
+            GITHUB_REF=ref,
+            CHOICE=choice,
+            GITHUB_OUTPUT=output,
+        )
         subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], env=env, check=True, capture_output=True)
         return dict(line.split("=", 1) for line in open(output).read().splitlines())["selection"]
 
@@ -266,9 +282,13 @@ def test_runner_labels_come_from_the_matrix_file():
     assert runner_label_problems(text) == []
     # Can fail: a job on another label, and a label in a comment (which goes stale when the matrix moves on).
     broken = text.replace("runs-on: ubuntu-24.04\n", "runs-on: ubuntu-22.04\n", 1).replace(
-        "# Builds prerast's wheels", "# Builds prerast's wheels (macos-14)")
-    assert runner_label_problems(broken) == ["job matrix runs on ubuntu-22.04", "runner label macos-14 in the text",
-                                             "runner label ubuntu-22.04 in the text"]
+        "# Builds prerast's wheels", "# Builds prerast's wheels (macos-14)"
+    )
+    assert runner_label_problems(broken) == [
+        "job matrix runs on ubuntu-22.04",
+        "runner label macos-14 in the text",
+        "runner label ubuntu-22.04 in the text",
+    ]
 
 
 def test_workflow_matrix_comes_from_the_matrix_file():
@@ -283,8 +303,13 @@ def test_workflow_matrix_comes_from_the_matrix_file():
 def identifiers(env_overrides, platform="linux"):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}
     env.update(env_overrides)
-    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", platform], cwd=ROOT,
-                         env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [tool("cibuildwheel"), "--print-build-identifiers", "--platform", platform],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
 
@@ -305,17 +330,25 @@ def test_cibuildwheel_builds_exactly_each_cells_pythons():
     assert {t for _, t in seen} == set(matrix.targets())  # every target has a cell
 
 
-IDENTIFIER_SUFFIX = {"linux-x86_64": "-manylinux_x86_64", "linux-aarch64": "-manylinux_aarch64",
-                     "windows-amd64": "-win_amd64", "macos-arm64": "-macosx_arm64"}
+IDENTIFIER_SUFFIX = {
+    "linux-x86_64": "-manylinux_x86_64",
+    "linux-aarch64": "-manylinux_aarch64",
+    "windows-amd64": "-win_amd64",
+    "macos-arm64": "-macosx_arm64",
+}
 
 
 def test_a_cell_environment_for_another_target_selects_nothing():
     # The check above can fail: the Windows cell's CIBW_BUILD with Linux's --platform builds nothing of it.
     env = cibw.environment(matrix.find("2.14.1+cu130-windows-amd64"))
     env = {k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}
-    out = subprocess.run([tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"], cwd=ROOT,
-                         env=dict({k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}, **env),
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"],
+        cwd=ROOT,
+        env=dict({k: v for k, v in os.environ.items() if not k.startswith("CIBW_")}, **env),
+        capture_output=True,
+        text=True,
+    )
     assert not out.stdout.split()
 
 
@@ -382,7 +415,8 @@ def test_cibuildwheel_commands_work_from_any_drive_and_shell(tmp_path):
     commands = cibuildwheel_commands(cfg)
     linux_only = {"before-all"}  # bash {project}/ci/manylinux_setup.sh, in the manylinux image
     assert {k: cmd_exe_problems(v) for k, v in commands.items() if k not in linux_only} == {
-        k: [] for k in commands if k not in linux_only}
+        k: [] for k in commands if k not in linux_only
+    }
     assert {"windows.before-all", "macos.before-all", "repair-wheel-command", "test-command"} <= set(commands)
     for name in ("repair-wheel-command", "test-command", "windows.before-all"):
         line = helpers.prepare_command(commands[name], project=ROOT, wheel="--help", dest_dir=str(tmp_path))
@@ -393,8 +427,13 @@ def test_cibuildwheel_commands_work_from_any_drive_and_shell(tmp_path):
             assert out.returncode == 2 and "pin-torch: PRERAST_CELL" in out.stderr, out.stderr
         else:
             assert out.returncode == 0 and "usage: python -m ci" in out.stdout, out.stderr
-    matrix_list = subprocess.run([sys.executable, os.path.join(ROOT, "ci", "cli.py"), "matrix", "--pr"], cwd=tmp_path,
-                                 capture_output=True, text=True, timeout=120)
+    matrix_list = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "ci", "cli.py"), "matrix", "--pr"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert matrix_list.returncode == 0 and "2.14.1+cu130" in matrix_list.stdout
 
 
@@ -404,8 +443,13 @@ def test_the_cd_form_fails_from_another_folder(tmp_path):
     assert cmd_exe_problems(old) == ["cd", "a chain of commands", "first word cd", "no script path"]
     assert cmd_exe_problems("python {project}/ci/nothing_here.py repair") == ["path {project}/ci/nothing_here.py"]
     assert cmd_exe_problems("python %PROJECT%/ci/cli.py smoke") == ["a variable", "path %PROJECT%/ci/cli.py"]
-    out = subprocess.run([sys.executable, "-m", "ci", "matrix"], cwd=tmp_path, capture_output=True, text=True,
-                         env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    out = subprocess.run(
+        [sys.executable, "-m", "ci", "matrix"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert out.returncode != 0 and "No module named ci" in out.stderr
 
 
@@ -538,9 +582,9 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
     assert per_os_step_problems(text, rows) == []
     assert {r["os"] for r in rows if r["ccache"]} == {"linux"}
     # Can fail: the clean-up unconditioned, the toolkit step on every Windows row, ccache on every OS.
-    broken = (text.replace("        if: matrix.os == 'linux'\n        run: |\n          df -h /",
-                           "        run: |\n          df -h /")
-              .replace("if: matrix.os == 'windows' && matrix.cuda != ''", "if: matrix.os == 'windows'"))
+    broken = text.replace(
+        "        if: matrix.os == 'linux'\n        run: |\n          df -h /", "        run: |\n          df -h /"
+    ).replace("if: matrix.os == 'windows' && matrix.cuda != ''", "if: matrix.os == 'windows'")
     assert broken.count("if: matrix.os == 'linux'\n") == text.count("if: matrix.os == 'linux'\n") - 1
     found = per_os_step_problems(broken, rows)
     assert "2.14.1+cu130-windows-amd64: disk clean-up with docker on windows" in found
@@ -550,10 +594,13 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
     every = text.replace(" && github.event_name == 'schedule'", "")
     assert every != text and "2.14.1+cu130: compiler cache saved on pull_request" in per_os_step_problems(every, rows)
     # Can fail: the MSVC environment from the unmaintained action again, or on every OS.
-    action = text.replace('        run: python -m ci msvc-env >> "$GITHUB_ENV"\n',
-                          "        uses: ilammy/msvc-dev-cmd@v1\n")
+    action = text.replace(
+        '        run: python -m ci msvc-env >> "$GITHUB_ENV"\n', "        uses: ilammy/msvc-dev-cmd@v1\n"
+    )
     assert action != text and "2.14.1+cu130-windows-amd64: MSVC step wrong" in per_os_step_problems(action, rows)
-    everywhere = text.replace("        if: matrix.os == 'windows'\n        run: python -m ci msvc-env", "        run: python -m ci msvc-env")
+    everywhere = text.replace(
+        "        if: matrix.os == 'windows'\n        run: python -m ci msvc-env", "        run: python -m ci msvc-env"
+    )
     assert everywhere != text and "2.14.1+cu130: MSVC step wrong" in per_os_step_problems(everywhere, rows)
     assert not [p for p in found if "cu130-windows-amd64: redist" in p]  # the CUDA row was right all along
 
@@ -599,8 +646,9 @@ def test_pages_install_the_linux_x86_64_wheel(tmp_path):
         (tmp_path / "wheelhouse" / cell.wheel_name("0.2.0")).write_bytes(b"")
     # The step asks `python -m ci fact plat` for this machine's tag: the checkout's ci, with this Python.
     env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    out = subprocess.run(["bash", "-c", pick.strip() + '\necho "$wheel"'], cwd=tmp_path, capture_output=True,
-                         text=True, env=env)
+    out = subprocess.run(
+        ["bash", "-c", pick.strip() + '\necho "$wheel"'], cwd=tmp_path, capture_output=True, text=True, env=env
+    )
     assert os.path.basename(out.stdout.strip()) == matrix.find("2.14.1+cu130").wheel_name("0.2.0"), out.stderr
 
 
@@ -619,11 +667,27 @@ def test_preflight_covers_the_cells_of_the_wheel_jobs():
 # Library names torch and CUDA bring on each OS (torch/lib, the nvidia-* wheels, a CUDA install): what each
 # repair tool's exclude list must leave out of the wheel.
 RUNTIME_LIBRARIES = {
-    "auditwheel": ["libtorch_cpu.so", "libc10.so", "libc10_cuda.so", "libcudart.so.13", "libnvrtc.so.13",
-                   "libcublas.so.13"],
-    "delvewheel": ["torch_cpu.dll", "torch_cuda.dll", "c10.dll", "c10_cuda.dll", "cudart64_13.dll",
-                   "cudart64_12.dll", "nvrtc64_130_0.dll", "cublas64_13.dll", "cublasLt64_13.dll",
-                   "nvToolsExt64_1.dll", "libiomp5md.dll"],
+    "auditwheel": [
+        "libtorch_cpu.so",
+        "libc10.so",
+        "libc10_cuda.so",
+        "libcudart.so.13",
+        "libnvrtc.so.13",
+        "libcublas.so.13",
+    ],
+    "delvewheel": [
+        "torch_cpu.dll",
+        "torch_cuda.dll",
+        "c10.dll",
+        "c10_cuda.dll",
+        "cudart64_13.dll",
+        "cudart64_12.dll",
+        "nvrtc64_130_0.dll",
+        "cublas64_13.dll",
+        "cublasLt64_13.dll",
+        "nvToolsExt64_1.dll",
+        "libiomp5md.dll",
+    ],
     "delocate": ["libtorch_cpu.dylib", "libtorch.dylib", "libc10.dylib", "libomp.dylib"],
 }
 
@@ -653,8 +717,9 @@ def test_repair_command_of_each_os_excludes_every_torch_and_cuda_library():
         for library in RUNTIME_LIBRARIES[tool]:
             assert excluded_by_command(tool, cmd, library), (tool, library)
             assert repair.is_excluded(library)
-        assert not excluded_by_command(tool, cmd, {"auditwheel": "libpng16.so.16", "delvewheel": "zlib1.dll",
-                                                   "delocate": "libpng16.dylib"}[tool])
+        assert not excluded_by_command(
+            tool, cmd, {"auditwheel": "libpng16.so.16", "delvewheel": "zlib1.dll", "delocate": "libpng16.dylib"}[tool]
+        )
     mac = repair.repair_command("delocate", "in.whl", "out", "python", archs="arm64")
     assert mac[mac.index("--require-archs") + 1] == "arm64"
 
@@ -669,10 +734,16 @@ def test_a_shorter_exclude_list_would_graft_a_torch_library(monkeypatch):
 
 
 def test_wheel_jobs_install_the_pinned_cibuildwheel(tmp_path):
-    (install,) = [line.strip() for line in runs(wheel_job(open(WORKFLOW).read())).splitlines()
-                  if "pip install" in line]
-    out = subprocess.run(["bash", "-c", install.replace("python -m pip install", "printf '%s\\n'")], cwd=ROOT,
-                         capture_output=True, text=True)
-    pins = [line for line in open(os.path.join(ROOT, "ci", "requirements-ci.txt")).read().splitlines()
-            if line.startswith("cibuildwheel==")]
+    (install,) = [line.strip() for line in runs(wheel_job(open(WORKFLOW).read())).splitlines() if "pip install" in line]
+    out = subprocess.run(
+        ["bash", "-c", install.replace("python -m pip install", "printf '%s\\n'")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    pins = [
+        line
+        for line in open(os.path.join(ROOT, "ci", "requirements-ci.txt")).read().splitlines()
+        if line.startswith("cibuildwheel==")
+    ]
     assert out.stdout.splitlines() == pins and len(pins) == 1

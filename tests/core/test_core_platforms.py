@@ -17,6 +17,7 @@ shared with other builds: compiling takes 20-40 s per toolchain (17-19 s of CPU 
 parallel), so the default suite spends some 45 s here; running takes 0.1 s natively, 1 s under qemu and 0.3 s under
 wine once its prefix exists (creating it costs 7-22 s, once per run).
 """
+
 import os
 import re
 import shutil
@@ -33,8 +34,7 @@ CORE = os.path.join(ROOT, "csrc", "core")
 sys.path.insert(0, ROOT)
 from prerast_meta import sources as _sources  # noqa: E402
 
-CORE_SOURCES = [os.path.basename(rel) for rel in _sources.library_sources(ROOT, "cpu")
-                if rel.startswith("csrc/core/")]
+CORE_SOURCES = [os.path.basename(rel) for rel in _sources.library_sources(ROOT, "cpu") if rel.startswith("csrc/core/")]
 DRIVER = os.path.join(ROOT, "tests", "core", "host", "core_driver.cpp")
 # setup.py's CPU flags that change code generation (prerast_meta/compiler_flags.py's for Linux;
 # test_sources_and_flags_are_setup_pys checks), C++17 as the oldest torch
@@ -59,14 +59,35 @@ TOOLCHAINS = {
     "gcc-avx2-scalar": ("g++", "g++", ["-DPRERAST_NO_AVX2"], [], None, None, True),
     "gcc-portable": ("g++", "g++", ["-DPRERAST_PORTABLE"], [], None, None, True),
     "clang": ("clang++", "clang", [], [], None, None, False),
-    "mingw-wine": ("x86_64-w64-mingw32-g++-posix", "g++-mingw-w64-x86-64-posix", [], ["-static"], "wine",
-                   "wine64", True),
-    "aarch64-qemu": ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu", [], ["-static"], "qemu-aarch64-static",
-                     "qemu-user-static", True),
+    "mingw-wine": (
+        "x86_64-w64-mingw32-g++-posix",
+        "g++-mingw-w64-x86-64-posix",
+        [],
+        ["-static"],
+        "wine",
+        "wine64",
+        True,
+    ),
+    "aarch64-qemu": (
+        "aarch64-linux-gnu-g++",
+        "g++-aarch64-linux-gnu",
+        [],
+        ["-static"],
+        "qemu-aarch64-static",
+        "qemu-user-static",
+        True,
+    ),
     # clang's arm64 code generation, the nearest this machine gets to Apple clang on macOS arm64 (libc and
     # libstdc++ from the aarch64 cross toolchain).
-    "clang-aarch64-qemu": ("clang++", "clang", [CLANG_AARCH64], ["-static"], "qemu-aarch64-static",
-                           "qemu-user-static", True),
+    "clang-aarch64-qemu": (
+        "clang++",
+        "clang",
+        [CLANG_AARCH64],
+        ["-static"],
+        "qemu-aarch64-static",
+        "qemu-user-static",
+        True,
+    ),
 }
 # Toolchains that also need another one's files: clang's cross build takes the sysroot of g++-aarch64-linux-gnu.
 ALSO_NEEDS = {"clang-aarch64-qemu": ("aarch64-linux-gnu-g++", "g++-aarch64-linux-gnu")}
@@ -79,8 +100,7 @@ def build(cxx, flags, link, out_dir):
 
     def compile_one(src):
         obj = os.path.join(out_dir, os.path.basename(src) + ".o")
-        r = subprocess.run([cxx, *CXXFLAGS, *flags, "-c", src, "-o", obj], capture_output=True, text=True,
-                           timeout=600)
+        r = subprocess.run([cxx, *CXXFLAGS, *flags, "-c", src, "-o", obj], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, f"{cxx} {src} failed:\n{r.stderr}"
         return obj, r.stderr
 
@@ -88,8 +108,9 @@ def build(cxx, flags, link, out_dir):
     with ThreadPoolExecutor(max_workers=min(len(sources), os.cpu_count() or 1)) as pool:
         results = list(pool.map(compile_one, sources))
     exe = os.path.join(out_dir, "core_driver")
-    r = subprocess.run([cxx, *flags, *[o for o, _ in results], *link, "-o", exe], capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        [cxx, *flags, *[o for o, _ in results], *link, "-o", exe], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, f"linking with {cxx} failed:\n{r.stderr}"
     if os.path.isfile(exe + ".exe"):  # mingw adds the suffix
         exe += ".exe"
@@ -132,8 +153,9 @@ def test_reference_renders_the_whole_pipeline_warning_free(reference):
 
 
 @needs_source
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.platforms) if t[-1] else n
-                                  for n, t in TOOLCHAINS.items()])
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.platforms) if t[-1] else n for n, t in TOOLCHAINS.items()]
+)
 def test_same_bits_as_the_host_gcc_build(name, reference, tmp_path, request):
     cxx, package, flags, link, runner, runner_package, opt_in = TOOLCHAINS[name]
     if opt_in and "platforms" not in (request.config.getoption("markexpr") or ""):
@@ -157,9 +179,14 @@ def test_same_bits_as_the_host_gcc_build(name, reference, tmp_path, request):
     out, run_seconds = run(cmd + [exe], env)
     print(f"\n{name}: compile {seconds:.1f} s, run {run_seconds:.2f} s")
     want = reference[0]
-    assert checksums(out) == checksums(want), "\n".join(
-        f"{k}: {checksums(want)[k]} (host g++) != {v} ({name})" for k, v in checksums(out).items()
-        if checksums(want).get(k) != v) or out
+    assert checksums(out) == checksums(want), (
+        "\n".join(
+            f"{k}: {checksums(want)[k]} (host g++) != {v} ({name})"
+            for k, v in checksums(out).items()
+            if checksums(want).get(k) != v
+        )
+        or out
+    )
     assert out == want  # the counts and sample values too
 
 
@@ -171,8 +198,11 @@ def test_contraction_changes_the_bits_on_arm64(reference, tmp_path, request):
     bits (measured: all 21 checksums change), so the same-bits tests above catch a build that loses the switch."""
     if "platforms" not in (request.config.getoption("markexpr") or ""):
         pytest.skip("a cross build run under qemu (20-40 s): run with -m platforms")
-    for tool, package in (("clang++", "clang"), ALSO_NEEDS["clang-aarch64-qemu"],
-                          ("qemu-aarch64-static", "qemu-user-static")):
+    for tool, package in (
+        ("clang++", "clang"),
+        ALSO_NEEDS["clang-aarch64-qemu"],
+        ("qemu-aarch64-static", "qemu-user-static"),
+    ):
         if not shutil.which(tool):
             pytest.skip(f"needs {tool} (Debian package {package})")
     exe, _, seconds = build("clang++", [CLANG_AARCH64, "-ffp-contract=on"], ["-static"], str(tmp_path / "build"))
@@ -188,12 +218,14 @@ def test_sources_and_flags_are_setup_pys():
     """The driver builds what setup.py builds, the way it does: the CPU core's sources and the flags that decide
     its arithmetic (the optimisation level, no contraction of float operations)."""
     text = open(os.path.join(ROOT, "setup.py")).read()
-    assert re.search(r'^SOURCES = sources\.library_sources\(ROOT, "cpu"\)$', text, re.M), \
+    assert re.search(r'^SOURCES = sources\.library_sources\(ROOT, "cpu"\)$', text, re.M), (
         "setup.py no longer takes the CPU library's sources from prerast_meta/sources.py; the driver builds those"
+    )
     assert len(CORE_SOURCES) >= 4 and all(name.endswith("_cpu.cpp") for name in CORE_SOURCES), CORE_SOURCES
     assert "compiler_flags.build_flags(" in text  # tests/builder/test_compiler_flags.py: setup.py builds with these
     sys.path.insert(0, ROOT)
     from prerast_meta import compiler_flags
+
     for compiler in compiler_flags.COMPILERS["linux"]:
         cxx = compiler_flags.flags("linux", compiler).cxx
         assert "-O3" in cxx and "-ffp-contract=off" in cxx, cxx

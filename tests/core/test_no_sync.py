@@ -2,6 +2,7 @@
 which raises on any synchronization torch makes (reading a CUDA tensor on the host, a blocking copy). Index checks
 of CUDA tensors run on the device instead: a bad index raises a device-side assert, reported at the next
 synchronizing call, as torch's own indexing does. Needs a GPU."""
+
 import contextlib
 import os
 import subprocess
@@ -45,8 +46,13 @@ def render_every_op(ctx, pos, tri, uv, tex, target, bias):
     color, loss = render(ctx, pos, tri, uv, tex, target)
     loss.backward()
     mip = prerast.texture_construct_mip(tex)
-    out = prerast.texture(tex, uv[..., None, :].expand(2, -1, 3, 2).contiguous(), mip=mip,
-                          filter_mode="linear-mipmap-nearest", mip_level_bias=bias)
+    out = prerast.texture(
+        tex,
+        uv[..., None, :].expand(2, -1, 3, 2).contiguous(),
+        mip=mip,
+        filter_mode="linear-mipmap-nearest",
+        mip_level_bias=bias,
+    )
     out.sum().backward()
     topo = prerast.antialias_construct_topology_hash(tri)
     rast, _ = prerast.rasterize(ctx, pos, tri, (23, 29))

@@ -7,6 +7,7 @@ finds the new op by itself. A step the checklist forgets (a source list, a table
 The build recompiles the toy op's two sources and relinks (the others come from ccache when this checkout was built
 before): about 30 s on two busy cores, up to 90 s with a cold cache.
 """
+
 import hashlib
 import os
 import re
@@ -19,10 +20,22 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARCHITECTURE = os.path.join(ROOT, "docs", "architecture.md")
 # What the copy holds: everything a build and the op tests read.
-TREE = ["setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "LICENSE", "csrc", "prerast_meta", "package", "ci",
-        "tests", "docs"]
-IGNORE = shutil.ignore_patterns("__pycache__", "*.so", "*.pyd", "_build_info.json", "_src", "*.egg-info", "_build",
-                                "gallery")
+TREE = [
+    "setup.py",
+    "pyproject.toml",
+    "MANIFEST.in",
+    "README.md",
+    "LICENSE",
+    "csrc",
+    "prerast_meta",
+    "package",
+    "ci",
+    "tests",
+    "docs",
+]
+IGNORE = shutil.ignore_patterns(
+    "__pycache__", "*.so", "*.pyd", "_build_info.json", "_src", "*.egg-info", "_build", "gallery"
+)
 OP = "scale"
 
 # The toy op's text for each file of the checklist, by the checklist's name for it (<op> for the op's name). A
@@ -156,11 +169,10 @@ def _scale_backward(ctx, grad):
 _ops.define({"scale": (_scale_fake, _scale_setup, _scale_backward)})
 ''',
     "package/prerast/__init__.py": {
-        "from ._rasterize import DepthPeeler, rasterize  # noqa: E402\n":
-            "from ._scale import scale  # noqa: E402\n",
+        "from ._rasterize import DepthPeeler, rasterize  # noqa: E402\n": "from ._scale import scale  # noqa: E402\n",
         '    "rasterize",\n': '    "scale",\n',
     },
-    "tests/core/ops/test_<op>.py": '''\
+    "tests/core/ops/test_<op>.py": """\
 import torch
 
 import prerast
@@ -178,7 +190,7 @@ def test_scale(device):
     prerast.scale(x, 3.0).sum().backward()
     torch.testing.assert_close(x.grad, torch.full_like(x, 3.0))
     torch.library.opcheck(torch.ops.prerast.scale.default, (x, 0.5))
-''',
+""",
 }
 
 
@@ -234,8 +246,14 @@ def test_a_source_no_library_compiles_is_reported(tmp_path):
     sys.path.insert(0, ROOT)
     from prerast_meta import sources
 
-    for rel in ("setup.py", "csrc/core/scale.h", "csrc/core/scale_cpu.cpp", "csrc/core/scale_host.cpp",
-                "csrc/bindings/scale.cpp", "csrc/bindings/cuda/scale.cpp"):
+    for rel in (
+        "setup.py",
+        "csrc/core/scale.h",
+        "csrc/core/scale_cpu.cpp",
+        "csrc/core/scale_host.cpp",
+        "csrc/bindings/scale.cpp",
+        "csrc/bindings/cuda/scale.cpp",
+    ):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text("")
     assert sources.uncompiled_sources(str(tmp_path)) == ["csrc/bindings/cuda/scale.cpp", "csrc/core/scale_host.cpp"]
@@ -275,8 +293,21 @@ def test_toy_op_builds_and_runs(tree_with_toy_op):
     root, _ = tree_with_toy_op
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
-    cmd = [sys.executable, "-m", "ci", "dev", "--cpu", "--", "-q", "-p", "no:cacheprovider",
-           f"tests/core/ops/test_{OP}.py", "tests/runtime/test_custom_ops.py", "-k", OP]
+    cmd = [
+        sys.executable,
+        "-m",
+        "ci",
+        "dev",
+        "--cpu",
+        "--",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"tests/core/ops/test_{OP}.py",
+        "tests/runtime/test_custom_ops.py",
+        "-k",
+        OP,
+    ]
     out = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-6000:]

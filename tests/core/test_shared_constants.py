@@ -1,6 +1,7 @@
 """The enums and limits that C++ and Python share are the same on both sides: prerast/_constants.py holds the
 Python copy, and these tests read the C++ definitions from the sources and fail on any difference; no other
 module of the package spells those values itself."""
+
 import ast
 import math
 import pathlib
@@ -14,12 +15,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = ["csrc/core/common.h", "csrc/core/texture.h", "csrc/core/rasterize.h", "csrc/bindings/rasterize.cpp"]
 
 # Python name -> C++ name.
-FILTERS = {"nearest": "kFilterNearest", "linear": "kFilterLinear", "linear-mipmap-nearest": "kFilterMipNearest",
-           "linear-mipmap-linear": "kFilterMipLinear"}
+FILTERS = {
+    "nearest": "kFilterNearest",
+    "linear": "kFilterLinear",
+    "linear-mipmap-nearest": "kFilterMipNearest",
+    "linear-mipmap-linear": "kFilterMipLinear",
+}
 BOUNDARIES = {"wrap": "kBoundaryWrap", "clamp": "kBoundaryClamp", "zero": "kBoundaryZero", "cube": "kBoundaryCube"}
-LIMITS = {"MAX_TEXTURE_SIDE": "kMaxTextureSide", "MAX_MIP_LEVELS": "kMaxMipLevels",
-          "MAX_RESOLUTION": "kMaxResolution", "TRIANGLE_ID_BITS": "kTriangleIdBits",
-          "MAX_TRIANGLES": "kMaxEncodedTriangleId"}
+LIMITS = {
+    "MAX_TEXTURE_SIDE": "kMaxTextureSide",
+    "MAX_MIP_LEVELS": "kMaxMipLevels",
+    "MAX_RESOLUTION": "kMaxResolution",
+    "TRIANGLE_ID_BITS": "kTriangleIdBits",
+    "MAX_TRIANGLES": "kMaxEncodedTriangleId",
+}
 
 
 def read_sources():
@@ -49,6 +58,7 @@ def cpp_constants(texts):
             names = {n: value(n) for n in re.findall(r"\bk\w+", exprs[name]) if n in exprs}
             values[name] = eval(exprs[name].replace("int64_t(", "int("), {"int": int}, names)  # noqa: S307
         return values[name]
+
     for name in exprs:
         try:
             value(name)
@@ -61,8 +71,10 @@ def mismatches(texts):
     """How _constants differs from the C++ sources given as {path: text}."""
     found = []
     enums, constants = cpp_enums(texts), cpp_constants(texts)
-    for py_name, cpp_enum, names in (("FILTER_MODES", "TexFilter", FILTERS),
-                                     ("BOUNDARY_MODES", "TexBoundary", BOUNDARIES)):
+    for py_name, cpp_enum, names in (
+        ("FILTER_MODES", "TexFilter", FILTERS),
+        ("BOUNDARY_MODES", "TexBoundary", BOUNDARIES),
+    ):
         cpp = enums.get(cpp_enum, {})
         python = {names.get(k, k): v for k, v in getattr(_constants, py_name).items()}
         if python != cpp:
@@ -71,8 +83,10 @@ def mismatches(texts):
         if getattr(_constants, py_name) != constants.get(cpp_name):
             found.append(f"{py_name} = {getattr(_constants, py_name)}; {cpp_name} = {constants.get(cpp_name)}")
     if constants.get("kMaxTriangles") != _constants.MAX_TRIANGLES + 1:
-        found.append(f"MAX_TRIANGLES + 1 = {_constants.MAX_TRIANGLES + 1}; rasterize takes fewer than "
-                     f"kMaxTriangles = {constants.get('kMaxTriangles')} triangles")
+        found.append(
+            f"MAX_TRIANGLES + 1 = {_constants.MAX_TRIANGLES + 1}; rasterize takes fewer than "
+            f"kMaxTriangles = {constants.get('kMaxTriangles')} triangles"
+        )
     return found
 
 
@@ -80,13 +94,16 @@ def test_python_and_cpp_agree():
     assert mismatches(read_sources()) == []
 
 
-@pytest.mark.parametrize("path, old, new, reported", [
-    ("csrc/core/texture.h", "kFilterMipLinear = 3", "kFilterMipLinear = 4", "FILTER_MODES"),
-    ("csrc/core/texture.h", "kBoundaryCube = 3 }", "kBoundaryCube = 3, kBoundaryMirror = 4 }", "BOUNDARY_MODES"),
-    ("csrc/bindings/rasterize.cpp", "kMaxResolution = 32768", "kMaxResolution = 16384", "MAX_RESOLUTION"),
-    ("csrc/core/common.h", "0x7f7fffff - kTriangleIdBits", "0x7f7ffffe - kTriangleIdBits", "MAX_TRIANGLES"),
-    ("csrc/core/texture.h", "kMaxMipLevels = 17", "kMaxMipLevels = 18", "MAX_MIP_LEVELS"),
-])
+@pytest.mark.parametrize(
+    "path, old, new, reported",
+    [
+        ("csrc/core/texture.h", "kFilterMipLinear = 3", "kFilterMipLinear = 4", "FILTER_MODES"),
+        ("csrc/core/texture.h", "kBoundaryCube = 3 }", "kBoundaryCube = 3, kBoundaryMirror = 4 }", "BOUNDARY_MODES"),
+        ("csrc/bindings/rasterize.cpp", "kMaxResolution = 32768", "kMaxResolution = 16384", "MAX_RESOLUTION"),
+        ("csrc/core/common.h", "0x7f7fffff - kTriangleIdBits", "0x7f7ffffe - kTriangleIdBits", "MAX_TRIANGLES"),
+        ("csrc/core/texture.h", "kMaxMipLevels = 17", "kMaxMipLevels = 18", "MAX_MIP_LEVELS"),
+    ],
+)
 def test_a_changed_cpp_value_is_reported(path, old, new, reported):
     texts = read_sources()
     assert old in texts[path]
@@ -104,15 +121,19 @@ def test_no_other_module_spells_the_values():
     """The large limits appear as literals in _constants.py only (the small enum values are checked through
     their users: _texture and _ops import the dicts)."""
     values = {v for k, v in vars(_constants).items() if k.isupper() and isinstance(v, int) and v > 1000}
-    values.add(0x7f7fffff)
+    values.add(0x7F7FFFFF)
     package = ROOT / "package" / "prerast"
     for path in sorted(package.glob("*.py")):
         if path.name == "_constants.py":
             continue
-        literals = {node.value for node in ast.walk(ast.parse(path.read_text()))
-                    if isinstance(node, ast.Constant) and type(node.value) is int}
+        literals = {
+            node.value
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and type(node.value) is int
+        }
         assert not literals & values, f"{path.name} spells {sorted(literals & values)}: use prerast._constants"
     from prerast import _checks, _texture
+
     assert _texture.FILTER_MODES is _constants.FILTER_MODES and _texture.BOUNDARY_MODES is _constants.BOUNDARY_MODES
     assert _checks.MAX_RESOLUTION is _constants.MAX_RESOLUTION
 

@@ -4,6 +4,7 @@ internal link, and the landing page and a gallery page opened in headless Chromi
 
 Screenshots of the two pages are written to $PRERAST_DOCS_SCREENSHOTS when it is set (else the test's temp dir).
 """
+
 import html.parser
 import json
 import os
@@ -50,8 +51,19 @@ def png_size(path):
 
 def test_site_builds_from_a_fresh_clone(site):
     out, log = site
-    for page in ["index", "api", "installing", "devel-to-runtime", "compile-and-precompile", "building-wheels",
-                 "releasing", "conventions", "benchmarks", "migrating-from-nvdiffrast", "gallery/index"]:
+    for page in [
+        "index",
+        "api",
+        "installing",
+        "devel-to-runtime",
+        "compile-and-precompile",
+        "building-wheels",
+        "releasing",
+        "conventions",
+        "benchmarks",
+        "migrating-from-nvdiffrast",
+        "gallery/index",
+    ]:
         assert (out / f"{page}.html").exists(), page
     assert "build succeeded" in log
 
@@ -131,9 +143,11 @@ def test_no_internal_link_is_broken(site):
 
 
 def test_link_checker_finds_broken_links(tmp_path):
-    (tmp_path / "a.html").write_text('<p id="here"><a href="b.html#there">b</a><a href="#here">a</a>'
-                                     '<img src="missing.png"><a href="https://example.org/x">x</a>'
-                                     '<link href="b.html?v=1"></p>')
+    (tmp_path / "a.html").write_text(
+        '<p id="here"><a href="b.html#there">b</a><a href="#here">a</a>'
+        '<img src="missing.png"><a href="https://example.org/x">x</a>'
+        '<link href="b.html?v=1"></p>'
+    )
     (tmp_path / "b.html").write_text('<p id="elsewhere"><a href="a.html#here">a</a></p>')
     broken, _ = broken_links(tmp_path)
     assert sorted(broken) == ["a.html: b.html#there (no such anchor)", "a.html: missing.png (no such file)"]
@@ -162,8 +176,18 @@ def chromium():
 
 
 def browse(browser, page, *flags):
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-           "--allow-file-access-from-files", "--virtual-time-budget=10000", *flags, page.as_uri()]
+    cmd = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--allow-file-access-from-files",
+        "--virtual-time-budget=10000",
+        *flags,
+        page.as_uri(),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 

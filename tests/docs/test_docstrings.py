@@ -1,5 +1,6 @@
 """The API reference cannot drift from the code: every public docstring lists exactly its function's arguments
 (docs/_ext/prerast_api.py), and a docstring that no longer matches fails the docs build."""
+
 import inspect
 import os
 import re
@@ -66,13 +67,19 @@ def with_signature(source):
     return fn
 
 
-@pytest.mark.parametrize("source,expected", [
-    ("def f(pos, tri, size, ranges=None, grad_db=True): pass", ["'size' is not in", "documents 'resolution'"]),
-    ("def f(pos, tri, resolution, ranges=None, grad_db=True, peel=False): pass", ["'peel' is not in"]),
-    ("def f(pos, tri, resolution, ranges=None): pass", ["documents 'grad_db', which is not an argument"]),
-    ("def f(tri, pos, resolution, ranges=None, grad_db=True): pass", ["lists the arguments as"]),
-    ("def f(pos, tri, resolution, ranges=None, grad_db=False): pass", ["does not state its default, 'Default False'"]),
-])
+@pytest.mark.parametrize(
+    "source,expected",
+    [
+        ("def f(pos, tri, size, ranges=None, grad_db=True): pass", ["'size' is not in", "documents 'resolution'"]),
+        ("def f(pos, tri, resolution, ranges=None, grad_db=True, peel=False): pass", ["'peel' is not in"]),
+        ("def f(pos, tri, resolution, ranges=None): pass", ["documents 'grad_db', which is not an argument"]),
+        ("def f(tri, pos, resolution, ranges=None, grad_db=True): pass", ["lists the arguments as"]),
+        (
+            "def f(pos, tri, resolution, ranges=None, grad_db=False): pass",
+            ["does not state its default, 'Default False'"],
+        ),
+    ],
+)
 def test_drift_is_reported(source, expected):
     assert prerast_api.drift(f_ok) == []
     problems = " | ".join(prerast_api.drift(with_signature(source)))
@@ -83,8 +90,10 @@ def test_drift_is_reported(source, expected):
 def test_missing_args_section_is_reported():
     def g(x):
         """Does something."""
-    assert prerast_api.drift(g) == ["test_missing_args_section_is_reported.<locals>.g: takes ['x'] but its "
-                                    "docstring has no Args section"]
+
+    assert prerast_api.drift(g) == [
+        "test_missing_args_section_is_reported.<locals>.g: takes ['x'] but its docstring has no Args section"
+    ]
 
 
 def test_uncovered_public_name_is_reported():
@@ -94,7 +103,8 @@ def test_uncovered_public_name_is_reported():
 def sphinx_project(root, docstring_arg):
     """A minimal site that documents one function whose docstring names its first argument docstring_arg."""
     root.mkdir(exist_ok=True)
-    (root / "drifted.py").write_text(textwrap.dedent(f'''
+    (root / "drifted.py").write_text(
+        textwrap.dedent(f'''
         __all__ = ["draw"]
 
         def draw(pos, resolution=256):
@@ -104,16 +114,23 @@ def sphinx_project(root, docstring_arg):
                 {docstring_arg} (torch.Tensor): positions.
                 resolution (int): size. Default 256.
             """
-        '''))
-    (root / "conf.py").write_text(textwrap.dedent(f"""
+        ''')
+    )
+    (root / "conf.py").write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path[:0] = [{str(root)!r}, {os.path.join(fresh_clone.ROOT, "docs", "_ext")!r}]
         extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "prerast_api"]
         prerast_api_module = "drifted"
-        """))
+        """)
+    )
     (root / "index.rst").write_text("Test\n====\n\n.. autofunction:: drifted.draw\n")
-    return subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(root), str(root / "_build")],
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(root), str(root / "_build")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_renamed_argument_fails_the_docs_build(tmp_path):
@@ -131,8 +148,10 @@ def test_texture_docstring_names_every_mode_and_no_other():
     from prerast import _constants
 
     entries = prerast_api.documented_args(prerast.texture.__doc__)
-    for arg, modes, extra in (("filter_mode", _constants.FILTER_MODES, {"auto"}),
-                              ("boundary_mode", _constants.BOUNDARY_MODES, set())):
+    for arg, modes, extra in (
+        ("filter_mode", _constants.FILTER_MODES, {"auto"}),
+        ("boundary_mode", _constants.BOUNDARY_MODES, set()),
+    ):
         named = set(re.findall(r"``'([\w-]+)'``", entries[arg])) - {"linear-mipmap-*"}
         assert named == set(modes) | extra, (arg, named)
 
@@ -141,7 +160,8 @@ def test_a_public_name_the_page_does_not_list_gets_an_entry_under_its_section(tm
     """A new op needs no edit of docs/api.rst: `.. prerast-remaining::` documents what the page does not list,
     under its module's API_SECTION; without the directive the same site fails its coverage check."""
     pytest.importorskip("sphinx", reason="pip install -r docs/requirements.txt")
-    (tmp_path / "toyops.py").write_text(textwrap.dedent('''
+    (tmp_path / "toyops.py").write_text(
+        textwrap.dedent('''
         API_SECTION = "Scaling"
         __all__ = ["draw", "scale"]
 
@@ -159,19 +179,26 @@ def test_a_public_name_the_page_does_not_list_gets_an_entry_under_its_section(tm
                 x (torch.Tensor): values.
                 s (float): factor. Default 2.0.
             """
-        '''))
-    (tmp_path / "conf.py").write_text(textwrap.dedent(f"""
+        ''')
+    )
+    (tmp_path / "conf.py").write_text(
+        textwrap.dedent(f"""
         import sys
         sys.path[:0] = [{str(tmp_path)!r}, {os.path.join(fresh_clone.ROOT, "docs", "_ext")!r}]
         extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "prerast_api"]
         prerast_api_module = "toyops"
-        """))
+        """)
+    )
 
     def build(page):
         (tmp_path / "index.rst").write_text("Test\n====\n\n.. autofunction:: toyops.draw\n" + page)
         shutil.rmtree(tmp_path / "_build", ignore_errors=True)
-        return subprocess.run([sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(tmp_path),
-                               str(tmp_path / "_build")], capture_output=True, text=True, timeout=300)
+        return subprocess.run(
+            [sys.executable, "-m", "sphinx", "-W", "-q", "-b", "html", str(tmp_path), str(tmp_path / "_build")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
 
     without = build("")
     assert without.returncode != 0 and "missing from the API reference: ['scale']" in without.stderr

@@ -2,14 +2,14 @@
 docs/installing.md are the ones the loader prints for those environments, and the release the commands of every
 page name is the package's. (Prose reads such facts through substitutions, docs/conf.py; commands stay literal,
 so that they can be copied and tested, and are checked here.)"""
+
 import glob
 import os
 import re
 
+import fresh_clone
 from prerast import _loader
 from prerast_meta import compat
-
-import fresh_clone
 
 INSTALLING = os.path.join(fresh_clone.ROOT, "docs", "installing.md")
 

@@ -9,6 +9,7 @@ test_every_documented_command_has_a_test.
   ci      the named file runs it: CI runs that file
   syntax  a shell script that needs a GPU: bash -n checks it parses
 """
+
 import glob
 import json
 import os
@@ -37,106 +38,151 @@ LINT = "tests/builder/test_lint.py::"
 GUIDES_FIX = "tests/docs/test_guides.py::test_installing_shows_the_fix_commands_the_loader_prints"
 
 HOW = {
-    "bash ci/quickstart.sh": {"syntax": True, "ci": ("ci/test.sh", "ci wheel build"),
-                              "test": "tests/builder/test_runtime_wheel.py::test_wheel_renders_without_compiler"},
+    "bash ci/quickstart.sh": {
+        "syntax": True,
+        "ci": ("ci/test.sh", "ci wheel build"),
+        "test": "tests/builder/test_runtime_wheel.py::test_wheel_renders_without_compiler",
+    },
     "bash ci/test.sh": {"ci": (".ci/run", "bash ci/test.sh")},
-    "bash ci/test.sh --quick": {"ci": ("ci/test.sh", "-m ci dev --cpu --"),
-                                "test": "tests/builder/test_quick_loop.py::test_quick_runs_the_unmarked_tests_in_place"},
+    "bash ci/test.sh --quick": {
+        "ci": ("ci/test.sh", "-m ci dev --cpu --"),
+        "test": "tests/builder/test_quick_loop.py::test_quick_runs_the_unmarked_tests_in_place",
+    },
     ".venv/build/bin/ruff check .": {"test": LINT + "test_python_has_no_ruff_findings"},
     ".venv/build/bin/ruff format .": {"test": LINT + "test_python_is_ruff_formatted"},
     "git ls-files '*.h' '*.cpp' '*.cu' '*.cuh' | xargs .venv/build/bin/clang-format -i": {
-        "test": LINT + "test_cpp_is_clang_formatted"},
+        "test": LINT + "test_cpp_is_clang_formatted"
+    },
     "python -m prerast doctor": {"run": True},
     "python -m prerast doctor --json": {"run": True},
     'python -m prerast build-wheel --arch "8.0;9.0+PTX" --out dist': {
-        "help": "python -m prerast build-wheel --help", "test": IMAGES + "test_build_wheel_from_checkout"},
+        "help": "python -m prerast build-wheel --help",
+        "test": IMAGES + "test_build_wheel_from_checkout",
+    },
     "pip install --no-deps dist/prerast-*.whl": {"test": IMAGES + "test_runtime_renders_from_wheel"},
     'PRERAST_BUILD_ON_MISMATCH=1 PRERAST_CACHE_DIR=/opt/prerast-cache python -c "import prerast"': {
-        "test": IMAGES + "test_racing_first_uses_build_once"},
+        "test": IMAGES + "test_racing_first_uses_build_once"
+    },
     "export PRERAST_CACHE_DIR=/opt/prerast-cache": {"test": IMAGES + "test_runtime_loads_copied_cache"},
     "export CUDA_HOME=/usr/local/cuda": {"ci": ("ci/test.sh", "export CUDA_HOME=")},
     'export PRERAST_CUDA_ARCH_LIST="8.0;9.0+PTX"': {
         "ci": ("ci/test.sh", "export PRERAST_CUDA_ARCH_LIST="),
-        "test": "tests/builder/test_built_wheel.py::test_named_after_its_cell_and_built_for_this_torch"},
+        "test": "tests/builder/test_built_wheel.py::test_named_after_its_cell_and_built_for_this_torch",
+    },
     "pip wheel --no-build-isolation --no-deps -w dist .": {
         "ci": ("prerast_meta/build_wheel.py", '"--no-build-isolation", "--no-deps",'),
-        "test": "tests/builder/test_built_wheel.py::test_no_torch_or_cuda_library_inside"},
+        "test": "tests/builder/test_built_wheel.py::test_no_torch_or_cuda_library_inside",
+    },
     "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt": {
-        "ci": ("ci/test.sh", "-m ci wheel venv .venv/build -r ci/requirements-build.txt")},
-    ".venv/build/bin/python -m ci dev --cpu": {"help": "python -m ci dev --help",
-                                               "test": DEV_LOOP + "test_in_place_build_is_what_the_package_loads"},
+        "ci": ("ci/test.sh", "-m ci wheel venv .venv/build -r ci/requirements-build.txt")
+    },
+    ".venv/build/bin/python -m ci dev --cpu": {
+        "help": "python -m ci dev --help",
+        "test": DEV_LOOP + "test_in_place_build_is_what_the_package_loads",
+    },
     ".venv/build/bin/python -m ci dev --cpu -- tests/core/ops/test_rasterize.py -x": {
         "help": "python -m ci dev --help",
-        "test": DEV_LOOP + "test_an_edit_recompiles_its_file_alone_and_pytest_sees_it"},
+        "test": DEV_LOOP + "test_an_edit_recompiles_its_file_alone_and_pytest_sees_it",
+    },
     # The CUDA variant: the same command with nvcc, which the CPU tests cannot run; its help lists no option here.
     ".venv/build/bin/python -m ci dev": {"help": "python -m ci dev --help"},
     "python3.11 -m ci matrix --local": {"run": True},
     "python3.11 -m ci build --cell 2.14.1+cu130": {"help": "python3.11 -m ci build --help", "test": CELL_BUILD},
     'python3.11 -m ci build --cell 2.9+cu130 --cell 2.14.1+cu130@3.12 --archs "8.0;9.0+PTX"': {
-        "help": "python3.11 -m ci build --help", "test": CELL_BUILD},
+        "help": "python3.11 -m ci build --help",
+        "test": CELL_BUILD,
+    },
     "python3.11 -m ci build --all-local": {"help": "python3.11 -m ci build --help", "test": CELL_BUILD},
     "python3.11 -m ci summary": {"run": True},
     "python3.11 -m ci index dist/cells --out site/whl": {"run": True},
     "pip install prerast -f https://prerast.github.io/prerast/whl/torch-2.14.1+cu130.html": {
-        "test": "tests/builder/test_index.py::test_find_links_page_gives_the_newest_wheel_this_python_can_run"},
+        "test": "tests/builder/test_index.py::test_find_links_page_gives_the_newest_wheel_this_python_can_run"
+    },
     'pip install "prerast==0.1.0+pt24cu121" --extra-index-url https://prerast.github.io/prerast/whl/simple': {
-        "test": "tests/builder/test_index.py::test_pep503_index_serves_every_build"},
+        "test": "tests/builder/test_index.py::test_pep503_index_serves_every_build"
+    },
     "python3.11 -m ci symbols dist/prerast-0.1.0-cp310-abi3-*.whl": {
         "help": "python3.11 -m ci symbols --help",
-        "test": "tests/builder/test_built_wheel.py::test_stable_plugin_imports_only_torchs_c_shims"},
+        "test": "tests/builder/test_built_wheel.py::test_stable_plugin_imports_only_torchs_c_shims",
+    },
     "python3.11 -m ci abi-proof dist/prerast-0.1.0-cp310-abi3-*.whl": {
-        "help": "python3.11 -m ci abi-proof --help", "test": "tests/builder/test_abi_proof.py::test_proof_of_one_torch"},
+        "help": "python3.11 -m ci abi-proof --help",
+        "test": "tests/builder/test_abi_proof.py::test_proof_of_one_torch",
+    },
     "python3.11 -m ci abi-proof --build 2.4.0 --cpu --torch 2.4.1 --refused 2.9.1": {
-        "help": "python3.11 -m ci abi-proof --help", "test": "tests/builder/test_abi_proof.py::test_proof_of_one_torch"},
+        "help": "python3.11 -m ci abi-proof --help",
+        "test": "tests/builder/test_abi_proof.py::test_proof_of_one_torch",
+    },
     "python benchmarks/run.py --quick": {"run": True},
     "python benchmarks/run.py --only rasterize --json r.json": {"help": "python benchmarks/run.py --help"},
     "python benchmarks/run.py --scenes vs-llvmpipe --json ops.json": {"help": "python benchmarks/run.py --help"},
     "python benchmarks/vs_llvmpipe.py": {"help": "python benchmarks/vs_llvmpipe.py --help"},
     "bash ci/gpu_check.sh": {"syntax": True},
     "python examples/triangle.py": {"test": "tests/runtime/examples/test_examples.py::test_triangle"},
-    "python examples/cube.py --steps 400": {"help": "python examples/cube.py --help",
-                                            "test": EXAMPLES + "test_loss_falls"},
-    "python examples/pose.py --device cuda": {"help": "python examples/pose.py --help",
-                                              "test": EXAMPLES + "test_loss_falls"},
+    "python examples/cube.py --steps 400": {
+        "help": "python examples/cube.py --help",
+        "test": EXAMPLES + "test_loss_falls",
+    },
+    "python examples/pose.py --device cuda": {
+        "help": "python examples/pose.py --help",
+        "test": EXAMPLES + "test_loss_falls",
+    },
     "python examples/textured_sphere.py": {"test": EXAMPLES + "test_loss_falls"},
     "python examples/envmap.py": {"test": EXAMPLES + "test_loss_falls"},
     "pip install -r docs/requirements.txt": {"ci": ("ci/test.sh", "docs/requirements.txt")},
     'pip install --force-reinstall --no-deps "prerast==0.1.0+pt24cu121" '
-    '-f https://prerast.github.io/prerast/whl/torch-2.4.1+cu121.html': {"test": GUIDES_FIX},
+    "-f https://prerast.github.io/prerast/whl/torch-2.4.1+cu121.html": {"test": GUIDES_FIX},
     'pip install --force-reinstall --no-deps "prerast==0.1.0+cu12" '
-    '-f https://prerast.github.io/prerast/whl/torch-2.12.0+cu126.html': {"test": GUIDES_FIX},
+    "-f https://prerast.github.io/prerast/whl/torch-2.12.0+cu126.html": {"test": GUIDES_FIX},
     'pip install --force-reinstall --no-deps "prerast==0.1.0" '
-    '-f https://prerast.github.io/prerast/whl/torch-2.14.1+cpu.html': {"test": GUIDES_FIX},
+    "-f https://prerast.github.io/prerast/whl/torch-2.14.1+cpu.html": {"test": GUIDES_FIX},
     "python -m sphinx -W -b html docs docs/_build/html": {
-        "test": "tests/docs/test_docs_site.py::test_site_builds_from_a_fresh_clone"},
+        "test": "tests/docs/test_docs_site.py::test_site_builds_from_a_fresh_clone"
+    },
     "apt-get update": {"test": CORE + "test_same_bits_as_the_host_gcc_build"},
     "apt-get install -y clang g++-mingw-w64-x86-64-posix wine64 g++-aarch64-linux-gnu qemu-user-static": {
-        "test": CORE + "test_same_bits_as_the_host_gcc_build"},
-    "python -m pytest -q tests/core/test_core_platforms.py": {"test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"},
-    "python -m pytest -q -m platforms tests/core/test_core_platforms.py": {"test": CORE + "test_same_bits_as_the_host_gcc_build"},
+        "test": CORE + "test_same_bits_as_the_host_gcc_build"
+    },
+    "python -m pytest -q tests/core/test_core_platforms.py": {
+        "test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"
+    },
+    "python -m pytest -q -m platforms tests/core/test_core_platforms.py": {
+        "test": CORE + "test_same_bits_as_the_host_gcc_build"
+    },
     "g++ -std=c++17 -O3 -ffp-contract=off -I csrc/core tests/core/host/core_driver.cpp csrc/core/*_cpu.cpp -o core_driver": {
-        "test": CORE + "test_sources_and_flags_are_setup_pys"},
+        "test": CORE + "test_sources_and_flags_are_setup_pys"
+    },
     "./core_driver": {"test": CORE + "test_reference_renders_the_whole_pipeline_warning_free"},
     "python -m pytest -q tests/builder/test_compiler_flags.py tests/core/test_portable_source.py": {
-        "test": "tests/core/test_portable_source.py::test_csrc_is_portable"},
+        "test": "tests/core/test_portable_source.py::test_csrc_is_portable"
+    },
     "python tests/core/test_portable_source.py csrc/core/host_pages.h": {
-        "test": "tests/core/test_portable_source.py::test_command_line_reports_findings"},
-    "apt-get install -y g++-aarch64-linux-gnu qemu-user-static": {"test": ARM + "test_missing_toolchain_names_its_package"},
+        "test": "tests/core/test_portable_source.py::test_command_line_reports_findings"
+    },
+    "apt-get install -y g++-aarch64-linux-gnu qemu-user-static": {
+        "test": ARM + "test_missing_toolchain_names_its_package"
+    },
     "python3.11 -m ci build --cell 2.13.0+cpu-linux-aarch64": {
         "help": "python3.11 -m ci build --help",
-        "test": ARM + "test_ci_build_cell_cross_builds_and_renders_the_x86_bits_under_qemu"},
+        "test": ARM + "test_ci_build_cell_cross_builds_and_renders_the_x86_bits_under_qemu",
+    },
     "python -m ci cross fetch": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
     "python -m ci cross build --out dist/aarch64": {"test": ARM + "test_every_binary_in_the_wheel_is_aarch64"},
     "python -m ci cross python dist/aarch64/prerast-*.whl -- tests/support/platform_render.py": {
-        "test": ARM + "test_render_under_qemu_equals_the_x86_render_bit_for_bit"},
+        "test": ARM + "test_render_under_qemu_equals_the_x86_render_bit_for_bit"
+    },
     "python -m ci cross cuda-probe": {"test": ARM + "test_cuda_library_cross_compile_probe"},
-    "python -m pytest -q -m platforms tests/builder/test_aarch64_wheel.py": {"test": ARM + "test_cpu_op_tests_pass_under_qemu"},
+    "python -m pytest -q -m platforms tests/builder/test_aarch64_wheel.py": {
+        "test": ARM + "test_cpu_op_tests_pass_under_qemu"
+    },
     ".venv/build/bin/python -m ci rehearse --report rehearsal.json": {
         "help": "python -m ci rehearse --help",
-        "test": "tests/builder/test_rehearse.py::test_every_scenario_is_ok_and_the_command_says_so"},
+        "test": "tests/builder/test_rehearse.py::test_every_scenario_is_ok_and_the_command_says_so",
+    },
     "python -m prerast precompile mypackage.scene:Renderer --inputs example_inputs.pt --out render.pt2": {
         "help": "python -m prerast precompile --help",
-        "test": "tests/runtime/test_precompile.py::test_runtime_loads_inference_artifact_without_compiler"},
+        "test": "tests/runtime/test_precompile.py::test_runtime_loads_inference_artifact_without_compiler",
+    },
 }
 
 # Commands the README names in its prose (not in a block) that a new user runs first.
@@ -263,10 +309,14 @@ def clone(tmp_path_factory):
     cell = os.path.join(path, "dist", "cells", "2.13.0+cpu-py3.11")
     os.makedirs(cell)
     with zipfile.ZipFile(os.path.join(cell, "prerast-0.1.0+pt213cpu-cp310-abi3-manylinux_2_28_x86_64.whl"), "w") as z:
-        z.writestr("prerast/_build_info.json", json.dumps({"prerast_version": "0.1.0+pt213cpu",
-                                                           "torch_version": "2.13.0+cpu", "cuda_version": None}))
-        z.writestr("prerast-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: prerast\nVersion: 0.1.0+pt213cpu\n"
-                                                       "Requires-Python: >=3.10\n")
+        z.writestr(
+            "prerast/_build_info.json",
+            json.dumps({"prerast_version": "0.1.0+pt213cpu", "torch_version": "2.13.0+cpu", "cuda_version": None}),
+        )
+        z.writestr(
+            "prerast-0.1.0.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: prerast\nVersion: 0.1.0+pt213cpu\nRequires-Python: >=3.10\n",
+        )
     env = fresh_clone.fresh_env([fresh_clone.venv_bin(), fresh_clone.system_bin(root / "system-bin")])
     return path, env
 

@@ -1,5 +1,6 @@
 """torch.compile(fullgraph=True) straight through a whole render function: no graph break, and outputs and
 gradients equal to eager ones, with static and dynamic shapes (resolution and vertex count)."""
+
 import pytest
 import torch
 
@@ -59,8 +60,14 @@ def test_prebuilt_mip_chain_and_topology_hash_pass_through(device):
     def run_shade(fn):
         pos, tri, uv, tex = grid_scene(n=4, seed=7, device=device)
         pos.requires_grad_(True), tex.requires_grad_(True)
-        out = fn(pos, tri, uv, tex, prerast.texture_construct_mip(tex, max_mip_level=2),
-                 prerast.antialias_construct_topology_hash(tri))
+        out = fn(
+            pos,
+            tri,
+            uv,
+            tex,
+            prerast.texture_construct_mip(tex, max_mip_level=2),
+            prerast.antialias_construct_topology_hash(tri),
+        )
         out.square().sum().backward()
         return out.detach(), pos.grad, tex.grad
 

@@ -1,5 +1,6 @@
 """`python -m prerast doctor` (and the command line around it) for a working install, a mismatched binary, a
 missing binary and a GPU the plugin has no code for: output and exit codes."""
+
 import glob
 import json
 import os
@@ -10,9 +11,8 @@ import pytest
 import torch
 
 import prerast
-from prerast import __main__ as cli
-from prerast import _doctor, _loader
 from installs import copy_package, doctor, remove_plugin
+from prerast import __main__ as cli, _doctor, _loader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -86,8 +86,12 @@ def test_custom_torch_build_is_sent_to_build_wheel():
     # No published wheel follows a vendor's torch: no pip command for it, build-wheel first.
     assert _doctor.published_torch("2.14.1+cu130") and _doctor.published_torch("2.13.0")
     assert not _doctor.published_torch("2.5.0a0+nv24.10")
-    report = {"running": dict(_loader.running(), torch_version="2.5.0a0+nv24.10"), "gpus": [],
-              "plugin": {"loaded": False}, "source_build": {"cache_dir": "/c"}}
+    report = {
+        "running": dict(_loader.running(), torch_version="2.5.0a0+nv24.10"),
+        "gpus": [],
+        "plugin": {"loaded": False},
+        "source_build": {"cache_dir": "/c"},
+    }
     found = _doctor.fixes(report)
     assert found[0].startswith("python -m prerast build-wheel")
     assert not any(f.startswith("pip install") for f in found)
@@ -121,7 +125,7 @@ def test_documented_commands_parse():
             for m in re.finditer(r"python3? -m prerast ([^\n`]+)", f.read()):
                 words = shlex.split(m.group(1).rstrip("\\ "), comments=True)
                 ends = [i for i, w in enumerate(words) if w in ("&&", "||", "|", ";", ")")]
-                commands.append(words[:ends[0]] if ends else words)
+                commands.append(words[: ends[0]] if ends else words)
     assert {"doctor", "build-wheel"} <= {c[0] for c in commands}
     for words in commands:
         cli.parser().parse_args(words)

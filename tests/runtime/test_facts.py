@@ -1,6 +1,7 @@
 """Facts the build, the matrix and the runtime share are stated once (prerast_meta.compat); where a file that
 cannot import it has to spell one out (pyproject.toml's static metadata), it is checked here against that one
 place, as is the binary that was built and installed."""
+
 import importlib.metadata
 import json
 import os
@@ -49,7 +50,7 @@ def test_build_info_keys_are_the_documented_ones():
     """The installed _build_info.json has exactly the keys of prerast_meta.build_info, each documented there."""
     with open(os.path.join(os.path.dirname(prerast.__file__), build_info.INFO_FILE)) as f:
         written = set(json.load(f))
-    assert written == set(build_info.KEYS), (written ^ set(build_info.KEYS))
+    assert written == set(build_info.KEYS), written ^ set(build_info.KEYS)
     assert all(re.search(rf"\b{key}\b", build_info.__doc__) for key in build_info.KEYS)
 
 

@@ -1,6 +1,7 @@
 """A damaged or untrusted plugin is refused with a message, never loaded: every case is made for real in a copy of
 the installed package (or of a build cache) and imported in a child process, which must exit with an exception
 that names the file (never die of a signal) and must not have mapped the damaged library."""
+
 import json
 import os
 import shutil
@@ -9,10 +10,9 @@ import subprocess
 
 import pytest
 
-from prerast_meta import integrity as _integrity
-
-from prerast import _loader
 from installs import IMPORT_REPORT, copy_package, doctor, libraries, mismatched_copy_with_cache, restamp, run_python
+from prerast import _loader
+from prerast_meta import integrity as _integrity
 
 pytestmark = pytest.mark.slow  # each case imports a damaged copy in a child process
 
@@ -34,7 +34,7 @@ def damage(lib, how):
         data = b""
     elif how == "bit-flipped":
         i = len(data) // 2
-        data = data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1:]
+        data = data[:i] + bytes([data[i] ^ 0x10]) + data[i + 1 :]
     elif how == "aarch64":  # e_machine of a little-endian ELF: what a library built for aarch64 carries
         data = data[:18] + struct.pack("<H", 183) + data[20:]
     elif how == "mach-o":
@@ -46,9 +46,14 @@ def damage(lib, how):
         f.write(data)
 
 
-EXPECTED = {"truncated": "the file is truncated", "empty": "the file is truncated",
-            "bit-flipped": "the file's content differs", "aarch64": "AArch64", "mach-o": "Mach-O",
-            "missing": "the file is missing"}
+EXPECTED = {
+    "truncated": "the file is truncated",
+    "empty": "the file is truncated",
+    "bit-flipped": "the file's content differs",
+    "aarch64": "AArch64",
+    "mach-o": "Mach-O",
+    "missing": "the file is missing",
+}
 
 
 def loaded_libraries():
@@ -95,10 +100,16 @@ def test_damaged_bundled_library_is_refused(tmp_path, how, which):
         assert "Traceback" not in text.stderr
 
 
-@pytest.mark.parametrize("content, words", [
-    (None, "is missing"), (b"{\"abi\": \"stable\", ", "JSONDecodeError"), (b"\xff\xfe garbage", "UnicodeDecodeError"),
-    (b"[1, 2]", "a JSON list"), (b"{\"library\": \"_C.abi3.so\"}", "is malformed"),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (None, "is missing"),
+        (b'{"abi": "stable", ', "JSONDecodeError"),
+        (b"\xff\xfe garbage", "UnicodeDecodeError"),
+        (b"[1, 2]", "a JSON list"),
+        (b'{"library": "_C.abi3.so"}', "is malformed"),
+    ],
+)
 def test_missing_or_garbled_build_info_is_refused(tmp_path, content, words):
     path = copy_package(tmp_path)
     info_path = os.path.join(path, "prerast", "_build_info.json")
@@ -125,8 +136,10 @@ def test_library_that_crashes_on_load_is_reported_by_the_doctor(tmp_path):
     path = copy_package(tmp_path)
     pkg = os.path.join(path, "prerast")
     src = tmp_path / "crash.c"
-    src.write_text("#include <signal.h>\n#include <unistd.h>\n"
-                   "__attribute__((constructor)) static void crash(void) { kill(getpid(), SIGSEGV); }\n")
+    src.write_text(
+        "#include <signal.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void crash(void) { kill(getpid(), SIGSEGV); }\n"
+    )
     lib = os.path.join(pkg, os.path.basename(_loader.require()["path"]))
     subprocess.run(["cc", "-shared", "-fPIC", "-o", lib, str(src)], check=True)
     restamp(pkg)
@@ -147,8 +160,9 @@ def test_library_that_fails_to_load_keeps_the_os_error(tmp_path):
     pkg = os.path.join(path, "prerast")
     shutil.copy("/bin/true", os.path.join(pkg, os.path.basename(_loader.require()["path"])))
     restamp(pkg)
-    out = run_python(["-c", "try:\n import prerast\nexcept ImportError as e:\n print(type(e.__cause__).__name__)"],
-                     path)
+    out = run_python(
+        ["-c", "try:\n import prerast\nexcept ImportError as e:\n print(type(e.__cause__).__name__)"], path
+    )
     assert out.returncode == 0 and out.stdout.strip() == "OSError", out.stderr
 
 
@@ -159,19 +173,24 @@ def test_foreign_headers_are_named():
     assert _integrity.foreign(elf) is None
     assert "AArch64" in _integrity.foreign(elf[:18] + struct.pack("<H", 183) + elf[20:], running=(2, 1, 62))
     assert "32-bit" in _integrity.foreign(elf[:4] + b"\x01" + elf[5:], running=(2, 1, 62))
-    assert "big-endian" in _integrity.foreign(b"\x7fELF\x02\x02" + elf[6:18] + b"\x00\x3e" + elf[20:],
-                                              running=(2, 1, 62))
+    assert "big-endian" in _integrity.foreign(
+        b"\x7fELF\x02\x02" + elf[6:18] + b"\x00\x3e" + elf[20:], running=(2, 1, 62)
+    )
     assert "Windows" in _integrity.foreign(b"MZ\x90\x00" + bytes(60))
     assert "empty" in _integrity.foreign(b"")
 
 
 # The build cache: each entry and the folder it is in must be the user's (or root's) and writable only by them.
 
+
 @pytest.mark.parametrize("target", ["entry", "library"])
 def test_cache_entry_writable_by_others_is_refused(tmp_path, target):
     path, cache, entry = mismatched_copy_with_cache(tmp_path)
-    name, mode, fix = (entry, 0o777, f"chmod -R go-w '{entry}'") if target == "entry" else \
-        (libraries(entry)[0], 0o666, f"chmod go-w '{libraries(entry)[0]}'")
+    name, mode, fix = (
+        (entry, 0o777, f"chmod -R go-w '{entry}'")
+        if target == "entry"
+        else (libraries(entry)[0], 0o666, f"chmod go-w '{libraries(entry)[0]}'")
+    )
     before = os.stat(name).st_mode
     os.chmod(name, mode)
     result = import_copy(path, under=cache, PRERAST_CACHE_DIR=cache)
@@ -240,11 +259,10 @@ def test_garbled_cache_build_info_is_refused(tmp_path):
     path, cache, entry = mismatched_copy_with_cache(tmp_path)
     info_path = os.path.join(entry, "_build_info.json")
     with open(info_path, "w") as f:
-        f.write("{\"abi\": ")
+        f.write('{"abi": ')
     result = import_copy(path, under=cache, PRERAST_CACHE_DIR=cache)
     assert result["error"] == "BinaryMismatchError" and result["mapped"] == []
     assert f"{info_path} cannot be read" in result["message"] and f"rm -rf '{entry}'" in result["message"]
-
 
 
 def test_repair_restamps_a_library_it_rewrote(tmp_path):

@@ -1,5 +1,6 @@
 """The loader: metadata checks, the message of BinaryMismatchError, and GPU arch matching. Subprocess tests run
 a copy of the installed package whose metadata was edited."""
+
 import json
 import os
 import shutil
@@ -10,9 +11,9 @@ import pytest
 import torch
 
 import prerast
+from installs import restamp
 from prerast import _loader
 from prerast_meta import compat
-from installs import restamp
 
 
 def copy_package(tmp_path, **overrides):
@@ -96,8 +97,9 @@ def test_corrupt_plugin_is_refused_before_loading(tmp_path):
     for name in info["libraries"]:
         (path / "prerast" / name).write_bytes(b"not an ELF file")
     restamp(str(path / "prerast"))
-    out = run_python("try:\n import prerast\nexcept ImportError as e:\n print(type(e).__name__, e.__cause__); print(e)",
-                     path)
+    out = run_python(
+        "try:\n import prerast\nexcept ImportError as e:\n print(type(e).__name__, e.__cause__); print(e)", path
+    )
     assert out.stdout.startswith("BinaryMismatchError None"), out.stderr
     assert "not an ELF library (first bytes 6e 6f 74 20" in out.stdout
     assert str(path / "prerast" / info["library"]) in out.stdout
@@ -106,23 +108,39 @@ def test_corrupt_plugin_is_refused_before_loading(tmp_path):
 def test_problems_lists_every_mismatch():
     info = dict(_loader.require())
     assert _loader.problems(info) == []
-    info.update(abi="classic", torch_version="1.0.0", cuda_version="9.9", cxx11_abi=not info["cxx11_abi"],
-                prerast_version="0.0.1")
+    info.update(
+        abi="classic",
+        torch_version="1.0.0",
+        cuda_version="9.9",
+        cxx11_abi=not info["cxx11_abi"],
+        prerast_version="0.0.1",
+    )
     run = dict(_loader.running(), cuda_version="12.1")
     assert len(_loader.problems(info, run)) == 4
 
 
 def test_cpu_only_classic_binary_fits_a_cuda_torch():
-    info = {"abi": "classic", "torch_version": "2.4.0", "cuda_version": None, "cxx11_abi": False,
-            "prerast_version": prerast.__version__, "cuda_path": None}
+    info = {
+        "abi": "classic",
+        "torch_version": "2.4.0",
+        "cuda_version": None,
+        "cxx11_abi": False,
+        "prerast_version": prerast.__version__,
+        "cuda_path": None,
+    }
     run = {"python": "3.11.7", "torch_version": "2.4.1+cu121", "cuda_version": "12.1", "cxx11_abi": False}
     assert _loader.problems(info, run) == []
     assert "CPU-only" in _loader.cuda_skip_reason(info, run)
 
 
 def test_cuda_kernels_load_only_into_a_cuda_torch_of_their_major():
-    info = {"abi": "stable", "torch_version": "2.14.1+cu130", "cuda_version": "13.0", "cuda_path": "/x/_C_cuda.so",
-            "prerast_version": prerast.__version__}
+    info = {
+        "abi": "stable",
+        "torch_version": "2.14.1+cu130",
+        "cuda_version": "13.0",
+        "cuda_path": "/x/_C_cuda.so",
+        "prerast_version": prerast.__version__,
+    }
     run = {"python": "3.11.7", "torch_version": "2.11.0+cu130", "cuda_version": "13.0", "cxx11_abi": True}
     assert _loader.problems(info, run) == [] and _loader.cuda_skip_reason(info, run) is None
     assert _loader.cuda_skip_reason(info, dict(run, cuda_version="13.2")) is None
@@ -130,11 +148,19 @@ def test_cuda_kernels_load_only_into_a_cuda_torch_of_their_major():
     assert "CPU-only build" in _loader.cuda_skip_reason(info, dict(run, torch_version="2.13.0+cpu", cuda_version=None))
 
 
-@pytest.mark.parametrize("torch_version,cuda,tag", [
-    ("2.14.1+cu130", "13.0", ""), ("2.11.0", "13.0", ""), ("2.13.0+cpu", None, ""), ("2.10.0+cu132", "13.2", ""),
-    ("2.12.1+cu126", "12.6", "+cu12"), ("2.10.0+cu128", "12.8", "+cu12"),
-    ("2.4.1+cu121", "12.1", "+pt24cu121"), ("2.9.0+cpu", None, "+pt29cpu"),
-])
+@pytest.mark.parametrize(
+    "torch_version,cuda,tag",
+    [
+        ("2.14.1+cu130", "13.0", ""),
+        ("2.11.0", "13.0", ""),
+        ("2.13.0+cpu", None, ""),
+        ("2.10.0+cu132", "13.2", ""),
+        ("2.12.1+cu126", "12.6", "+cu12"),
+        ("2.10.0+cu128", "12.8", "+cu12"),
+        ("2.4.1+cu121", "12.1", "+pt24cu121"),
+        ("2.9.0+cpu", None, "+pt29cpu"),
+    ],
+)
 def test_fix_command_names_the_right_wheel(torch_version, cuda, tag):
     run = {"python": "3.11.7", "torch_version": torch_version, "cuda_version": cuda, "cxx11_abi": True}
     cmd = _loader.fix_command(run)
@@ -143,16 +169,30 @@ def test_fix_command_names_the_right_wheel(torch_version, cuda, tag):
     assert cmd.endswith(f"/torch-{torch_version.split('+')[0]}+{platform}.html")
 
 
-@pytest.mark.parametrize("arch,cap,ok", [
-    ("8.0", (8, 0), True), ("8.0", (8, 6), True), ("8.6", (8, 0), False), ("8.0", (9, 0), False),
-    ("9.0+PTX", (10, 0), True), ("12.0+PTX", (9, 0), False), ("9.0a", (9, 0), True), ("9.0a", (10, 0), False),
-    ("7.5", (7, 5), True), ("12.0", (12, 1), True),
-])
+@pytest.mark.parametrize(
+    "arch,cap,ok",
+    [
+        ("8.0", (8, 0), True),
+        ("8.0", (8, 6), True),
+        ("8.6", (8, 0), False),
+        ("8.0", (9, 0), False),
+        ("9.0+PTX", (10, 0), True),
+        ("12.0+PTX", (9, 0), False),
+        ("9.0a", (9, 0), True),
+        ("9.0a", (10, 0), False),
+        ("7.5", (7, 5), True),
+        ("12.0", (12, 1), True),
+    ],
+)
 def test_arch_serves(arch, cap, ok):
     assert compat.arch_serves(arch, cap) is ok
 
 
 def test_never_imports_cpp_extension():
-    out = subprocess.run([sys.executable, "-c", "import prerast, sys; print('torch.utils.cpp_extension' in sys.modules)"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import prerast, sys; print('torch.utils.cpp_extension' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.strip() == "False"

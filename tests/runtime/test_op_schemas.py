@@ -2,16 +2,17 @@
 the fakes, setup_contexts and backwards name only arguments the schema has, every tensor op has a fake and an
 autograd registration, and a backward gives one gradient per schema argument, each shaped like the argument it
 belongs to."""
+
 import ast
 import inspect
 import textwrap
 
 import pytest
 import torch
+from test_custom_ops import op_inputs
 from torch._library import simple_registry
 
 from prerast import _ops
-from test_custom_ops import op_inputs
 
 
 def registered_names(op):
@@ -42,8 +43,11 @@ def names_read(setup):
     """The attributes a setup_context reads from its inputs (its second parameter)."""
     tree = _tree(setup)
     inputs = tree.body[0].args.args[1].arg
-    return {node.attr for node in ast.walk(tree)
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == inputs}
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == inputs
+    }
 
 
 def names_returned(backward):
@@ -64,8 +68,10 @@ def disagreements(ops, schema_names):
         params = list(inspect.signature(fake).parameters)
         if params != names:
             found.append(f"{op}: the fake takes {params}, the schema has {names}")
-        for kind, used in (("setup_context reads", names_read(setup)),
-                           ("backward returns gradients for", names_returned(backward) if backward else set())):
+        for kind, used in (
+            ("setup_context reads", names_read(setup)),
+            ("backward returns gradients for", names_returned(backward) if backward else set()),
+        ):
             if used - set(names):
                 found.append(f"{op}: {kind} {sorted(used - set(names))}, not in the schema {names}")
     return found
@@ -77,9 +83,14 @@ def test_python_side_names_only_schema_arguments():
 
 def test_a_renamed_schema_argument_is_reported():
     """Renaming rasterize_fwd's grad_db in the schema (as a C++ change would) leaves its fake and setup stale."""
+
     def renamed(op):
-        return [("want_grad_db" if n == "grad_db" else n) for n in registered_names(op)] \
-            if op == "rasterize_fwd" else registered_names(op)
+        return (
+            [("want_grad_db" if n == "grad_db" else n) for n in registered_names(op)]
+            if op == "rasterize_fwd"
+            else registered_names(op)
+        )
+
     found = disagreements(_ops.OPS, renamed)
     assert len(found) == 2 and all(f.startswith("rasterize_fwd:") and "grad_db" in f for f in found), found
 
@@ -90,11 +101,14 @@ def test_a_misspelled_name_is_reported():
 
     def backward(ctx, grad_out):
         return {"tex": grad_out, "mip_bias": None}
+
     table = {"texture_fwd": (_ops.OPS["texture_fwd"][0], setup, backward)}
     found = disagreements(table, registered_names)
-    assert found == [f"texture_fwd: setup_context reads ['uvda'], not in the schema {registered_names('texture_fwd')}",
-                     "texture_fwd: backward returns gradients for ['mip_bias'], not in the schema "
-                     f"{registered_names('texture_fwd')}"]
+    assert found == [
+        f"texture_fwd: setup_context reads ['uvda'], not in the schema {registered_names('texture_fwd')}",
+        "texture_fwd: backward returns gradients for ['mip_bias'], not in the schema "
+        f"{registered_names('texture_fwd')}",
+    ]
 
 
 def _takes_or_returns_tensors(op):

@@ -2,6 +2,7 @@
 and binaries of another OS or architecture refused with both platforms named. The OS is faked (sys.platform, the
 running key) where it must be; the foreign binaries are small headers crafted from the formats' specifications,
 and the installed-package cases are real copies imported in a child process."""
+
 import importlib.machinery
 import json
 import os
@@ -11,9 +12,9 @@ import sysconfig
 
 import pytest
 
-from prerast_meta import build_info, integrity, platforms
-from prerast import _cache, _loader
 from installs import IMPORT_REPORT, copy_package, libraries, mismatched_copy_with_cache, restamp, run_python
+from prerast import _cache, _loader
+from prerast_meta import build_info, integrity, platforms
 
 LINUX_X64 = ("ELF", (2, 1, 62))
 LINUX_ARM = ("ELF", (2, 1, 183))
@@ -36,8 +37,11 @@ def macho(cputype, magic=b"\xcf\xfa\xed\xfe"):
 
 def fat(*cputypes):
     """A universal binary's fat_header and fat_arch entries (big-endian)."""
-    return b"\xca\xfe\xba\xbe" + struct.pack(">I", len(cputypes)) + b"".join(
-        struct.pack(">iiIII", c, 0, 4096 * (i + 1), 4096, 12) for i, c in enumerate(cputypes))
+    return (
+        b"\xca\xfe\xba\xbe"
+        + struct.pack(">I", len(cputypes))
+        + b"".join(struct.pack(">iiIII", c, 0, 4096 * (i + 1), 4096, 12) for i, c in enumerate(cputypes))
+    )
 
 
 def pe(machine, dll=True, at=0x80):
@@ -50,25 +54,40 @@ def pe(machine, dll=True, at=0x80):
 
 # Library file names and cache folders per OS.
 
-@pytest.mark.parametrize("system,cpu,cuda", [("linux", "_C.abi3.so", "_C_cuda.abi3.so"),
-                                              ("darwin", "_C.abi3.so", "_C_cuda.abi3.so"),
-                                              ("win32", "_C.pyd", "_C_cuda.pyd")])
+
+@pytest.mark.parametrize(
+    "system,cpu,cuda",
+    [
+        ("linux", "_C.abi3.so", "_C_cuda.abi3.so"),
+        ("darwin", "_C.abi3.so", "_C_cuda.abi3.so"),
+        ("win32", "_C.pyd", "_C_cuda.pyd"),
+    ],
+)
 def test_library_names_per_os(system, cpu, cuda):
     assert platforms.library_names(system) == [cpu, cuda]
     assert platforms.library_glob(system) == "_C*" + os.path.splitext(cpu)[1]
 
 
-@pytest.mark.parametrize("system,ext_suffix,suffixes", [
-    ("linux", ".cpython-311-x86_64-linux-gnu.so", [".cpython-311-x86_64-linux-gnu.so", ".abi3.so", ".so"]),
-    ("darwin", ".cpython-311-darwin.so", [".cpython-311-darwin.so", ".abi3.so", ".so"]),
-    ("win32", ".cp311-win_amd64.pyd", [".cp311-win_amd64.pyd", ".pyd"])])
+@pytest.mark.parametrize(
+    "system,ext_suffix,suffixes",
+    [
+        ("linux", ".cpython-311-x86_64-linux-gnu.so", [".cpython-311-x86_64-linux-gnu.so", ".abi3.so", ".so"]),
+        ("darwin", ".cpython-311-darwin.so", [".cpython-311-darwin.so", ".abi3.so", ".so"]),
+        ("win32", ".cp311-win_amd64.pyd", [".cp311-win_amd64.pyd", ".pyd"]),
+    ],
+)
 def test_library_names_are_what_setuptools_builds_and_python_imports(monkeypatch, system, ext_suffix, suffixes):
     """setuptools' own abi3 suffix for each OS's EXT_SUFFIX (a 3.11 interpreter: no SOABI_PLATFORM), and the
     interpreter of that OS takes the file name (its EXTENSION_SUFFIXES)."""
     from setuptools.command import build_ext
 
-    values = {"EXT_SUFFIX": ext_suffix, "HAVE_DYNAMIC_LOADING": 1, "SOABI_PLATFORM": None, "Py_GIL_DISABLED": 0,
-              "DYNLOADFILE": "dynload_win.o" if system == "win32" else "dynload_shlib.o"}
+    values = {
+        "EXT_SUFFIX": ext_suffix,
+        "HAVE_DYNAMIC_LOADING": 1,
+        "SOABI_PLATFORM": None,
+        "Py_GIL_DISABLED": 0,
+        "DYNLOADFILE": "dynload_win.o" if system == "win32" else "dynload_shlib.o",
+    }
     monkeypatch.setattr(build_ext, "get_config_var", values.get)
     assert "_C" + build_ext.get_abi3_suffix() == platforms.library_name("_C", system)
     assert any(platforms.library_name("_C", system).endswith(s) for s in suffixes)
@@ -83,15 +102,19 @@ def test_cache_folders_per_os(tmp_path):
     home = str(tmp_path / "home")
     assert platforms.default_cache_dir("linux", {}, home) == os.path.join(home, ".cache", "prerast")
     assert platforms.default_cache_dir("linux", {"XDG_CACHE_HOME": "/x"}, home) == os.path.join("/x", "prerast")
-    assert platforms.default_cache_dir("darwin", {"XDG_CACHE_HOME": "/x"}, home) == \
-        os.path.join(home, "Library", "Caches", "prerast")
-    assert platforms.default_cache_dir("win32", {"LOCALAPPDATA": "C:/Users/u/AppData/Local"}, home) == \
-        os.path.join("C:/Users/u/AppData/Local", "prerast", "Cache")
+    assert platforms.default_cache_dir("darwin", {"XDG_CACHE_HOME": "/x"}, home) == os.path.join(
+        home, "Library", "Caches", "prerast"
+    )
+    assert platforms.default_cache_dir("win32", {"LOCALAPPDATA": "C:/Users/u/AppData/Local"}, home) == os.path.join(
+        "C:/Users/u/AppData/Local", "prerast", "Cache"
+    )
     assert platforms.default_cache_dir("win32", {}, home) == os.path.join(home, "AppData", "Local", "prerast", "Cache")
 
 
-@pytest.mark.parametrize("system,under", [("linux", "XDG/prerast"), ("darwin", "home/Library/Caches/prerast"),
-                                          ("win32", "LOCALAPPDATA/prerast/Cache")])
+@pytest.mark.parametrize(
+    "system,under",
+    [("linux", "XDG/prerast"), ("darwin", "home/Library/Caches/prerast"), ("win32", "LOCALAPPDATA/prerast/Cache")],
+)
 def test_cache_dir_follows_the_os(monkeypatch, tmp_path, system, under):
     monkeypatch.delenv(_cache.ENV_DIR, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
@@ -118,6 +141,7 @@ def test_trust_check_is_posix_only(monkeypatch, tmp_path):
 
 # Fix commands per OS.
 
+
 def test_fix_commands_per_os(monkeypatch):
     assert platforms.set_env("PRERAST_BUILD_ON_MISMATCH", system="linux") == "export PRERAST_BUILD_ON_MISMATCH=1"
     assert platforms.set_env("PRERAST_BUILD_ON_MISMATCH", system="darwin") == "export PRERAST_BUILD_ON_MISMATCH=1"
@@ -135,16 +159,25 @@ def test_fix_commands_per_os(monkeypatch):
     assert "export PRERAST_BUILD_ON_MISMATCH=1" in text and "$env:" not in text
 
 
-@pytest.mark.parametrize("system,set_line,remove_line", [
-    ("win32", "set PRERAST_BUILD_ON_MISMATCH=1", 'rmdir /s /q "C:\\cache\\entry"'),
-    ("linux", "export PRERAST_BUILD_ON_MISMATCH=1", "rm -rf 'C:\\cache\\entry'")])
+@pytest.mark.parametrize(
+    "system,set_line,remove_line",
+    [
+        ("win32", "set PRERAST_BUILD_ON_MISMATCH=1", 'rmdir /s /q "C:\\cache\\entry"'),
+        ("linux", "export PRERAST_BUILD_ON_MISMATCH=1", "rm -rf 'C:\\cache\\entry'"),
+    ],
+)
 def test_doctor_fixes_per_os(monkeypatch, system, set_line, remove_line):
     from prerast import _doctor
 
     monkeypatch.setattr(sys, "platform", system)
-    report = {"running": _loader.running(), "load_probe": {}, "plugin": {"loaded": False}, "gpus": [],
-              "libraries": [{"role": "cache", "ok": False, "entry": "C:\\cache\\entry"}],
-              "source_build": {"cache_dir": "C:\\cache"}}
+    report = {
+        "running": _loader.running(),
+        "load_probe": {},
+        "plugin": {"loaded": False},
+        "gpus": [],
+        "libraries": [{"role": "cache", "ok": False, "entry": "C:\\cache\\entry"}],
+        "source_build": {"cache_dir": "C:\\cache"},
+    }
     found = _doctor.fixes(report)
     assert any(line.startswith(set_line + " ") for line in found), found
     assert any(line.startswith(remove_line + " ") for line in found), found
@@ -163,8 +196,14 @@ CASES = [  # (header, what the message names it, the running platforms it loads 
     (pe(0xAA64), "a Windows arm64 DLL", [WIN_ARM]),
     (pe(0x8664, dll=False, at=0x100), "a Windows x86-64 executable", [WIN_X64]),
 ]
-RUNNING = {LINUX_X64: "Linux x86-64", LINUX_ARM: "Linux AArch64", MAC_ARM: "macOS arm64", MAC_X64: "macOS x86-64",
-           WIN_X64: "Windows x86-64", WIN_ARM: "Windows arm64"}
+RUNNING = {
+    LINUX_X64: "Linux x86-64",
+    LINUX_ARM: "Linux AArch64",
+    MAC_ARM: "macOS arm64",
+    MAC_X64: "macOS x86-64",
+    WIN_X64: "Windows x86-64",
+    WIN_ARM: "Windows arm64",
+}
 
 
 @pytest.mark.parametrize("head,named,loads_into", CASES, ids=[c[1] for c in CASES])
@@ -201,8 +240,7 @@ def test_running_platform_follows_the_os(monkeypatch):
 def test_build_info_naming_another_os_is_refused(tmp_path, monkeypatch):
     for name in ("_C.pyd", "_C.abi3.so"):
         (tmp_path / name).write_bytes(b"x")
-    info = {"library": "_C.pyd", "cuda_library": None,
-            "libraries": {"_C.pyd": {"size": 1, "sha256": "0" * 64}}}
+    info = {"library": "_C.pyd", "cuda_library": None, "libraries": {"_C.pyd": {"size": 1, "sha256": "0" * 64}}}
     (tmp_path / build_info.INFO_FILE).write_text(json.dumps(info))
     found, why = build_info.read(str(tmp_path))
     assert found is None and "_C.pyd is the file name of a Windows library" in why and "Linux" in why
@@ -216,17 +254,26 @@ def test_build_info_naming_another_os_is_refused(tmp_path, monkeypatch):
 
 # A package of another platform installed by force, imported for real.
 
+
 def import_copy(path):
     out = run_python(["-c", IMPORT_REPORT, str(path)], path)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.skipif(platforms.current().key != "linux" or platforms.machine() != "x86-64",
-                    reason="the foreign headers below are foreign to Linux x86-64")
-@pytest.mark.parametrize("head,named", [(elf(183), "a Linux AArch64 library"), (macho(0x0100000C),
-                                         "a macOS arm64 library"), (pe(0x8664), "a Windows x86-64 DLL")],
-                         ids=["linux-aarch64", "macos-arm64", "windows-x86-64"])
+@pytest.mark.skipif(
+    platforms.current().key != "linux" or platforms.machine() != "x86-64",
+    reason="the foreign headers below are foreign to Linux x86-64",
+)
+@pytest.mark.parametrize(
+    "head,named",
+    [
+        (elf(183), "a Linux AArch64 library"),
+        (macho(0x0100000C), "a macOS arm64 library"),
+        (pe(0x8664), "a Windows x86-64 DLL"),
+    ],
+    ids=["linux-aarch64", "macos-arm64", "windows-x86-64"],
+)
 def test_forced_install_of_another_platform_is_a_mismatch_error(tmp_path, head, named):
     """The library has the size and hash its metadata stamps (a whole wheel of that platform), yet is refused
     before the dynamic loader sees it, naming what it is and what runs here."""
@@ -266,8 +313,10 @@ def test_forced_install_of_a_windows_wheel_is_a_mismatch_error(tmp_path):
     assert result["error"] == "BinaryMismatchError" and "a Windows x86-64 DLL" in result["message"], result
 
 
-@pytest.mark.skipif(platforms.current().key != "linux" or platforms.machine() != "x86-64",
-                    reason="the header below is foreign to Linux x86-64")
+@pytest.mark.skipif(
+    platforms.current().key != "linux" or platforms.machine() != "x86-64",
+    reason="the header below is foreign to Linux x86-64",
+)
 def test_cache_copied_from_another_machine_is_a_mismatch_error(tmp_path):
     """A build cache copied from an aarch64 machine (same torch, so the same key): its entry is refused with both
     platforms and the entry to delete named, and nothing of it is mapped."""
@@ -279,5 +328,7 @@ def test_cache_copied_from_another_machine_is_a_mismatch_error(tmp_path):
     out = run_python(["-c", IMPORT_REPORT, cache], path, PRERAST_CACHE_DIR=cache)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["error"] == "BinaryMismatchError" and result["mapped"] == [], result
-    assert "a Linux AArch64 library (ELF 64-bit little-endian), but this Python runs on Linux x86-64" \
-        in result["message"] and entry in result["message"], result["message"]
+    assert (
+        "a Linux AArch64 library (ELF 64-bit little-endian), but this Python runs on Linux x86-64" in result["message"]
+        and entry in result["message"]
+    ), result["message"]

@@ -7,6 +7,7 @@ on PATH, CC/CXX a program that records any call and fails, a fresh HOME and TMPD
 renders the same images, calling no compiler (on the CPU, and on CUDA where a GPU is present); the module's round
 trip also under the oldest torch the stable wheel serves, in a fresh venv. The training route is checked against
 eager in one process."""
+
 import json
 import os
 import subprocess
@@ -84,17 +85,25 @@ def runtime_env(folder):
     for d in (home, os.path.join(home, "tmp"), empty_bin):
         os.makedirs(d, exist_ok=True)
     cc = recorder(folder)
-    env = {"PATH": empty_bin, "HOME": home, "TMPDIR": os.path.join(home, "tmp"),
-           "XDG_CACHE_HOME": os.path.join(home, ".cache"), "CC": cc, "CXX": cc, "CUDAHOSTCXX": cc,
-           "PYTORCH_NVCC": cc, "LANG": "C.UTF-8", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    env = {
+        "PATH": empty_bin,
+        "HOME": home,
+        "TMPDIR": os.path.join(home, "tmp"),
+        "XDG_CACHE_HOME": os.path.join(home, ".cache"),
+        "CC": cc,
+        "CXX": cc,
+        "CUDAHOSTCXX": cc,
+        "PYTORCH_NVCC": cc,
+        "LANG": "C.UTF-8",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
     if "CUDA_VISIBLE_DEVICES" in os.environ:
         env["CUDA_VISIBLE_DEVICES"] = os.environ["CUDA_VISIBLE_DEVICES"]
     return env
 
 
 def run(script, cwd, env, *args, python=sys.executable):
-    out = subprocess.run([python, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run([python, "-c", script, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
     return out.stdout
 
@@ -102,8 +111,9 @@ def run(script, cwd, env, *args, python=sys.executable):
 PYTHONPATH = os.environ.get("PYTHONPATH")  # the package under test, where it is not installed
 
 
-def precompile_then_load_without_compiler(tmp_path, device, precompile, load, python=sys.executable,
-                                          pythonpath=PYTHONPATH):
+def precompile_then_load_without_compiler(
+    tmp_path, device, precompile, load, python=sys.executable, pythonpath=PYTHONPATH
+):
     """Runs precompile (a script) in a devel process and load in a runtime one (runtime_env), both with python.
     Checks that the runtime saw no compiler and called none, and that the module's render equals eager."""
     devel = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SUPPORT, pythonpath])))
@@ -111,8 +121,9 @@ def precompile_then_load_without_compiler(tmp_path, device, precompile, load, py
     env = dict(runtime_env(str(tmp_path / "runtime")), PYTHONPATH=pythonpath or "")
     report = json.loads(run(load, tmp_path, env, python=python).strip().splitlines()[-1])
     assert report["tools_on_path"] == []
-    assert not os.path.exists(tmp_path / "runtime" / "compiler-calls.log"), \
-        open(tmp_path / "runtime" / "compiler-calls.log").read()
+    assert not os.path.exists(tmp_path / "runtime" / "compiler-calls.log"), open(
+        tmp_path / "runtime" / "compiler-calls.log"
+    ).read()
     for got, want in zip(torch.load(tmp_path / "runtime.pt"), torch.load(tmp_path / "eager.pt")):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     assert (tmp_path / "render.pt2").stat().st_size > 0
@@ -140,11 +151,11 @@ def test_oldest_torch_runtime_loads_inference_artifact_without_compiler(tmp_path
     venv = make_venv(str(tmp_path / "venv"), shared_torch(OLDEST_TORCH, "PRERAST_TEST_OLDEST_TORCH"))
     pip(venv, "install", "--no-deps", wheel)
     python = os.path.join(venv, "bin", "python")
-    version = run("import torch; print(torch.__version__)", tmp_path, dict(os.environ, PYTHONPATH=""),
-                  python=python)
+    version = run("import torch; print(torch.__version__)", tmp_path, dict(os.environ, PYTHONPATH=""), python=python)
     assert tuple(int(v) for v in version.split(".")[:2]) == STABLE_FLOOR, version
-    precompile_then_load_without_compiler(tmp_path, "cpu", PRECOMPILE_MODULE, LOAD_MODULE + REPORT_TOOLS,
-                                          python=python, pythonpath=None)
+    precompile_then_load_without_compiler(
+        tmp_path, "cpu", PRECOMPILE_MODULE, LOAD_MODULE + REPORT_TOOLS, python=python, pythonpath=None
+    )
 
 
 def test_training_artifact_equals_eager(tmp_path):
@@ -190,8 +201,15 @@ def test_training_artifact_of_optional_argument_combinations_equals_eager(tmp_pa
 
     def inputs():
         pos, tri, uv, tex, env, normals, ranges = render_variants.inputs(seed=6)
-        return (pos.requires_grad_(True), tri, uv, tex.requires_grad_(True), env.requires_grad_(True),
-                normals.requires_grad_(True), ranges)
+        return (
+            pos.requires_grad_(True),
+            tri,
+            uv,
+            tex.requires_grad_(True),
+            env.requires_grad_(True),
+            normals.requires_grad_(True),
+            ranges,
+        )
 
     eager = training_artifact_equals_eager(tmp_path / "variants.bin", step, inputs, grads=(0, 3, 4, 5))
     assert all(g.abs().sum() > 0 for g in eager[2:])
@@ -201,8 +219,9 @@ def test_dynamic_inference_artifact_serves_other_sizes(tmp_path):
     from render_scene import Renderer
 
     pos, tri, uv, tex = grid_scene(n=4)
-    path = prerast.precompile(Renderer(), (pos, tri, uv, tex, torch.rand(1, 20, 24, 3)), tmp_path / "dyn.pt2",
-                              dynamic=True)
+    path = prerast.precompile(
+        Renderer(), (pos, tri, uv, tex, torch.rand(1, 20, 24, 3)), tmp_path / "dyn.pt2", dynamic=True
+    )
     loaded = prerast.load_precompiled(path)
     for n, res in ((5, (27, 31)), (6, (33, 17))):  # other vertex counts and resolutions than the example's
         pos, tri, uv, tex = grid_scene(n=n, seed=n)
@@ -217,15 +236,17 @@ def fake_compiler(folder, static_lib):
     open(os.path.join(folder, "libstdc++.a"), "w").close()
     path = os.path.join(folder, "fake-g++")
     with open(path, "w") as f:
-        f.write(textwrap.dedent(f"""\
+        f.write(
+            textwrap.dedent(f"""\
             #!/bin/sh
             case "$1" in
               --version) echo "g++ (fake) 12"; exit 0;;
-              -print-file-name=libstdc++.a) {'echo "' + folder + '/libstdc++.a"' if static_lib else 'echo libstdc++.a'};;
+              -print-file-name=libstdc++.a) {'echo "' + folder + '/libstdc++.a"' if static_lib else "echo libstdc++.a"};;
               -print-file-name=*) echo "${{1#-print-file-name=}}";;
               *) echo "$*" >> "{folder}/compile-calls.log"; exit 1;;
             esac
-            """))
+            """)
+        )
     os.chmod(path, 0o755)
     return path
 

@@ -2,6 +2,7 @@
 killed build leaves no lock that blocks, a cached plugin is loaded only when it fits these sources and torch, and
 every failure says what to do. (The real build, and loading its result with no compiler, is
 tests/builder/test_two_images.py.)"""
+
 import fcntl
 import glob
 import json
@@ -16,10 +17,9 @@ import time
 
 import pytest
 
-from prerast_meta import progress as _progress, sources as _sources
-
-from prerast import _cache, _source_build
 from installs import copy_package, mismatched_copy_with_cache, run_python
+from prerast import _cache, _source_build
+from prerast_meta import progress as _progress, sources as _sources
 
 CACHE_MODULE = _cache.__file__
 
@@ -49,8 +49,12 @@ print(json.dumps({"pid": os.getpid(), "path": path, "built": built, "waited_for"
 
 
 def start_builder(root, key, seconds, start_at=0.0):
-    return subprocess.Popen([sys.executable, "-c", BUILDER, CACHE_MODULE, str(root), key, str(seconds), str(start_at)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", BUILDER, CACHE_MODULE, str(root), key, str(seconds), str(start_at)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def usable(entry):
@@ -58,15 +62,18 @@ def usable(entry):
 
 
 def listing(root):
-    return sorted((os.path.relpath(os.path.join(d, f), root), os.path.getmtime(os.path.join(d, f)))
-                  for d, _, files in os.walk(root) for f in files)
+    return sorted(
+        (os.path.relpath(os.path.join(d, f), root), os.path.getmtime(os.path.join(d, f)))
+        for d, _, files in os.walk(root)
+        for f in files
+    )
 
 
 def test_key_names_every_component():
     base = ("0.1.0", "2.14.1+cu130", "13.0", ["8.0", "9.0+PTX"], "abc")
     keys = {_cache.make_key(*base)}
     for i, other in enumerate(["0.2.0", "2.14.0+cu130", "12.8", ["9.0"], "abd"]):
-        keys.add(_cache.make_key(*base[:i], other, *base[i + 1:]))
+        keys.add(_cache.make_key(*base[:i], other, *base[i + 1 :]))
     assert len(keys) == 6
     key = _cache.make_key(*base)
     assert key.startswith(_cache.key_prefix(*base[:3])) and key.endswith("_src-abc") and os.sep not in key
@@ -121,8 +128,9 @@ def test_cache_made_by_a_racer_between_check_and_create(tmp_path, monkeypatch):
 def test_new_cache_is_not_group_writable(tmp_path):
     old = os.umask(0o002)
     try:
-        _cache.build_once(str(tmp_path / "cache"), "k", lambda f: open(os.path.join(f, "plugin.so"), "w").close(),
-                          usable)
+        _cache.build_once(
+            str(tmp_path / "cache"), "k", lambda f: open(os.path.join(f, "plugin.so"), "w").close(), usable
+        )
     finally:
         os.umask(old)
     assert not os.stat(tmp_path / "cache").st_mode & 0o022
@@ -163,8 +171,9 @@ def test_waiter_names_the_live_holder_only(tmp_path):
     held = os.open(path, os.O_RDWR)
     fcntl.flock(held, fcntl.LOCK_EX)  # a second open file description conflicts, even in this process
     reports, result = [], []
-    waiter = threading.Thread(target=lambda: result.append(
-        _cache.BuildLock(str(path)).acquire(timeout=10, on_wait=reports.append)))
+    waiter = threading.Thread(
+        target=lambda: result.append(_cache.BuildLock(str(path)).acquire(timeout=10, on_wait=reports.append))
+    )
     waiter.start()
     time.sleep(0.4)
     assert reports == []  # the dead pid is not reported
@@ -241,23 +250,31 @@ def test_digest_follows_what_the_compiler_reads(tmp_path):
 
 def test_sdist_carries_every_build_input(tmp_path):
     tree = _sources.materialize(str(tmp_path / "src"))
-    out = subprocess.run([sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")], cwd=tree,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "-d", str(tmp_path / "dist")],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     (sdist,) = glob.glob(str(tmp_path / "dist" / "prerast-*.tar.gz"))
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    needed = set(_sources.source_files(_sources.source_root())) | {"package/prerast/_loader.py",
-                                                                    "prerast_meta/sources.py",
-                                                                    "prerast_meta/version.py"}
+    needed = set(_sources.source_files(_sources.source_root())) | {
+        "package/prerast/_loader.py",
+        "prerast_meta/sources.py",
+        "prerast_meta/version.py",
+    }
     assert needed <= names, needed - names
 
 
 # The loader's way to the cache, in subprocesses importing a copy of the installed prerast whose own plugin is
 # refused, with a cache entry holding the real plugin (what a first-use build would have produced).
-PROBE = ("import json, sys, prerast; from prerast import _loader, _demo; img, _ = _demo.render('cpu', 32); "
-         "print(json.dumps({'source': _loader.status()['source'], 'path': _loader.require()['path'], "
-         "'cpp_extension': 'torch.utils.cpp_extension' in sys.modules, 'lit': int((img > 0).any(-1).sum())}))")
+PROBE = (
+    "import json, sys, prerast; from prerast import _loader, _demo; img, _ = _demo.render('cpu', 32); "
+    "print(json.dumps({'source': _loader.status()['source'], 'path': _loader.require()['path'], "
+    "'cpp_extension': 'torch.utils.cpp_extension' in sys.modules, 'lit': int((img > 0).any(-1).sum())}))"
+)
 
 
 def test_cached_build_is_loaded_when_named(tmp_path):
@@ -298,8 +315,14 @@ def test_cached_build_of_other_sources_is_ignored(tmp_path, monkeypatch):
 
 def test_opt_in_without_compiler_says_what_is_missing(tmp_path):
     path = copy_package(tmp_path / "site", abi="classic", torch_version="2.4.1+cu124")
-    out = run_python(["-c", "import prerast"], path, PRERAST_BUILD_ON_MISMATCH=1, PRERAST_CACHE_DIR=tmp_path / "c",
-                     PATH=os.path.dirname(sys.executable), CXX="")
+    out = run_python(
+        ["-c", "import prerast"],
+        path,
+        PRERAST_BUILD_ON_MISMATCH=1,
+        PRERAST_CACHE_DIR=tmp_path / "c",
+        PATH=os.path.dirname(sys.executable),
+        CXX="",
+    )
     assert out.returncode == 1
     assert "PRERAST_BUILD_ON_MISMATCH=1 is set, but building a plugin that fits failed" in out.stderr
     assert "a C++ compiler (c++ is not on PATH)" in out.stderr
@@ -358,13 +381,21 @@ def test_first_use_build_says_what_it_compiles_and_beats_while_quiet(tmp_path, m
     assert (entry / "_C.abi3.so").exists()
 
 
-@pytest.mark.parametrize("line, step", [
-    ("[3/7] c++ -MMD -MF a.o.d -I/x -c /tmp/t/src/csrc/bindings/ops.cpp -o /tmp/t/build/ops.o -O3", "compiling csrc/bindings/ops.cpp [3/7]"),
-    ("[1/7] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c /s/csrc/cuda/raster.cu -o r.o",
-     "compiling csrc/cuda/raster.cu [1/7]"),
-    ("gcc -pthread -fPIC -I/inc -c csrc/core/tile.cpp -o build/temp/tile.o", "compiling csrc/core/tile.cpp"),
-    ("[7/7] c++ a.o b.o -shared -L/torch/lib -lc10 -o build/lib/prerast/_C.abi3.so", "linking _C.abi3.so [7/7]"),
-    ("running build_ext", None),
-])
+@pytest.mark.parametrize(
+    "line, step",
+    [
+        (
+            "[3/7] c++ -MMD -MF a.o.d -I/x -c /tmp/t/src/csrc/bindings/ops.cpp -o /tmp/t/build/ops.o -O3",
+            "compiling csrc/bindings/ops.cpp [3/7]",
+        ),
+        (
+            "[1/7] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c /s/csrc/cuda/raster.cu -o r.o",
+            "compiling csrc/cuda/raster.cu [1/7]",
+        ),
+        ("gcc -pthread -fPIC -I/inc -c csrc/core/tile.cpp -o build/temp/tile.o", "compiling csrc/core/tile.cpp"),
+        ("[7/7] c++ a.o b.o -shared -L/torch/lib -lc10 -o build/lib/prerast/_C.abi3.so", "linking _C.abi3.so [7/7]"),
+        ("running build_ext", None),
+    ],
+)
 def test_compile_step_names_the_source(line, step):
     assert _progress.compile_step(line) == step

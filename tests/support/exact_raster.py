@@ -8,6 +8,7 @@ fallback, z/w and the derivatives), one triangle at a time over its whole boundi
 depth test. Any rasterizer that follows that arithmetic must match it bit for bit, whatever its
 binning, tiling, vectorisation or thread count.
 """
+
 import math
 
 import numpy as np
@@ -17,7 +18,7 @@ f32 = np.float32
 
 def _c_int(x):
     """(int)x as x86-64 converts float to int32: truncation, and INT_MIN when out of range or NaN."""
-    if not math.isfinite(float(x)) or not -2.0**31 <= math.trunc(float(x)) < 2.0**31:
+    if not math.isfinite(float(x)) or not -(2.0**31) <= math.trunc(float(x)) < 2.0**31:
         return -(2**31)
     return math.trunc(float(x))
 
@@ -87,7 +88,7 @@ def normalise_vertices(p):
     for i in range(3):
         m = np.abs(p[i]).max()
         e = int(np.frexp(m)[1]) - 1 if m > 0 else 0
-        out[i] = [f32(float(x) * 2.0 ** -e) for x in p[i]]
+        out[i] = [f32(float(x) * 2.0**-e) for x in p[i]]
         es.append(e)
     return out, es
 
@@ -99,16 +100,17 @@ def tri_setup(p, W, H):
     p, e = normalise_vertices(np.asarray(p, np.float32))
     v = [[f32(p[i, 0]), f32(p[i, 1]), f32(p[i, 3])] for i in range(3)]
     d64 = [[float(x) for x in vi] for vi in v]
-    d = (d64[0][0] * (d64[1][1] * d64[2][2] - d64[1][2] * d64[2][1])
-         - d64[0][1] * (d64[1][0] * d64[2][2] - d64[1][2] * d64[2][0])
-         + d64[0][2] * (d64[1][0] * d64[2][1] - d64[1][1] * d64[2][0]))
+    d = (
+        d64[0][0] * (d64[1][1] * d64[2][2] - d64[1][2] * d64[2][1])
+        - d64[0][1] * (d64[1][0] * d64[2][2] - d64[1][2] * d64[2][0])
+        + d64[0][2] * (d64[1][0] * d64[2][1] - d64[1][1] * d64[2][0])
+    )
     n = [math.sqrt(float(_dot(vi, vi))) for vi in v]
     if not abs(d) > 1e-14 * n[0] * n[1] * n[2]:
         return None
     sg = f32(1) if d > 0 else f32(-1)
     bw_exp = [ei - min(e) for ei in e]
-    s = {"a": [], "b": [], "c": [], "tol": [], "v": v, "sg": sg, "bw_exp": bw_exp,
-         "bw": [f32(2.0 ** -k) for k in bw_exp]}
+    s = {"a": [], "b": [], "c": [], "tol": [], "v": v, "sg": sg, "bw_exp": bw_exp, "bw": [f32(2.0**-k) for k in bw_exp]}
     with np.errstate(over="ignore", invalid="ignore"):
         inv = 1.0 / abs(d)
         s["z"] = [f32(float(p[i, 2]) * inv) for i in range(3)]
@@ -131,11 +133,17 @@ def tri_setup(p, W, H):
             c = f32(float(sg) * ((ra * float(ox) + rb * float(oy)) + rc))
             if not (np.isfinite(a) and np.isfinite(b) and np.isfinite(c)):
                 return None
-            mag = (abs(P[1] * Q[2]) + abs(P[2] * Q[1]) + abs(P[2] * Q[0]) + abs(P[0] * Q[2]) + abs(P[0] * Q[1])
-                   + abs(P[1] * Q[0]))
+            mag = (
+                abs(P[1] * Q[2])
+                + abs(P[2] * Q[1])
+                + abs(P[2] * Q[0])
+                + abs(P[0] * Q[2])
+                + abs(P[0] * Q[1])
+                + abs(P[1] * Q[0])
+            )
             size = 2.0 * float(abs(a)) + 2.0 * float(abs(b)) + float(abs(c))
             s["a"].append(a), s["b"].append(b), s["c"].append(c)
-            s["tol"].append(f32(2.0 ** -20 * size + 2.0 ** -46 * mag + 2.0 ** -120))
+            s["tol"].append(f32(2.0**-20 * size + 2.0**-46 * mag + 2.0**-120))
     s["box"] = box
     return s
 
@@ -153,19 +161,25 @@ def _attrs(s, px, py, W, H):
     """frag_attrs: (u, v) and (du/dX, du/dY, dv/dX, dv/dY) of a drawn pixel, float32 or the double fallback."""
     iv = [x if x > 0 else f32(0) for x in _edges(s, px, py)]
     bw = s["bw"]
-    if (bw[0] * iv[0] + bw[1] * iv[1]) + bw[2] * iv[2] >= f32(2.0 ** -60):
+    if (bw[0] * iv[0] + bw[1] * iv[1]) + bw[2] * iv[2] >= f32(2.0**-60):
         T, w, out = f32, bw, f32
     else:  # Python floats are doubles
-        T, w, out = float, [2.0 ** -k for k in s["bw_exp"]], f32
+        T, w, out = float, [2.0**-k for k in s["bw_exp"]], f32
     L = [w[i] * T(iv[i]) for i in range(3)]
     A = [w[i] * T(s["a"][i]) for i in range(3)]
     B = [w[i] * T(s["b"][i]) for i in range(3)]
     S = (L[0] + L[1]) + L[2]
     Sa, Sb = (A[0] + A[1]) + A[2], (B[0] + B[1]) + B[2]
     kx, ky = T(2) / T(W) / (S * S), T(2) / T(H) / (S * S)
-    return ([out(L[0] / S), out(L[1] / S)],
-            [out(kx * (A[0] * S - L[0] * Sa)), out(ky * (B[0] * S - L[0] * Sb)),
-             out(kx * (A[1] * S - L[1] * Sa)), out(ky * (B[1] * S - L[1] * Sb))])
+    return (
+        [out(L[0] / S), out(L[1] / S)],
+        [
+            out(kx * (A[0] * S - L[0] * Sa)),
+            out(ky * (B[0] * S - L[0] * Sb)),
+            out(kx * (A[1] * S - L[1] * Sa)),
+            out(ky * (B[1] * S - L[1] * Sb)),
+        ],
+    )
 
 
 def _inside(s, i, l, px, py):
@@ -201,14 +215,15 @@ def rasterize(pos, tri, H, W):
                     continue
                 setups[t + 1] = s
                 x0, y0, x1, y1 = s["box"]
-                px, py = np.meshgrid(pixel_center_ndc(np.arange(x0, x1 + 1), W),
-                                     pixel_center_ndc(np.arange(y0, y1 + 1), H))
+                px, py = np.meshgrid(
+                    pixel_center_ndc(np.arange(x0, x1 + 1), W), pixel_center_ndc(np.arange(y0, y1 + 1), H)
+                )
                 l = _edges(s, px, py)
                 ok = _inside(s, 0, l[0], px, py) & _inside(s, 1, l[1], px, py) & _inside(s, 2, l[2], px, py)
                 S = (l[0] + l[1]) + l[2]
                 zw = (l[0] * s["z"][0] + l[1] * s["z"][1]) + l[2] * s["z"][2]
                 ok &= (S > 0) & (zw >= -1) & (zw <= 1)
-                bz, bid = best_z[y0:y1 + 1, x0:x1 + 1], best_id[y0:y1 + 1, x0:x1 + 1]
+                bz, bid = best_z[y0 : y1 + 1, x0 : x1 + 1], best_id[y0 : y1 + 1, x0 : x1 + 1]
                 take = ok & ((bid == 0) | (zw < bz) | ((zw == bz) & (t + 1 < bid)))
                 bz[take], bid[take] = zw[take], t + 1
             for y, x in zip(*np.nonzero(best_id)):

@@ -6,6 +6,7 @@ op (a texel centre, a mip level boundary, a cube face edge) lies within eps and 
 rest, the autograd gradient must match the central difference. A minimum fraction of elements must be checked,
 so a test cannot pass by skipping everything.
 """
+
 import numpy as np
 import torch
 
@@ -30,8 +31,7 @@ def check_gradients(fn, inputs, wrt, eps, rtol=2e-2, atol=2e-3, min_checked=0.6,
         h = eps[name] if isinstance(eps, dict) else eps
         x = base[name]
         count = x.numel()
-        picks = range(count) if count <= max_elements else \
-            torch.randperm(count, generator=gen)[:max_elements].tolist()
+        picks = range(count) if count <= max_elements else torch.randperm(count, generator=gen)[:max_elements].tolist()
         l0 = loss(base)
         checked, bad = 0, []
         for i in picks:

@@ -1,5 +1,6 @@
 """A fresh clone of this repository and a machine with only what README.md asks to install: the documented
 commands are tried there, as a new user would, rather than in the working tree that built and ran everything."""
+
 import os
 import subprocess
 import sys

@@ -1,5 +1,6 @@
 """Copies of the installed prerast with edited metadata, and subprocesses that import them: the states a user's
 install can be in (working, mismatched, missing its plugin), without building anything."""
+
 import json
 import os
 import shutil
@@ -9,9 +10,8 @@ import sys
 import torch
 
 import prerast
-from prerast_meta import integrity as _integrity, sources as _sources
-
 from prerast import _cache, _loader
+from prerast_meta import integrity as _integrity, sources as _sources
 
 # Variables of the test environment that would change what a subprocess loads or builds.
 PRERAST_VARS = ("PRERAST_BUILD_ON_MISMATCH", "PRERAST_CACHE_DIR", "PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
@@ -70,8 +70,14 @@ def env_for(path, **extra):
 
 def run_python(args, path, cwd=None, **extra):
     """sys.executable with args, importing prerast from path."""
-    return subprocess.run([sys.executable] + list(args), capture_output=True, text=True, env=env_for(path, **extra),
-                          cwd=str(cwd or path), stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable] + list(args),
+        capture_output=True,
+        text=True,
+        env=env_for(path, **extra),
+        cwd=str(cwd or path),
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def doctor(path, *flags, **extra):
@@ -91,8 +97,7 @@ def mismatched_copy_with_cache(tmp_path):
     path = copy_package(tmp_path / "site", abi="classic", torch_version="2.4.1+cu124")
     info = _loader.require()
     src_hash = _sources.digest(os.path.join(path, "prerast", "_src"))
-    key = _cache.make_key(prerast_base(), torch.__version__, torch.version.cuda, info.get("cuda_archs") or [],
-                          src_hash)
+    key = _cache.make_key(prerast_base(), torch.__version__, torch.version.cuda, info.get("cuda_archs") or [], src_hash)
     entry = tmp_path / "cache" / key
     entry.mkdir(parents=True)
     for lib in (info["path"], info.get("cuda_path")):

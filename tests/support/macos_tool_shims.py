@@ -1,5 +1,6 @@
 """Apple's otool, install_name_tool, lipo and codesign, which delocate runs, as shims over LLVM's Mach-O tools:
 with the folder `write` fills first on PATH, delocate repairs a macOS wheel for real on Linux."""
+
 import os
 import shutil
 

@@ -9,6 +9,7 @@ aarch64 builds (vector widths, fused multiply-adds), and this compares prerast's
 
     python tests/support/platform_render.py
 """
+
 import hashlib
 import json
 import os
@@ -40,13 +41,29 @@ def render_hashes(resolution=(48, 64)):
     # A fixed upstream gradient made with NumPy's generator (integer arithmetic: the same on every machine).
     g = torch.tensor(np.random.default_rng(7).uniform(-1, 1, tuple(aa.shape)), dtype=torch.float32)
     gpos, guv, gtex = torch.autograd.grad([aa], [pos, uv, tex], grad_outputs=[g])
-    tensors = {"in.pos": pos, "in.uv": uv, "in.tex": tex, "in.grad": g, "rast": rast, "rast_db": rast_db,
-               "interp": texc, "interp_da": texd, "texture": color, "antialias": aa,
-               "grad.pos": gpos, "grad.uv": guv, "grad.tex": gtex}
+    tensors = {
+        "in.pos": pos,
+        "in.uv": uv,
+        "in.tex": tex,
+        "in.grad": g,
+        "rast": rast,
+        "rast_db": rast_db,
+        "interp": texc,
+        "interp_da": texd,
+        "texture": color,
+        "antialias": aa,
+        "grad.pos": gpos,
+        "grad.uv": guv,
+        "grad.tex": gtex,
+    }
     covered = int((rast[..., 3] > 0).sum())
-    return {"machine": platform.machine(), "torch": torch.__version__, "covered": covered,
-            "hashes": {k: digest(v) for k, v in tensors.items()},
-            "nonzero": {k: int((v != 0).sum()) for k, v in tensors.items()}}
+    return {
+        "machine": platform.machine(),
+        "torch": torch.__version__,
+        "covered": covered,
+        "hashes": {k: digest(v) for k, v in tensors.items()},
+        "nonzero": {k: int((v != 0).sum()) for k, v in tensors.items()},
+    }
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ The rasterizer model solves M @ lam = (px, py, 1) per pixel with numpy.linalg (M
 clip-space x, y, w): a pixel is covered when every lam_i >= 0 and sum(lam) > 0, i.e. inside the triangle with
 w > 0. It shares no code or formulation details (edge functions, tie rules, binning) with the plugin.
 """
+
 import numpy as np
 
 
@@ -101,11 +102,11 @@ def encode_triangle_id(n):
     bit pattern is 0x4a800000 + n (written with integer arithmetic, independently of the float conversion)."""
     n = np.asarray(n, np.int64)
     small = n.astype(np.float32)
-    large = (n + 0x4a800000).astype(np.uint32).view(np.float32)
+    large = (n + 0x4A800000).astype(np.uint32).view(np.float32)
     return np.where(n <= 2**24, small, large)
 
 
 def decode_triangle_id(f):
     f = np.asarray(f, np.float32)
     bits = f.view(np.uint32).astype(np.int64)
-    return np.where(f <= 2**24, np.minimum(f, 2**24).astype(np.int64), bits - 0x4a800000)
+    return np.where(f <= 2**24, np.minimum(f, 2**24).astype(np.int64), bits - 0x4A800000)

@@ -9,6 +9,7 @@ rounding distance of a decision, which `antialias` reports as `margin`.
 Both follow one direction rule: a horizontal pixel pair considers only edges closer to vertical than to
 horizontal on screen (|dy| >= |dx| in pixels), a vertical pair only the others, so each crossing is blended once.
 """
+
 import numpy as np
 
 
@@ -62,8 +63,9 @@ def antialias(color, rast, pos, tri):
     pairs = []
     for n in range(N):
         p_img = pos if pos.ndim == 2 else pos[n]
-        screen = np.stack([(p_img[:, 0] / p_img[:, 3] + 1) * W / 2 - 0.5,
-                           (p_img[:, 1] / p_img[:, 3] + 1) * H / 2 - 0.5], -1)  # pixel (x, y) centre at (x, y)
+        screen = np.stack(
+            [(p_img[:, 0] / p_img[:, 3] + 1) * W / 2 - 0.5, (p_img[:, 1] / p_img[:, 3] + 1) * H / 2 - 0.5], -1
+        )  # pixel (x, y) centre at (x, y)
         for y in range(H):
             for x in range(W):
                 for q in ((y, x + 1), (y + 1, x)):
@@ -102,8 +104,8 @@ def _pair(color, rast, screen, tri, adj, p, q):
         den = _cross2(D, E)
         if den == 0:
             continue
-        t = _cross2(A - P, E) / den   # P + t D on the line through A, B
-        s = _cross2(A - P, D) / den   # A + s E on the segment P -> P + D
+        t = _cross2(A - P, E) / den  # P + t D on the line through A, B
+        s = _cross2(A - P, D) / den  # A + s E on the segment P -> P + D
         if not 0 <= t <= 1:
             continue
         crossed.append((t, s, a, b, c, (abs(E[1]) >= abs(E[0])) == horizontal))
@@ -146,14 +148,14 @@ def half_plane_coverage(height, width, inside, line):
     steps = ((0, 1),) if abs(gx) >= abs(gy) else ((1, 0),)
     for y in range(height):
         for x in range(width):
-            for (y2, x2) in ((y + dy, x + dx) for dy, dx in steps):
+            for y2, x2 in ((y + dy, x + dx) for dy, dx in steps):
                 if y2 >= height or x2 >= width or inside[y, x] == inside[y2, x2]:
                     continue
                 (fy, fx), (by, bx) = ((y, x), (y2, x2)) if inside[y, x] else ((y2, x2), (y, x))
                 lf, lb = line(fx, fy), line(bx, by)
                 t = lf / (lf - lb)
                 if t > 0.5:
-                    cov[by, bx] += t - 0.5      # the inside surface reaches into the outside pixel
+                    cov[by, bx] += t - 0.5  # the inside surface reaches into the outside pixel
                 else:
-                    cov[fy, fx] -= 0.5 - t      # the outside reaches into the inside pixel
+                    cov[fy, fx] -= 0.5 - t  # the outside reaches into the inside pixel
     return cov

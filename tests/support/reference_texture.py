@@ -5,6 +5,7 @@ mip levels by reshaping and averaging, cube faces as 3D basis vectors, and taps 
 re-projected geometrically (in floating point) onto the cube. The one thing copied in float32 is the texture
 coordinate x = u * size - 0.5, so that which texel a far-outside coordinate lands on agrees exactly.
 """
+
 import numpy as np
 
 from prerast._constants import FILTER_MODES
@@ -14,17 +15,21 @@ FILTERS = tuple(FILTER_MODES)
 
 # Cube faces +x, -x, +y, -y, +z, -z: (normal N, s direction U, t direction V); a direction d on face f has
 # s = (d.U / d.N + 1) / 2 and t = (d.V / d.N + 1) / 2 (OpenGL's cube map layout).
-CUBE_FACES = np.array([
-    [[1, 0, 0], [0, 0, -1], [0, -1, 0]],
-    [[-1, 0, 0], [0, 0, 1], [0, -1, 0]],
-    [[0, 1, 0], [1, 0, 0], [0, 0, 1]],
-    [[0, -1, 0], [1, 0, 0], [0, 0, -1]],
-    [[0, 0, 1], [1, 0, 0], [0, -1, 0]],
-    [[0, 0, -1], [-1, 0, 0], [0, -1, 0]],
-], dtype=np.float64)
+CUBE_FACES = np.array(
+    [
+        [[1, 0, 0], [0, 0, -1], [0, -1, 0]],
+        [[-1, 0, 0], [0, 0, 1], [0, -1, 0]],
+        [[0, 1, 0], [1, 0, 0], [0, 0, 1]],
+        [[0, -1, 0], [1, 0, 0], [0, 0, -1]],
+        [[0, 0, 1], [1, 0, 0], [0, -1, 0]],
+        [[0, 0, -1], [-1, 0, 0], [0, -1, 0]],
+    ],
+    dtype=np.float64,
+)
 
 
 # --- mip chain ---------------------------------------------------------------------------------------------
+
 
 def _halve_axis(a, axis):
     s = a.shape[axis]
@@ -32,9 +37,9 @@ def _halve_axis(a, axis):
         return a
     d = s // 2
     a = np.moveaxis(a, axis, 0)
-    out = a[:2 * d].reshape(d, 2, *a.shape[1:]).mean(axis=1)
+    out = a[: 2 * d].reshape(d, 2, *a.shape[1:]).mean(axis=1)
     if s % 2:
-        out[d - 1] = a[2 * d - 2:].mean(axis=0)  # the odd last texel joins the last box
+        out[d - 1] = a[2 * d - 2 :].mean(axis=0)  # the odd last texel joins the last box
     return np.moveaxis(out, 0, axis)
 
 
@@ -49,6 +54,7 @@ def mip_chain(tex, max_mip_level=None):
 
 
 # --- 2D lookups ----------------------------------------------------------------------------------------------
+
 
 def _coord(u, size):
     """Texel-space coordinate in float32, as the plugin computes it."""
@@ -73,8 +79,12 @@ def _bilinear(fetch, x, y):
     xs, ys = x.astype(np.float64) - 0.5, y.astype(np.float64) - 0.5
     x0, y0 = np.floor(xs), np.floor(ys)
     fx, fy = (xs - x0)[:, None], (ys - y0)[:, None]
-    return ((1 - fx) * (1 - fy) * fetch(x0, y0) + fx * (1 - fy) * fetch(x0 + 1, y0)
-            + (1 - fx) * fy * fetch(x0, y0 + 1) + fx * fy * fetch(x0 + 1, y0 + 1))
+    return (
+        (1 - fx) * (1 - fy) * fetch(x0, y0)
+        + fx * (1 - fy) * fetch(x0 + 1, y0)
+        + (1 - fx) * fy * fetch(x0, y0 + 1)
+        + fx * fy * fetch(x0 + 1, y0 + 1)
+    )
 
 
 def sample_2d(level, n, u, v, boundary, nearest):
@@ -88,6 +98,7 @@ def sample_2d(level, n, u, v, boundary, nearest):
 
 
 # --- cube lookups --------------------------------------------------------------------------------------------
+
 
 def cube_face(d):
     """Face index and (s, t) in [0, 1] of directions d [P, 3]; ties go to x, then y."""
@@ -120,8 +131,11 @@ def _fetch_cube(level, n, face, ix, iy):
     if corner.any():
         cx, cy = np.clip(ix[corner], 0, S - 1), np.clip(iy[corner], 0, S - 1)
         nc, fc = n[corner], face[corner]
-        result[corner] = (_fetch_cube(level, nc, fc, cx, cy) + _fetch_cube(level, nc, fc, ix[corner], cy)
-                          + _fetch_cube(level, nc, fc, cx, iy[corner])) / 3
+        result[corner] = (
+            _fetch_cube(level, nc, fc, cx, cy)
+            + _fetch_cube(level, nc, fc, ix[corner], cy)
+            + _fetch_cube(level, nc, fc, cx, iy[corner])
+        ) / 3
     return result
 
 
@@ -148,10 +162,11 @@ def cube_jacobian(d, dd):
 
 # --- texture -------------------------------------------------------------------------------------------------
 
+
 def footprint_major(jx, jy):
     """Squared major axis of the footprint ellipse: the larger eigenvalue of [[A, C], [C, B]] (closed form)."""
-    a, b, c = (jx ** 2).sum(-1), (jy ** 2).sum(-1), (jx * jy).sum(-1)
-    return (a + b) / 2 + np.sqrt(((a - b) / 2) ** 2 + c ** 2)
+    a, b, c = (jx**2).sum(-1), (jy**2).sum(-1), (jx * jy).sum(-1)
+    return (a + b) / 2 + np.sqrt(((a - b) / 2) ** 2 + c**2)
 
 
 def level_of_detail(tex_shape, uv, uv_da, bias, num_levels, cube):
@@ -175,8 +190,7 @@ def level_of_detail(tex_shape, uv, uv_da, bias, num_levels, cube):
     return np.clip(lod, 0, num_levels - 1)
 
 
-def texture(tex, uv, uv_da=None, bias=None, mip=None, filter_mode="auto", boundary_mode="wrap",
-            max_mip_level=None):
+def texture(tex, uv, uv_da=None, bias=None, mip=None, filter_mode="auto", boundary_mode="wrap", max_mip_level=None):
     """The documented behaviour of prerast.texture on NumPy arrays; returns float64 [N, H, W, C]."""
     tex = np.asarray(tex, np.float64)
     cube = boundary_mode == "cube"
@@ -201,8 +215,14 @@ def texture(tex, uv, uv_da=None, bias=None, mip=None, filter_mode="auto", bounda
     if filter_mode in ("nearest", "linear") or len(levels) == 1:
         out = sample(0, nearest=filter_mode == "nearest")
     else:
-        lod = level_of_detail(tex.shape, uvf, None if uv_da is None else uv_da.reshape(P, -1),
-                              None if bias is None else bias.reshape(P), len(levels), cube)
+        lod = level_of_detail(
+            tex.shape,
+            uvf,
+            None if uv_da is None else uv_da.reshape(P, -1),
+            None if bias is None else bias.reshape(P),
+            len(levels),
+            cube,
+        )
         if filter_mode == "linear-mipmap-nearest":
             pick = np.floor(lod).astype(np.int64)
             out = np.zeros((P, C))

@@ -1,5 +1,6 @@
 """A small textured scene and the render function that the compile and precompile tests run through every op:
 rasterize -> interpolate (with derivatives) -> mipmapped texture -> antialias."""
+
 import numpy as np
 import torch
 

@@ -8,6 +8,7 @@ the precompile tests: each must give the same images from a precompiled artifact
 - environment: a cube map looked up without mips (linear) and with them (built inside, and as a chain);
 - range mode and depth peeling; a context made with output_db=False.
 """
+
 import torch
 
 import prerast
@@ -15,8 +16,11 @@ from render_scene import grid_scene
 
 
 def context(device, output_db=True):
-    return prerast.RasterizeCpuContext(output_db=output_db) if device == "cpu" else \
-        prerast.RasterizeCudaContext(device, output_db=output_db)
+    return (
+        prerast.RasterizeCpuContext(output_db=output_db)
+        if device == "cpu"
+        else prerast.RasterizeCudaContext(device, output_db=output_db)
+    )
 
 
 def box_levels(tex, count):
@@ -59,8 +63,14 @@ def environment(ctx, pos, tri, env, normals):
     d, dd = prerast.interpolate(normals, rast, tri, rast_db, diff_attrs="all")
     sharp = prerast.texture(env, d, boundary_mode="cube")  # 'auto' without derivatives: linear, no levels
     blurred = prerast.texture(env, d, dd, boundary_mode="cube", max_mip_level=2)
-    chain = prerast.texture(env, d, dd, mip=prerast.texture_construct_mip(env, cube_mode=True),
-                            filter_mode="linear-mipmap-nearest", boundary_mode="cube")
+    chain = prerast.texture(
+        env,
+        d,
+        dd,
+        mip=prerast.texture_construct_mip(env, cube_mode=True),
+        filter_mode="linear-mipmap-nearest",
+        boundary_mode="cube",
+    )
     return sharp, blurred, chain
 
 
@@ -88,9 +98,12 @@ class Variants(torch.nn.Module):
         self.topology_hash = prerast.antialias_construct_topology_hash(inputs(device)[1] if tri is None else tri)
 
     def forward(self, pos, tri, uv, tex, env, normals, ranges):
-        return (plain(self.ctx, pos, tri, uv, tex), *derivatives(self.ctx, pos, tri, uv, tex, self.topology_hash),
-                *environment(self.ctx, pos, tri, env, normals),
-                *ranges_and_layers(self.ctx, self.lean_ctx, pos, tri, uv, ranges))
+        return (
+            plain(self.ctx, pos, tri, uv, tex),
+            *derivatives(self.ctx, pos, tri, uv, tex, self.topology_hash),
+            *environment(self.ctx, pos, tri, env, normals),
+            *ranges_and_layers(self.ctx, self.lean_ctx, pos, tri, uv, ranges),
+        )
 
 
 def training_step(ctx, pos, tri, uv, tex, env, normals, ranges):
@@ -103,4 +116,4 @@ def training_step(ctx, pos, tri, uv, tex, env, normals, ranges):
     color = prerast.antialias(color * (rast[..., 3:] > 0), rast, pos, tri)
     rast_r, _ = prerast.rasterize(ctx, pos[0], tri, (18, 22), ranges=ranges)
     ranged, _ = prerast.interpolate(uv[0], rast_r, tri)
-    return color, (color ** 2).mean() + ranged.mean()
+    return color, (color**2).mean() + ranged.mean()

@@ -1,4 +1,5 @@
 """Random and hand-made test scenes (NumPy), shared by the op tests."""
+
 import numpy as np
 import torch
 

@@ -1,4 +1,5 @@
 """The shared CPU torch of the wheel tests (ci/publish/shared_torch.py), skipping a test where it cannot be installed."""
+
 import os
 import sys
 

@@ -10,6 +10,7 @@ resume after case i. A case passes when it
   that names the op or the argument (torch.OutOfMemoryError for a GPU request that cannot fit); on a GPU, a
   device-side assert where the case corrupts index data (the ops check indices on the device, without waiting).
 """
+
 import random
 import zlib
 
@@ -37,9 +38,11 @@ class Case:
 
 def family(name, part=""):
     """Registers a generator of cases of an op family (their names start with 'name/part/')."""
+
     def register(gen):
         FAMILIES.setdefault(name, []).append((part, gen))
         return gen
+
     return register
 
 
@@ -50,6 +53,7 @@ def cases(device, families=None, skip_device_asserts=False):
     import fuzz_raster  # noqa: F401
     import fuzz_shade  # noqa: F401
     import fuzz_texture  # noqa: F401
+
     out, seen = [], set()
     for fam, part, gen in [(f, part, gen) for f in families or FAMILIES for part, gen in FAMILIES[f]]:
         for c in gen(device):
@@ -66,6 +70,7 @@ def cases(device, families=None, skip_device_asserts=False):
 
 
 # --- judging ---------------------------------------------------------------------------------------------------
+
 
 def tensors(x):
     if isinstance(x, torch.Tensor):
@@ -115,8 +120,11 @@ def _judge_result(case, result):
     if case.expect == "error":
         return "no error raised"
     if case.finite:
-        bad = [i for i, t in enumerate(tensors(result))
-               if t.is_floating_point() and t.device.type != "meta" and not bool(torch.isfinite(t).all())]
+        bad = [
+            i
+            for i, t in enumerate(tensors(result))
+            if t.is_floating_point() and t.device.type != "meta" and not bool(torch.isfinite(t).all())
+        ]
         if bad:
             return f"outputs {bad} of finite inputs are not finite"
     if case.check is not None:
@@ -222,7 +230,7 @@ INTS = SHAPES + [
 # Index data: the op must refuse values outside [0, bound) (on a GPU through a device-side assert).
 INDICES = INTS + [
     ("-1", lambda t, a: _set(t, -1), "error", True, True),
-    ("int_min", lambda t, a: _set(t, -2**31, 0.9), "error", True, True),
+    ("int_min", lambda t, a: _set(t, -(2**31), 0.9), "error", True, True),
     ("int_max", lambda t, a: _set(t, 2**31 - 1, 0.1), "error", True, True),
     ("past_end", lambda t, a: _set(t, 10**6, 1.0), "error", True, True),
 ]
@@ -262,6 +270,7 @@ def mutations(prefix, base, call, kinds, words, values=None, combos=8, expect_ba
             new = {arg: make(args) for arg, make in changed}
             args.update(new)
             return call(device, **args)
+
         return fn
 
     yield Case(f"{prefix}/base", run([]), expect_base, True, words)
@@ -273,5 +282,6 @@ def mutations(prefix, base, call, kinds, words, values=None, combos=8, expect_ba
         if one[0] == two[0]:
             continue
         name = f"{prefix}/{one[0]}={one[1]}+{two[0]}={two[1]}"
-        yield Case(name, run([one[:3:2], two[:3:2]]), "any", one[4] and two[4], words + (one[0], two[0]),
-                   one[5] or two[5])
+        yield Case(
+            name, run([one[:3:2], two[:3:2]]), "any", one[4] and two[4], words + (one[0], two[0]), one[5] or two[5]
+        )

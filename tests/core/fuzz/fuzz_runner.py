@@ -11,6 +11,7 @@ context unusable (a device-side assert, expected where an index check fires on a
 prints every failing case and exits with 1 if there is one. Under a command prefix, output lines of the tool that
 report an error (compute-sanitizer's '========= ' lines) fail the case in progress.
 """
+
 import argparse
 import collections
 import faulthandler
@@ -62,12 +63,23 @@ def _tool_error(line):
     if not line.startswith("========="):
         return False
     text = line.lower()
-    return "error summary: 0 errors" not in text and any(w in text for w in ("invalid", "error", "out of bounds",
-                                                                            "misaligned", "leak", "hazard"))
+    return "error summary: 0 errors" not in text and any(
+        w in text for w in ("invalid", "error", "out of bounds", "misaligned", "leak", "hazard")
+    )
 
 
-def run(device="cpu", families=None, prefix=(), case_timeout=60.0, start_timeout=300.0, skip_device_asserts=False,
-        env=None, outcomes=None, cases="fuzz_cases", budget=None):
+def run(
+    device="cpu",
+    families=None,
+    prefix=(),
+    case_timeout=60.0,
+    start_timeout=300.0,
+    skip_device_asserts=False,
+    env=None,
+    outcomes=None,
+    cases="fuzz_cases",
+    budget=None,
+):
     """Runs the cases; returns ({case name: problem or None}, [failures not tied to a case]). outcomes, a dict,
     receives {case name: 'returned' or the type of the exception raised}. cases names the module that makes and
     judges the cases (cases() and run_case(), as fuzz_cases). With a budget (seconds), the cases run in a seeded
@@ -86,8 +98,9 @@ def run(device="cpu", families=None, prefix=(), case_timeout=60.0, start_timeout
         if budget:
             cmd.append("--shuffle")
         with tempfile.TemporaryFile(mode="w+") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, errors="replace",
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=err, text=True, errors="replace", env=env, start_new_session=True
+            )
             lines = queue.Queue()
             threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
             current, tool_lines, finished = None, [], False
@@ -106,7 +119,7 @@ def run(device="cpu", families=None, prefix=(), case_timeout=60.0, start_timeout
                         else:
                             extra.append(f"reported between cases, before case {start}: {line.strip()}")
                     continue
-                msg = json.loads(line[len(TAG):])
+                msg = json.loads(line[len(TAG) :])
                 if msg["event"] == "ready":
                     total = msg["total"]
                 elif msg["event"] == "start":
@@ -156,10 +169,17 @@ def main():
     p.add_argument("--families", type=lambda s: [f for f in s.split(",") if f], default=None)
     p.add_argument("--prefix", type=shlex.split, default=[], help="command line to run the child under")
     p.add_argument("--timeout", type=float, default=60.0, help="seconds one case may take")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds: run the cases in a seeded random order and start none after this long")
-    p.add_argument("--skip-device-asserts", action="store_true",
-                   help="leave out the cases that end in a device-side assert on a GPU (each needs a fresh process)")
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds: run the cases in a seeded random order and start none after this long",
+    )
+    p.add_argument(
+        "--skip-device-asserts",
+        action="store_true",
+        help="leave out the cases that end in a device-side assert on a GPU (each needs a fresh process)",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--cases", default="fuzz_cases", help=argparse.SUPPRESS)
     p.add_argument("--shuffle", action="store_true", help=argparse.SUPPRESS)
@@ -169,16 +189,23 @@ def main():
         return _child(args)
     t0 = time.monotonic()
     outcomes = {}
-    results, extra = run(args.device, args.families, args.prefix, args.timeout, max(300.0, 10 * args.timeout),
-                         args.skip_device_asserts, outcomes=outcomes, budget=args.budget)
+    results, extra = run(
+        args.device,
+        args.families,
+        args.prefix,
+        args.timeout,
+        max(300.0, 10 * args.timeout),
+        args.skip_device_asserts,
+        outcomes=outcomes,
+        budget=args.budget,
+    )
     failed = {name: problem for name, problem in results.items() if problem}
     for name, problem in failed.items():
         print(f"FAIL {name}: {problem}")
     for problem in extra:
         print(f"FAIL {problem}")
     print("outcomes:", dict(collections.Counter(outcomes.values()).most_common()))
-    print(f"{len(results)} cases on {args.device}, {len(failed) + len(extra)} failures, "
-          f"{time.monotonic() - t0:.1f} s")
+    print(f"{len(results)} cases on {args.device}, {len(failed) + len(extra)} failures, {time.monotonic() - t0:.1f} s")
     return 1 if failed or extra else 0
 
 

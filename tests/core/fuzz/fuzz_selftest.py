@@ -1,4 +1,5 @@
 """Cases that crash, abort, hang or break the process, for the runner's own test (test_fuzz_runner.py); no torch."""
+
 import os
 import signal
 import time
@@ -18,9 +19,16 @@ def _report():
     print("========= Invalid __global__ read of size 4 bytes", flush=True)
 
 
-CASES = [Case("ok", lambda: None), Case("segfault", lambda: os.kill(os.getpid(), signal.SIGSEGV)),
-         Case("fails", lambda: "wrong"), Case("abort", os.abort), Case("hang", lambda: time.sleep(600)),
-         Case("exits", _exit_now), Case("tool_error", _report), Case("last", lambda: None)]
+CASES = [
+    Case("ok", lambda: None),
+    Case("segfault", lambda: os.kill(os.getpid(), signal.SIGSEGV)),
+    Case("fails", lambda: "wrong"),
+    Case("abort", os.abort),
+    Case("hang", lambda: time.sleep(600)),
+    Case("exits", _exit_now),
+    Case("tool_error", _report),
+    Case("last", lambda: None),
+]
 
 
 def cases(device, families=None, skip_device_asserts=False):

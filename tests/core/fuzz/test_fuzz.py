@@ -1,6 +1,7 @@
 """The fuzz suite (fuzz_cases.py): every op, public and raw, with thousands of bad and extreme inputs, run by the
 crash-resilient runner (fuzz_runner.py): one child process per op family, replaced only when a case crashes or
 hangs. A failing test lists its failing cases by name."""
+
 import os
 import sys
 
@@ -8,6 +9,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 import fuzz_cases  # noqa: E402
+
 # Imported to register their families.
 import fuzz_raster  # noqa: E402,F401
 import fuzz_runner  # noqa: E402

@@ -1,6 +1,7 @@
 """The fuzz runner survives what it is there to catch: a case that crashes, aborts, hangs or exits is recorded as
 a failure by name, and a fresh child goes on with the next case; an error line of a tool the child runs under
 (compute-sanitizer) fails the case in progress."""
+
 import os
 import sys
 

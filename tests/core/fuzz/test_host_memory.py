@@ -1,5 +1,6 @@
 """A CPU request that cannot fit in memory fails at once with a clear error that says what it needs, not with
 std::bad_alloc or the OOM killer. Run in a child process, which must neither take long nor grow."""
+
 import json
 import os
 import subprocess
@@ -38,8 +39,9 @@ print(json.dumps(out))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads MemAvailable from /proc/meminfo")
 def test_request_that_cannot_fit_fails_before_allocating():
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120,
-                          env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+    )
     assert proc.returncode == 0, f"exit status {proc.returncode}: {proc.stderr[-2000:]}"
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     grown = out.pop("grown_kib")

@@ -1,6 +1,7 @@
 """The loader's checks against random damage: truncations at any length, single bit flips anywhere, and any
 e_machine, applied to a copy of the installed plugin. Every damaged copy is found before it could be loaded; a
 sample of them is also imported in a child process, which must exit with BinaryMismatchError, never a signal."""
+
 import os
 import random
 import shutil
@@ -8,10 +9,9 @@ import struct
 
 import pytest
 
-from prerast_meta import build_info, integrity as _integrity
-
-from prerast import _loader
 from installs import copy_package, run_python
+from prerast import _loader
+from prerast_meta import build_info, integrity as _integrity
 
 pytestmark = pytest.mark.slow  # 150 damaged copies, a few imported in child processes
 
@@ -22,10 +22,10 @@ IN_A_CHILD = 3
 def damaged(data, rng):
     kind = rng.choice(["truncate", "flip", "machine"])
     if kind == "truncate":
-        return kind, data[:rng.randrange(len(data))]
+        return kind, data[: rng.randrange(len(data))]
     if kind == "flip":
         i = rng.randrange(len(data))
-        return kind, data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1:]
+        return kind, data[:i] + bytes([data[i] ^ (1 << rng.randrange(8))]) + data[i + 1 :]
     machine = rng.choice([m for m in range(1, 300) if m != struct.unpack_from("<H", data, 18)[0]])
     return kind, data[:18] + struct.pack("<H", machine) + data[20:]
 

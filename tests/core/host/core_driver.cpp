@@ -136,8 +136,7 @@ int main() {
     vertex(x1 + 0.3f, y2 + 0.1f, z2 + 2.5f, (float)(k & 1), (float)(k >> 1 & 1));
   }
   const int faces[6][4] = {{0, 1, 3, 2}, {4, 6, 7, 5}, {0, 4, 5, 1}, {2, 3, 7, 6}, {0, 2, 6, 4}, {1, 5, 7, 3}};
-  for (const auto& f : faces)
-    tri.insert(tri.end(), {c0 + f[0], c0 + f[1], c0 + f[2], c0 + f[0], c0 + f[2], c0 + f[3]});
+  for (const auto& f : faces) tri.insert(tri.end(), {c0 + f[0], c0 + f[1], c0 + f[2], c0 + f[0], c0 + f[2], c0 + f[3]});
   for (int t = 0; t < 40; ++t) {  // a soup of small triangles, some through the cube and each other
     const float x = 1.2f * uniform(), y = 0.9f * uniform(), z = 2.5f + uniform();
     int32_t v[3];
@@ -260,13 +259,27 @@ int main() {
   const struct {
     const char* name;
     const Buf* b;
-  } outputs[] = {{"pos", &pos},           {"rast", &rast},           {"rast_db", &rast_db},
-                 {"interp", &out},        {"interp_da", &out_da},    {"tex2d", &color2d},
-                 {"texcube", &colorcube}, {"aa_out", &aa_out},       {"aa_crossing", &crossing},
-                 {"grad_color", &grad_color}, {"aa_grad_pos", &aa_grad_pos}, {"grad_tex2d", &gtex2d},
-                 {"grad_uv", &guv},       {"grad_uv_da", &guv_da},   {"grad_cube", &gcube},
-                 {"grad_dir", &gdir},     {"grad_dir_da", &gdir_da}, {"grad_attr", &grad_attr},
-                 {"grad_rast", &grad_rast}, {"grad_db", &grad_db},   {"grad_pos", &grad_pos}};
+  } outputs[] = {{"pos", &pos},
+                 {"rast", &rast},
+                 {"rast_db", &rast_db},
+                 {"interp", &out},
+                 {"interp_da", &out_da},
+                 {"tex2d", &color2d},
+                 {"texcube", &colorcube},
+                 {"aa_out", &aa_out},
+                 {"aa_crossing", &crossing},
+                 {"grad_color", &grad_color},
+                 {"aa_grad_pos", &aa_grad_pos},
+                 {"grad_tex2d", &gtex2d},
+                 {"grad_uv", &guv},
+                 {"grad_uv_da", &guv_da},
+                 {"grad_cube", &gcube},
+                 {"grad_dir", &gdir},
+                 {"grad_dir_da", &gdir_da},
+                 {"grad_attr", &grad_attr},
+                 {"grad_rast", &grad_rast},
+                 {"grad_db", &grad_db},
+                 {"grad_pos", &grad_pos}};
   for (const auto& o : outputs) report(o.name, *o.b);
   const int64_t centre = (int64_t)(H / 2) * W + W / 2;
   std::printf("sample rast %.9g %.9g %.9g %.9g\n", rast[centre * 4], rast[centre * 4 + 1], rast[centre * 4 + 2],

@@ -23,7 +23,7 @@ int main() {
     const float cx = 0.9f * uni(rng), cy = 0.9f * uni(rng);
     float p[3][4];
     for (int v = 0; v < 3; ++v) {
-      const float w = std::pow(10.0f, 0.5f * uni(rng));       // 0.3 to 3
+      const float w = std::pow(10.0f, 0.5f * uni(rng));                           // 0.3 to 3
       const float k = std::ldexp(1.0f, (int)(40.0f * uni(rng)) * (it % 3 == 0));  // every third: scales to 2^40
       const float x = cx + size * uni(rng), y = cy + size * uni(rng), z = 0.5f * uni(rng);
       p[v][0] = x * w * k, p[v][1] = y * w * k, p[v][2] = z * w * k, p[v][3] = w * k;

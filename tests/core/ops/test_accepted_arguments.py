@@ -1,18 +1,20 @@
 """Arguments accepted in the forms nvdiffrast programs pass them: ranges ignored in instanced mode, max_mip_level
 as any integral number, diff_attrs as a sequence/array/tensor with negative indices, pos_gradient_boost as a 0-d
 tensor or numpy scalar, and textures up to 65536 texels per side."""
+
 import numpy as np
 import pytest
 import torch
 
 import prerast
-from conftest import assert_same_sums
 import reference_texture as ref
+from conftest import assert_same_sums
 
 
 def scene(device):
-    pos = torch.tensor([[[-0.8, -0.8, 0.2, 1.0], [0.9, -0.6, 0.2, 1.0], [-0.5, 0.9, 0.2, 1.0],
-                         [0.9, 0.9, 0.5, 1.0]]], device=device)
+    pos = torch.tensor(
+        [[[-0.8, -0.8, 0.2, 1.0], [0.9, -0.6, 0.2, 1.0], [-0.5, 0.9, 0.2, 1.0], [0.9, 0.9, 0.5, 1.0]]], device=device
+    )
     tri = torch.tensor([[0, 1, 2], [1, 3, 2]], dtype=torch.int32, device=device)
     return pos, tri
 
@@ -45,8 +47,10 @@ def test_max_mip_level_rejects_non_integers(bad):
         prerast.texture_construct_mip(torch.rand(1, 4, 4, 1), max_mip_level=bad)
 
 
-@pytest.mark.parametrize("diff_attrs", [[0, 2], (0, -1), [0, np.int64(-1)], np.array([0, 2]),
-                                        torch.tensor([0, -1]), range(0, 3, 2), [torch.tensor(0), 2]])
+@pytest.mark.parametrize(
+    "diff_attrs",
+    [[0, 2], (0, -1), [0, np.int64(-1)], np.array([0, 2]), torch.tensor([0, -1]), range(0, 3, 2), [torch.tensor(0), 2]],
+)
 def test_diff_attrs_forms_and_negative_indices(ctx, device, diff_attrs):
     pos, tri = scene(device)
     attr = torch.arange(12.0, device=device).reshape(1, 4, 3) ** 2
@@ -60,9 +64,16 @@ def test_diff_attrs_bad_forms(ctx, device):
     pos, tri = scene(device)
     attr = torch.rand(1, 4, 3, device=device)
     rast, db = prerast.rasterize(ctx, pos, tri, (8, 8))
-    for bad, err in (([3], IndexError), ([-4], IndexError), ([0.0], TypeError), ([True], TypeError),
-                     (torch.tensor([0.5]), TypeError), (np.zeros((1, 1), int), ValueError),
-                     (torch.tensor(0), TypeError), (np.int64(0), TypeError)):
+    for bad, err in (
+        ([3], IndexError),
+        ([-4], IndexError),
+        ([0.0], TypeError),
+        ([True], TypeError),
+        (torch.tensor([0.5]), TypeError),
+        (np.zeros((1, 1), int), ValueError),
+        (torch.tensor(0), TypeError),
+        (np.int64(0), TypeError),
+    ):
         with pytest.raises(err, match="diff_attrs"):
             prerast.interpolate(attr, rast, tri, rast_db=db, diff_attrs=bad)
 
@@ -98,7 +109,7 @@ def test_texture_65536_texels_wide(device):
         out = prerast.texture(t, torch.from_numpy(uv).to(device), filter_mode="nearest")
         np.testing.assert_array_equal(out.cpu().numpy().ravel(), tex[0, iy, ix, 0])
         assert prerast.texture_construct_mip(t).num_levels == 16
-        da = (rng.normal(size=(1, 1, 64, 4)) * 2.0 ** rng.uniform(0, 14, size=(1, 1, 64, 1)) / 65536)
+        da = rng.normal(size=(1, 1, 64, 4)) * 2.0 ** rng.uniform(0, 14, size=(1, 1, 64, 1)) / 65536
         da = da.astype(np.float32)
         got = prerast.texture(t, torch.from_numpy(uv).to(device), torch.from_numpy(da).to(device))
         np.testing.assert_allclose(got.cpu().numpy(), ref.texture(tex, uv, da), atol=1e-4)

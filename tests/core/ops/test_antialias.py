@@ -1,4 +1,5 @@
 """antialias against exact edge coverage, the NumPy model, finite differences, and an optimisation loop."""
+
 import numpy as np
 import pytest
 import torch
@@ -16,15 +17,15 @@ def clip_pos(xy, w=None, z=None):
     xy = np.asarray(xy, np.float64)
     w = np.ones(len(xy)) if w is None else np.asarray(w, np.float64)
     z = np.zeros(len(xy)) if z is None else np.asarray(z, np.float64)
-    return torch.tensor(np.concatenate([xy * w[:, None], (z * w)[:, None], w[:, None]], -1)[None],
-                        dtype=torch.float32)
+    return torch.tensor(np.concatenate([xy * w[:, None], (z * w)[:, None], w[:, None]], -1)[None], dtype=torch.float32)
 
 
 def two_tone(rast, inside=INSIDE, outside=OUTSIDE):
     """Constant colour on every triangle, another on the background."""
     covered = (rast[..., 3:] > 0).float()
-    return covered * torch.tensor(inside, device=rast.device) + (1 - covered) * torch.tensor(outside,
-                                                                                           device=rast.device)
+    return covered * torch.tensor(inside, device=rast.device) + (1 - covered) * torch.tensor(
+        outside, device=rast.device
+    )
 
 
 def render(ctx, pos, tri, res, color_fn=two_tone, **kw):
@@ -113,8 +114,8 @@ def test_edge_inside_a_surface_is_not_blended(ctx, flip):
     changed = (out != color).any(-1)[0].cpu().numpy()
     ids = rast[0, ..., 3].cpu().numpy()
     f_g = np.zeros_like(changed)
-    f_g[:, :-1] |= (ids[:, :-1] * ids[:, 1:] == 2)
-    f_g[:, 1:] |= (ids[:, :-1] * ids[:, 1:] == 2)
+    f_g[:, :-1] |= ids[:, :-1] * ids[:, 1:] == 2
+    f_g[:, 1:] |= ids[:, :-1] * ids[:, 1:] == 2
     f_g[:-1] |= ids[:-1] * ids[1:] == 2
     f_g[1:] |= ids[:-1] * ids[1:] == 2
     assert f_g.sum() > 10 and changed.sum() > 10
@@ -179,8 +180,9 @@ def test_range_mode_matches_instanced(ctx):
     pos, tri = grid_mesh(np.random.default_rng(7), images=1)
     pos, tri = pos.to(ctx.device), tri.to(ctx.device)
     rast_i, _ = prerast.rasterize(ctx, pos.expand(2, -1, -1).contiguous(), tri, (20, 20))
-    rast_r, _ = prerast.rasterize(ctx, pos[0], tri, (20, 20), ranges=torch.tensor([[0, 50], [0, 50]],
-                                                                                  dtype=torch.int32))
+    rast_r, _ = prerast.rasterize(
+        ctx, pos[0], tri, (20, 20), ranges=torch.tensor([[0, 50], [0, 50]], dtype=torch.int32)
+    )
     assert torch.equal(rast_i, rast_r)
     color = torch.rand(2, 20, 20, 3, device=ctx.device)
     results = []
@@ -201,7 +203,7 @@ def test_topology_hash_reuse_and_layout(device):
     groups = {}
     for h in range(9):
         g = int(topo.group_of[h])
-        members = topo.half_edges[topo.group_start[g]:topo.group_start[g + 1]].tolist()
+        members = topo.half_edges[topo.group_start[g] : topo.group_start[g + 1]].tolist()
         assert h in members
         groups.setdefault(g, members)
     t = tri.cpu().tolist()
@@ -227,8 +229,9 @@ def test_color_gradient_matches_finite_differences(ctx):
     loss = lambda c: (prerast.antialias(c, rast, pos, tri).double() * weight).sum()  # noqa: E731
     c = color.clone().requires_grad_(True)
     loss(c).backward()
-    crossing = torch.ops.prerast.antialias_fwd(color, rast, pos, tri,
-                                               *vars_of(prerast.antialias_construct_topology_hash(tri)))[1]
+    crossing = torch.ops.prerast.antialias_fwd(
+        color, rast, pos, tri, *vars_of(prerast.antialias_construct_topology_hash(tri))
+    )[1]
     blended = (crossing >= 0).any(-1)
     ys, xs = torch.nonzero(blended[0], as_tuple=True)
     assert len(ys) > 10

@@ -3,13 +3,14 @@ is that area's derivative (analytic, for triangles and polygons of many shapes, 
 finite differences of the forward over steps of a pixel or more, where the sum is smooth). Each silhouette crossing
 is blended by one pixel-pair direction only: a horizontal pair for edges closer to vertical, a vertical pair for
 the others."""
+
 import numpy as np
 import pytest
 import torch
-
-import reference_shading as ref
 from test_antialias import clip_pos, half_plane_expected, render, to_pixels
 from test_antialias_grad import crossing_of
+
+import reference_shading as ref
 
 
 def polygon_area_grad(xy, w, height, width):
@@ -90,8 +91,11 @@ def test_polygon_mask_gradient_is_the_area_derivative(ctx, shape):
     # A polygon fanned from an inner centre vertex: its inner edges continue the surface (no blend, and the centre
     # gets no gradient), and its outline, convex or not, moves the area as the shoelace formula says.
     H, W = 240, 240
-    outline = {"hexagon": star(3, 0.7, 0.7, 0.2), "star5": star(5, 0.35, 0.8, 0.1),
-               "star7": star(7, 0.45, 0.75, 0.33, (0.05, -0.04))}[shape]
+    outline = {
+        "hexagon": star(3, 0.7, 0.7, 0.2),
+        "star5": star(5, 0.35, 0.8, 0.1),
+        "star7": star(7, 0.45, 0.75, 0.33, (0.05, -0.04)),
+    }[shape]
     n = len(outline)
     xy = np.concatenate([outline, [[0.02, 0.01]]])
     tri = torch.tensor([[i, (i + 1) % n, n] for i in range(n)], dtype=torch.int32)

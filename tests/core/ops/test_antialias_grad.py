@@ -1,12 +1,13 @@
 """antialias gradients to pos: central differences of the antialiased image, the exact rate at which a moving
 edge uncovers pixels, and optimisation through rasterize -> interpolate -> antialias."""
+
 import numpy as np
 import pytest
 import torch
+from test_antialias import clip_pos, grid_mesh, vars_of
 
 import prerast
 from conftest import make_ctx, per_thread_count
-from test_antialias import clip_pos, grid_mesh, vars_of
 
 
 def crossing_of(color, rast, pos, tri):
@@ -201,5 +202,5 @@ def test_pos_gradient_of_many_unused_vertices():
     for grad in grads:
         assert torch.equal(grad, grads[0])
     # The mesh alone is summed in double (few elements, many additions each), the large pos in float.
-    torch.testing.assert_close(grads[0][:, :mesh.shape[1]], alone, rtol=1e-5, atol=1e-4)
-    assert not grads[0][:, mesh.shape[1]:].any()
+    torch.testing.assert_close(grads[0][:, : mesh.shape[1]], alone, rtol=1e-5, atol=1e-4)
+    assert not grads[0][:, mesh.shape[1] :].any()

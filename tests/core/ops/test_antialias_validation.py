@@ -1,4 +1,5 @@
 """Bad input to antialias and antialias_construct_topology_hash gets a clear Python exception."""
+
 import pytest
 import torch
 

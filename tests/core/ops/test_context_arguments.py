@@ -1,6 +1,7 @@
 """The contexts take nvdiffrast's constructor arguments (device, output_db, the GL context's mode), reject wrong
 ones with an error naming the argument, and PRERAST_CUDA_CONTEXT_FALLBACK=cpu lets a CUDA context rasterize on the
 CPU where no GPU is available (off by default, warning once)."""
+
 import warnings
 
 import numpy as np
@@ -16,8 +17,18 @@ def triangle():
     return pos, torch.tensor([[0, 1, 2]], dtype=torch.int32)
 
 
-@pytest.mark.parametrize("args", [(), (None,), ("cpu",), (torch.device("cpu"),), ({"device": "cpu"}),
-                                  ({"device": torch.device("cpu"), "output_db": True}), ("cpu", np.bool_(True))])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        (None,),
+        ("cpu",),
+        (torch.device("cpu"),),
+        ({"device": "cpu"}),
+        ({"device": torch.device("cpu"), "output_db": True}),
+        ("cpu", np.bool_(True)),
+    ],
+)
 def test_cpu_context_takes_nvdiffrast_arguments(args):
     kwargs = args if isinstance(args, dict) else {}
     ctx = prerast.RasterizeCpuContext(*(() if kwargs else args), **kwargs)
@@ -29,18 +40,36 @@ def test_cpu_context_takes_nvdiffrast_arguments(args):
     assert all(torch.equal(a, b) for a, b in zip(got, want))
 
 
-@pytest.mark.parametrize("device, match", [
-    ("cuda", "device must be 'cpu'"), (torch.device("cuda", 0), "device must be 'cpu'"), (0, "device must be 'cpu'"),
-    ("meta", "device must be 'cpu'"), ("gpu7", "not a device name"), (1.5, "device must be None"),
-    (True, "device must be None"), ([0], "device must be None"), (-1, "device index must be >= 0")])
+@pytest.mark.parametrize(
+    "device, match",
+    [
+        ("cuda", "device must be 'cpu'"),
+        (torch.device("cuda", 0), "device must be 'cpu'"),
+        (0, "device must be 'cpu'"),
+        ("meta", "device must be 'cpu'"),
+        ("gpu7", "not a device name"),
+        (1.5, "device must be None"),
+        (True, "device must be None"),
+        ([0], "device must be None"),
+        (-1, "device index must be >= 0"),
+    ],
+)
 def test_cpu_context_rejects_other_devices(device, match):
     with pytest.raises(ValueError, match=match):
         prerast.RasterizeCpuContext(device)
 
 
-@pytest.mark.parametrize("device, match", [
-    ("cpu", "must be a CUDA device"), (torch.device("cpu"), "must be a CUDA device"), (2.0, "device must be None"),
-    (False, "device must be None"), ("cuda:x", "not a device name"), (-3, "device index must be >= 0")])
+@pytest.mark.parametrize(
+    "device, match",
+    [
+        ("cpu", "must be a CUDA device"),
+        (torch.device("cpu"), "must be a CUDA device"),
+        (2.0, "device must be None"),
+        (False, "device must be None"),
+        ("cuda:x", "not a device name"),
+        (-3, "device index must be >= 0"),
+    ],
+)
 def test_cuda_context_rejects_wrong_devices_with_or_without_gpu(device, match):
     # The argument is checked before CUDA's availability: the same ValueError on every machine.
     with pytest.raises(ValueError, match=match):
@@ -52,8 +81,11 @@ def test_cuda_context_rejects_wrong_devices_with_or_without_gpu(device, match):
 
 @pytest.mark.parametrize("bad", ["yes", 2, None, 1.0, torch.tensor(True)])
 def test_output_db_must_be_a_bool(bad):
-    for make in (lambda: prerast.RasterizeCpuContext(output_db=bad), lambda: prerast.RasterizeCudaContext(0, bad),
-                 lambda: prerast.RasterizeGLContext(output_db=bad)):
+    for make in (
+        lambda: prerast.RasterizeCpuContext(output_db=bad),
+        lambda: prerast.RasterizeCudaContext(0, bad),
+        lambda: prerast.RasterizeGLContext(output_db=bad),
+    ):
         with pytest.raises(TypeError, match="output_db must be True or False"), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             make()
@@ -101,8 +133,11 @@ def test_cuda_context_falls_back_to_cpu_when_asked_and_warns_once(no_gpu):
     pos.requires_grad_(True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        contexts = [prerast.RasterizeCudaContext(), prerast.RasterizeCudaContext("cuda:1", output_db=False),
-                    prerast.RasterizeGLContext(device=0)]
+        contexts = [
+            prerast.RasterizeCudaContext(),
+            prerast.RasterizeCudaContext("cuda:1", output_db=False),
+            prerast.RasterizeGLContext(device=0),
+        ]
     fallback = [w for w in caught if issubclass(w.category, UserWarning) and "rasterizing on the CPU" in str(w.message)]
     assert len(fallback) == 1 and fallback[0].filename == __file__
     assert all(c.device == torch.device("cpu") for c in contexts)

@@ -1,4 +1,5 @@
 """CPU and CUDA run the same core arithmetic: their results must agree (bit for bit where no atomics are used)."""
+
 import numpy as np
 import pytest
 import torch
@@ -67,7 +68,8 @@ def test_large_scene_and_resolution():
     import os
 
     spec = importlib.util.spec_from_file_location(
-        "bench_rasterize", os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmarks", "bench_rasterize.py"))
+        "bench_rasterize", os.path.join(os.path.dirname(__file__), "..", "..", "..", "benchmarks", "bench_rasterize.py")
+    )
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     pos, tri = bench.scene(1_000_000, 1, "cpu")
@@ -111,8 +113,9 @@ def test_triangle_ids_past_2_24_identical():
     def run(device):
         ctx = prerast.RasterizeCpuContext() if device == "cpu" else prerast.RasterizeCudaContext()
         rast, _ = prerast.rasterize(ctx, pos.to(device), tri.to(device), (32, 32), ranges=ranges)
-        out, _ = prerast.interpolate(torch.rand(3, 2, generator=torch.Generator().manual_seed(0)).to(device), rast,
-                                     tri.to(device))
+        out, _ = prerast.interpolate(
+            torch.rand(3, 2, generator=torch.Generator().manual_seed(0)).to(device), rast, tri.to(device)
+        )
         return rast.cpu(), out.cpu()
 
     (rc, oc), (rg, og) = both(run)

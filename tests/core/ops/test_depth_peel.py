@@ -1,4 +1,5 @@
 """DepthPeeler: successive layers in depth order, matching the reference's sorted depths; context reservation."""
+
 import warnings
 
 import numpy as np
@@ -16,7 +17,7 @@ def reference_layers(pos, tri, H, W, num_layers):
     frags = [[[] for _ in range(H * W)] for _ in range(N)]
     for n in range(N):
         for t in range(len(tri)):
-            single, _, _ = reference.rasterize(pos[n:n + 1], tri[t:t + 1], H, W)
+            single, _, _ = reference.rasterize(pos[n : n + 1], tri[t : t + 1], H, W)
             covered = np.nonzero(single[0, ..., 3].ravel() > 0)[0]
             for k in covered:
                 frags[n][k].append((single[0].reshape(-1, 4)[k, 2], t + 1))
@@ -38,8 +39,12 @@ def test_layers_follow_reference_depth_order(ctx):
     clear = ~ambiguous
     with prerast.DepthPeeler(ctx, p, t, (H, W)) as peeler:
         first, first_db = peeler.rasterize_next_layer()
-        direct, direct_db = prerast.rasterize(prerast.RasterizeCpuContext() if ctx.device.type == "cpu" else
-                                              prerast.RasterizeCudaContext(ctx.device), p, t, (H, W))
+        direct, direct_db = prerast.rasterize(
+            prerast.RasterizeCpuContext() if ctx.device.type == "cpu" else prerast.RasterizeCudaContext(ctx.device),
+            p,
+            t,
+            (H, W),
+        )
         assert torch.equal(first, direct) and torch.equal(first_db, direct_db)
         layers = [first] + [peeler.rasterize_next_layer()[0] for _ in range(3)]
     assert ref_ids[1].astype(bool).sum() > 50, "scene has too little overlap to test peeling"
@@ -48,7 +53,7 @@ def test_layers_follow_reference_depth_order(ctx):
         np.testing.assert_array_equal(ids[clear], ref_ids[L][clear])
         if L:
             prev = layers[L - 1]
-            both = (ids > 0)
+            both = ids > 0
             assert (rast[..., 2].cpu().numpy()[both] >= prev[..., 2].cpu().numpy()[both]).all()
 
 
@@ -63,8 +68,19 @@ def test_peeling_ends_in_empty_layers(ctx):
 
 
 def test_peel_gradients_flow(ctx):
-    pos = torch.tensor([[[-0.9, -0.9, 0.5, 1.0], [0.9, -0.9, 0.5, 1.0], [0.0, 0.9, 0.5, 1.0],
-                         [-0.9, 0.9, 0.0, 1.0], [0.9, 0.9, 0.0, 1.0], [0.0, -0.9, 0.0, 1.0]]], device=ctx.device)
+    pos = torch.tensor(
+        [
+            [
+                [-0.9, -0.9, 0.5, 1.0],
+                [0.9, -0.9, 0.5, 1.0],
+                [0.0, 0.9, 0.5, 1.0],
+                [-0.9, 0.9, 0.0, 1.0],
+                [0.9, 0.9, 0.0, 1.0],
+                [0.0, -0.9, 0.0, 1.0],
+            ]
+        ],
+        device=ctx.device,
+    )
     tri = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32, device=ctx.device)
     p = pos.clone().requires_grad_(True)
     with prerast.DepthPeeler(ctx, p, tri, (16, 16)) as peeler:

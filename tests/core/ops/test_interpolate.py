@@ -1,5 +1,6 @@
 """interpolate against the NumPy model, screen-space finite differences and central differences of its
 gradients."""
+
 import numpy as np
 import pytest
 import torch
@@ -24,8 +25,11 @@ def hand_rast(rng, num_images, num_tris, height=H, width=W):
 
 
 def attr_for(rng, mode, num_images, num_vertices, num_attrs):
-    shape = {"range": (num_vertices, num_attrs), "instanced": (num_images, num_vertices, num_attrs),
-             "shared": (1, num_vertices, num_attrs)}[mode]
+    shape = {
+        "range": (num_vertices, num_attrs),
+        "instanced": (num_images, num_vertices, num_attrs),
+        "shared": (1, num_vertices, num_attrs),
+    }[mode]
     return rng.normal(size=shape).astype(np.float32)
 
 
@@ -70,8 +74,9 @@ def test_without_rast_db_no_derivatives(device):
     assert out.shape == (1, H, W, 3) and out_da.shape == (1, H, W, 0)
     with pytest.raises(ValueError, match="diff_attrs needs rast_db"):
         prerast.interpolate(attr, torch.from_numpy(rast).to(device), tri, diff_attrs="all")
-    _, out_da = prerast.interpolate(attr, torch.from_numpy(rast).to(device), tri, rast_db=torch.zeros(1, H, W, 4,
-                                    device=device))
+    _, out_da = prerast.interpolate(
+        attr, torch.from_numpy(rast).to(device), tri, rast_db=torch.zeros(1, H, W, 4, device=device)
+    )
     assert out_da.shape == (1, H, W, 0)
 
 
@@ -157,8 +162,11 @@ def test_empty_inputs(device):
     tri = torch.zeros(0, 3, dtype=torch.int32, device=device)
     out, out_da = prerast.interpolate(attr, torch.zeros(2, 4, 5, 4, device=device), tri)
     assert out.shape == (2, 4, 5, 3) and (out == 0).all() and out_da.shape == (2, 4, 5, 0)
-    out, _ = prerast.interpolate(torch.zeros(3, 0, device=device), torch.zeros(1, 4, 5, 4, device=device),
-                                 torch.tensor([[0, 1, 2]], dtype=torch.int32, device=device))
+    out, _ = prerast.interpolate(
+        torch.zeros(3, 0, device=device),
+        torch.zeros(1, 4, 5, 4, device=device),
+        torch.tensor([[0, 1, 2]], dtype=torch.int32, device=device),
+    )
     assert out.shape == (1, 4, 5, 0)
 
 

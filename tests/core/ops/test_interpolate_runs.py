@@ -3,6 +3,7 @@ before adding it to the three attribute rows): grad_rast and grad_db are each pi
 in attribute order, to the bit; grad_attr matches a float64 NumPy sum over the pixels; runs end at image boundaries when every
 image has its own attributes; a triangle that names one vertex twice gets both contributions; and the bands a large
 grad_attr is split into give the same bits for any thread count."""
+
 import numpy as np
 import pytest
 import torch
@@ -34,8 +35,9 @@ def scene(device, num_images=3):
 
 
 def backward(attr, rast, tri, db, diff, grad_out, grad_da):
-    return torch.ops.prerast.interpolate_bwd(attr, rast, tri, db if diff else None, diff, grad_out,
-                                             grad_da if diff else None)
+    return torch.ops.prerast.interpolate_bwd(
+        attr, rast, tri, db if diff else None, diff, grad_out, grad_da if diff else None
+    )
 
 
 def reference(attr, rast, tri, diff, grad_out, grad_da, db):

@@ -1,6 +1,7 @@
 """The attribute gradient of many vertices seen by few pixels (the CPU splits grad_attr into one band of rows per
 thread instead of giving every thread a copy): the same numbers for one thread and for several, and the adjoint of
 the forward (interpolate is linear in attr, so <interpolate(d), g> = <d, grad_attr> for any d and g)."""
+
 import numpy as np
 import torch
 

@@ -1,4 +1,5 @@
 """Bad input to interpolate gets a clear Python exception, never a crash or an out-of-bounds read."""
+
 import pytest
 import torch
 

@@ -1,5 +1,6 @@
 """Gradients summed over 8192 x 8192 pixels (67 million contributions into one triangle's three vertices) match a
 float64 sum of the same contributions to 1e-5 relative: the scatter-adds accumulate in double and round once."""
+
 import numpy as np
 import pytest
 import torch
@@ -20,7 +21,7 @@ TRI = torch.tensor([[0, 1, 2]], dtype=torch.int32)
 def upstream():
     """A positive upstream gradient per pixel (no cancellation in the sums), in [0.5, 1.5)."""
     rng = np.random.default_rng(3)
-    return (0.5 + rng.random((SIZE, SIZE), dtype=np.float32))
+    return 0.5 + rng.random((SIZE, SIZE), dtype=np.float32)
 
 
 def relative_error(got, want):
@@ -40,8 +41,9 @@ def test_interpolate_attribute_gradient(ctx, device, upstream):
     u, v = r[..., 0][hit], r[..., 1][hit]
     gh = upstream[hit]
     w = (np.float32(1.0) - u) - v  # the contributions in float32, as the op forms them
-    want = np.array([np.sum(gh * u, dtype=np.float64), np.sum(gh * v, dtype=np.float64),
-                     np.sum(gh * w, dtype=np.float64)])
+    want = np.array(
+        [np.sum(gh * u, dtype=np.float64), np.sum(gh * v, dtype=np.float64), np.sum(gh * w, dtype=np.float64)]
+    )
     assert hit.sum() > 0.4 * SIZE * SIZE
     assert relative_error(grad[0, :, 0].double().cpu().numpy(), want) < 1e-5
 
@@ -84,8 +86,9 @@ def test_texture_gradient_of_a_magnified_texture(device, upstream):
     del out, uv
     fx, fy = u.astype(np.float64) * 2 - 0.5, v.astype(np.float64) * 2 - 0.5  # texel coordinates in [0, 1]
     g = upstream.astype(np.float64)
-    want = np.array([[np.sum(g * (1 - fx) * (1 - fy)), np.sum(g * fx * (1 - fy))],
-                     [np.sum(g * (1 - fx) * fy), np.sum(g * fx * fy)]])
+    want = np.array(
+        [[np.sum(g * (1 - fx) * (1 - fy)), np.sum(g * fx * (1 - fy))], [np.sum(g * (1 - fx) * fy), np.sum(g * fx * fy)]]
+    )
     assert relative_error(grad[0, :, :, 0].double().cpu().numpy(), want) < 1e-5
 
 

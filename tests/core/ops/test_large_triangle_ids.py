@@ -2,6 +2,7 @@
 the float with bit pattern 0x4a800000 + ID + 1), and rasterize's backward, interpolate, antialias and DepthPeeler
 read it back. A range-mode mesh of 2^24 + 8 triangles (200 MB of indices) draws two triangles past 2^24; the same
 two triangles as a small mesh give the reference, with IDs shifted."""
+
 import numpy as np
 import pytest
 import torch
@@ -11,11 +12,11 @@ from conftest import assert_same_sums
 from reference import decode_triangle_id, encode_triangle_id
 
 BIG = 2**24 + 3  # index of the first drawn triangle: its stored ID is 2^24 + 4
-FILLER = 4       # filler rows reference a vertex of their own, so they share no edge with the drawn ones
+FILLER = 4  # filler rows reference a vertex of their own, so they share no edge with the drawn ones
 
 
 def test_encoding_reference():
-    n = np.array([0, 1, 2**24 - 1, 2**24, 2**24 + 1, 2**24 + 2, 10**8, 0x7f7fffff - 0x4a800000])
+    n = np.array([0, 1, 2**24 - 1, 2**24, 2**24 + 1, 2**24 + 2, 10**8, 0x7F7FFFFF - 0x4A800000])
     f = encode_triangle_id(n)
     assert f[3] == np.float32(2**24) and f[4] == np.float32(16777218.0)  # the two encodings meet at 2^24
     assert (np.diff(f) > 0).all() and np.isfinite(f).all()
@@ -23,8 +24,16 @@ def test_encoding_reference():
 
 
 def geometry(device):
-    pos = torch.tensor([[-0.9, -0.9, 0.3, 1.0], [0.9, -0.8, 0.1, 1.0], [-0.7, 0.9, 0.5, 1.0],
-                        [0.9, 0.9, 0.2, 1.0], [0.0, 0.0, 0.0, 1.0]], device=device)
+    pos = torch.tensor(
+        [
+            [-0.9, -0.9, 0.3, 1.0],
+            [0.9, -0.8, 0.1, 1.0],
+            [-0.7, 0.9, 0.5, 1.0],
+            [0.9, 0.9, 0.2, 1.0],
+            [0.0, 0.0, 0.0, 1.0],
+        ],
+        device=device,
+    )
     small = torch.tensor([[0, 1, 2], [1, 3, 2], [0, 3, 2]], dtype=torch.int32)  # the third overlaps both
     big = torch.full((BIG + 5, 3), FILLER, dtype=torch.int32)
     big[BIG], big[BIG + 2], big[BIG + 4] = small
@@ -74,7 +83,8 @@ def test_render_interpolate_and_gradients_past_2_24(ctx, device, meshes):
     assert torch.equal(rast_b.detach(), shifted(rast_s.detach())) and torch.equal(db_b, db_s)
     np.testing.assert_array_equal(  # the stored bits, against the reference encoding
         rast_b[..., 3].detach().cpu().numpy().view(np.uint32),
-        shifted(rast_s.detach())[..., 3].cpu().numpy().view(np.uint32))
+        shifted(rast_s.detach())[..., 3].cpu().numpy().view(np.uint32),
+    )
 
     attr = torch.rand(5, 3, device=device)
     out_s, da_s = prerast.interpolate(attr, rast_s, small, db_s, diff_attrs="all")

@@ -1,4 +1,5 @@
 """docs/migrating-from-nvdiffrast.md: the differences it states that can be checked here hold."""
+
 import os
 
 import numpy as np
@@ -25,8 +26,12 @@ def test_every_difference_is_one_line_with_its_reason():
 def test_public_functions_raise_type_error_raw_ops_value_error(device):
     pos, tri = triangle(device)
     with pytest.raises(TypeError, match="pos must be Float"):
-        prerast.rasterize(prerast.RasterizeCpuContext() if device == "cpu" else prerast.RasterizeCudaContext(),
-                          pos.double(), tri, (4, 4))
+        prerast.rasterize(
+            prerast.RasterizeCpuContext() if device == "cpu" else prerast.RasterizeCudaContext(),
+            pos.double(),
+            tri,
+            (4, 4),
+        )
     stable = prerast._loader.status()["info"]["abi"] == "stable"
     with pytest.raises(ValueError if stable else TypeError, match="pos must be Float"):
         torch.ops.prerast.rasterize_fwd(pos.double(), tri, 4, 4, None, None)

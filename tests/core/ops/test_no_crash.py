@@ -1,5 +1,6 @@
 """Raw torch.ops.prerast calls with inputs that used to be read through without a check: each runs in a child
 process, so that a crash is a failed test with its exit status, and must end in a clear Python exception."""
+
 import subprocess
 import sys
 
@@ -23,21 +24,33 @@ def corrupt(name, value):
 
 CASES = {
     "rasterize_bwd, tri out of range": (
-        "ops.rasterize_bwd(pos, tri + 10**8, rast, torch.ones_like(rast), None)", "IndexError", "vertex indices"),
+        "ops.rasterize_bwd(pos, tri + 10**8, rast, torch.ones_like(rast), None)",
+        "IndexError",
+        "vertex indices",
+    ),
     "tri changed between rasterize and backward": (
         "p = pos.clone().requires_grad_(True); r, _ = prerast.rasterize(prerast.RasterizeCpuContext(), p, tri, (8, 8)); "
-        "tri.data[:, 0] = 10**8; r.sum().backward()", "IndexError", "vertex indices"),
+        "tri.data[:, 0] = 10**8; r.sum().backward()",
+        "IndexError",
+        "vertex indices",
+    ),
     "texture_mip_down, no texels": ("ops.texture_mip_down(torch.ones(1, 0, 4, 3))", "ValueError", "no texels"),
     "texture_mip_down, no columns": ("ops.texture_mip_down(torch.ones(1, 4, 0, 3))", "ValueError", "no texels"),
     "antialias, half_edges out of range": (
         "ops.antialias_fwd(torch.ones(1, 8, 8, 3), rast, pos, tri, *corrupt('half_edges', 10**8), 1.0)",
-        "IndexError", "topology_hash is corrupt"),
+        "IndexError",
+        "topology_hash is corrupt",
+    ),
     "antialias, negative group_of": (
         "ops.antialias_fwd(torch.ones(1, 8, 8, 3), rast, pos, tri, *corrupt('group_of', -5), 1.0)",
-        "IndexError", "topology_hash is corrupt"),
+        "IndexError",
+        "topology_hash is corrupt",
+    ),
     "antialias, group_start past the end": (
         "ops.antialias_fwd(torch.ones(1, 8, 8, 3), rast, pos, tri, *corrupt('group_start', 10**6), 1.0)",
-        "IndexError", "topology_hash is corrupt"),
+        "IndexError",
+        "topology_hash is corrupt",
+    ),
 }
 
 

@@ -1,5 +1,6 @@
 """The rest of nvdiffrast's surface: glctx.active_depth_peeler, DepthPeeler's attributes, coplanar duplicates
 peeled once, output_db=False contexts and diff_attrs without rast_db."""
+
 import warnings
 
 import pytest
@@ -10,8 +11,9 @@ from conftest import requires_cuda
 
 
 def quad(device, z=0.5):
-    pos = torch.tensor([[[-0.8, -0.8, z, 1.0], [0.8, -0.8, z, 1.0], [-0.8, 0.8, z, 1.0], [0.8, 0.8, z, 1.0]]],
-                       device=device)
+    pos = torch.tensor(
+        [[[-0.8, -0.8, z, 1.0], [0.8, -0.8, z, 1.0], [-0.8, 0.8, z, 1.0], [0.8, 0.8, z, 1.0]]], device=device
+    )
     tri = torch.tensor([[0, 1, 2], [1, 3, 2]], dtype=torch.int32, device=device)
     return pos, tri
 
@@ -68,14 +70,22 @@ def test_output_db_false_skips_only_the_derivatives(ctx, device):
     """A context made with output_db=False returns the same rast and the same gradients from it as one with
     rast_db, on a scene of many overlapping perspective triangles, and grad_db=True then has no rast_db to read."""
     g = torch.Generator().manual_seed(5)
-    pos = torch.cat([torch.rand(1, 60, 2, generator=g) * 2.4 - 1.2, torch.rand(1, 60, 1, generator=g) * 1.6 - 0.8,
-                     1 + torch.rand(1, 60, 1, generator=g)], -1)
+    pos = torch.cat(
+        [
+            torch.rand(1, 60, 2, generator=g) * 2.4 - 1.2,
+            torch.rand(1, 60, 1, generator=g) * 1.6 - 0.8,
+            1 + torch.rand(1, 60, 1, generator=g),
+        ],
+        -1,
+    )
     pos[..., :3] *= pos[..., 3:]
     tri = torch.randint(0, 60, (40, 3), generator=g, dtype=torch.int32)
     weight = torch.randn(1, 24, 20, 4, generator=g).to(device)
     grads, rasts = [], []
-    for c in (type(ctx)(output_db=True) if device == "cpu" else type(ctx)(device, output_db=True),
-              type(ctx)(output_db=False) if device == "cpu" else type(ctx)(device, output_db=False)):
+    for c in (
+        type(ctx)(output_db=True) if device == "cpu" else type(ctx)(device, output_db=True),
+        type(ctx)(output_db=False) if device == "cpu" else type(ctx)(device, output_db=False),
+    ):
         p = pos.to(device).requires_grad_(True)
         rast, db = prerast.rasterize(c, p, tri.to(device), (24, 20), grad_db=True)
         assert db.shape == ((1, 24, 20, 4) if c.output_db else (1, 24, 20, 0))
@@ -86,8 +96,10 @@ def test_output_db_false_skips_only_the_derivatives(ctx, device):
     assert torch.equal(rasts[0], rasts[1])
     assert grads[0].abs().sum() > 0
     torch.testing.assert_close(grads[0], grads[1], rtol=0, atol=0)
-    assert repr(c) in ("RasterizeCpuContext(output_db=False)", f"RasterizeCudaContext(device={c.device}, "
-                                                                 "output_db=False)")
+    assert repr(c) in (
+        "RasterizeCpuContext(output_db=False)",
+        f"RasterizeCudaContext(device={c.device}, output_db=False)",
+    )
 
 
 @requires_cuda

@@ -4,6 +4,7 @@ lookup's direction has no length. Scaling them must not change what is drawn or 
 Vertices anywhere in float32 range draw their on-screen part, without NaN or inf.
 
 Every check is against the same scene at s = 1 (or a float64 model of it)."""
+
 import numpy as np
 import pytest
 import torch
@@ -53,7 +54,9 @@ def rasterize_with_grad_at(ctx, pos, tri, res):
     p = pos.to(ctx.device).clone().requires_grad_(True)
     rast, db = prerast.rasterize(ctx, p, tri.to(ctx.device), res)
     shape = (1,) + tuple(res)
-    loss = (rast[..., :2] * weights(shape + (2,), 1, ctx.device)).sum() + (db * weights(shape + (4,), 2, ctx.device)).sum()
+    loss = (rast[..., :2] * weights(shape + (2,), 1, ctx.device)).sum() + (
+        db * weights(shape + (4,), 2, ctx.device)
+    ).sum()
     loss.backward()
     return rast.detach().cpu(), db.detach().cpu(), p.grad.cpu()
 
@@ -159,8 +162,11 @@ def test_matches_exact_model_under_extreme_scales(base):
     # barycentrics (vertex scales 1e60 apart) included.
     pos, tri = base
     rng = np.random.default_rng(2)
-    for p in (pos * 1e30, pos * 3e-20, (pos.double() * torch.tensor(10.0 ** rng.uniform(-30, 30, pos.shape[1]))[
-            None, :, None]).float()):
+    for p in (
+        pos * 1e30,
+        pos * 3e-20,
+        (pos.double() * torch.tensor(10.0 ** rng.uniform(-30, 30, pos.shape[1]))[None, :, None]).float(),
+    ):
         rast, db = prerast.rasterize(prerast.RasterizeCpuContext(), p, tri, (H, W))
         ref, ref_db = exact_raster.rasterize(p.numpy(), tri.numpy(), H, W)
         assert np.array_equal(rast.numpy().view(np.uint32), ref.view(np.uint32))
@@ -229,7 +235,7 @@ def test_far_vertex_draws_its_on_screen_part(ctx, x):
     assert torch.isfinite(db).all()
     color = torch.stack([rast[..., 0], rast[..., 1], (rast[..., 3] > 0).float()], -1)
     out = prerast.antialias(color, rast, p, tri.to(ctx.device))
-    loss = (rast[..., :2].sum() + db.sum() + out.sum())
+    loss = rast[..., :2].sum() + db.sum() + out.sum()
     loss.backward()
     assert torch.isfinite(out).all() and torch.isfinite(p.grad).all() and (p.grad != 0).any()
 

@@ -5,6 +5,7 @@ edges, vertices exactly on pixel centres (edges through centres, decided by the 
 tie rules), huge triangles crossing w = 0 and the clip planes, and depth ties; at resolutions that are and are
 not multiples of the tile size, and with one thread or several.
 """
+
 import os
 import sys
 

@@ -1,5 +1,6 @@
 """Geometry real meshes contain: clipping against w = 0 and the near/far planes, degenerate triangles, non-finite
 positions, and watertight coverage along shared edges."""
+
 import numpy as np
 import pytest
 import torch
@@ -59,12 +60,15 @@ def test_ground_plane_to_horizon(ctx):
     compare(ctx, pos, [[0, 1, 2], [0, 2, 3]], (64, 64))
 
 
-@pytest.mark.parametrize("verts", [
-    [[0.0, 0.0, 0, 1], [0.5, 0.5, 0, 1], [1.0, 1.0, 0, 1]],      # collinear
-    [[0.1, 0.1, 0, 1], [0.1, 0.1, 0, 1], [0.7, -0.3, 0, 1]],     # repeated vertex
-    [[0.2, 0.2, 0, 1], [0.2, 0.2, 0, 1], [0.2, 0.2, 0, 1]],      # a point
-    [[0.0, 0.0, 0, 0], [0.5, 0.0, 0, 0], [0.0, 0.5, 0, 0]],      # all w = 0
-])
+@pytest.mark.parametrize(
+    "verts",
+    [
+        [[0.0, 0.0, 0, 1], [0.5, 0.5, 0, 1], [1.0, 1.0, 0, 1]],  # collinear
+        [[0.1, 0.1, 0, 1], [0.1, 0.1, 0, 1], [0.7, -0.3, 0, 1]],  # repeated vertex
+        [[0.2, 0.2, 0, 1], [0.2, 0.2, 0, 1], [0.2, 0.2, 0, 1]],  # a point
+        [[0.0, 0.0, 0, 0], [0.5, 0.0, 0, 0], [0.0, 0.5, 0, 0]],  # all w = 0
+    ],
+)
 def test_degenerate_triangles_draw_nothing(ctx, verts):
     rast, db = rast_np(ctx, [verts], [[0, 1, 2]], (32, 32))
     assert (rast == 0).all() and (db == 0).all()

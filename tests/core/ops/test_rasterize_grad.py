@@ -1,4 +1,5 @@
 """rasterize gradients against central finite differences, on pixels whose coverage cannot change."""
+
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,5 @@
 """Bad input to rasterize gets a clear Python exception, never a crash or an out-of-bounds read."""
+
 import numpy
 import pytest
 import torch
@@ -71,16 +72,40 @@ def test_resolution_over_limit(cpu):
         prerast.rasterize(cpu, pos, tri, (2**70, 8))  # too large for the op's int64: refused before it
 
 
-@pytest.mark.parametrize("res", [(2.7, 3.9), (8.0, 8), "64", "ab", (True, True), (8, None), (8,), (8, 8, 8),
-                                 torch.tensor([8.0, 8.0]), torch.tensor(8), (numpy.float32(8), 8)])
+@pytest.mark.parametrize(
+    "res",
+    [
+        (2.7, 3.9),
+        (8.0, 8),
+        "64",
+        "ab",
+        (True, True),
+        (8, None),
+        (8,),
+        (8, 8, 8),
+        torch.tensor([8.0, 8.0]),
+        torch.tensor(8),
+        (numpy.float32(8), 8),
+    ],
+)
 def test_resolution_must_be_two_integers(cpu, res):
     pos, tri = scene()
     with pytest.raises(TypeError, match="resolution must be a pair \\(height, width\\) of integers"):
         prerast.rasterize(cpu, pos, tri, res)
 
 
-@pytest.mark.parametrize("res", [(6, 10), [6, 10], (numpy.int64(6), numpy.int32(10)), (torch.tensor(6), 10),
-                                 torch.tensor([6, 10], dtype=torch.int32), numpy.array([6, 10]), torch.Size([6, 10])])
+@pytest.mark.parametrize(
+    "res",
+    [
+        (6, 10),
+        [6, 10],
+        (numpy.int64(6), numpy.int32(10)),
+        (torch.tensor(6), 10),
+        torch.tensor([6, 10], dtype=torch.int32),
+        numpy.array([6, 10]),
+        torch.Size([6, 10]),
+    ],
+)
 def test_resolution_of_integers_in_any_form(cpu, res):
     pos, tri = scene()
     rast, _ = prerast.rasterize(cpu, pos, tri, res)
@@ -149,14 +174,14 @@ def test_a_large_batch_is_rasterized_in_chunks_with_the_same_result(cpu, mode):
     tri = torch.randperm(3 * triangles, generator=g).to(torch.int32).reshape(triangles, 3)
     if mode == "instanced":
         rast, db = prerast.rasterize(cpu, pos, tri, (8, 6))
-        alone = [prerast.rasterize(cpu, pos[n:n + 1], tri, (8, 6)) for n in (0, 17, 39)]
+        alone = [prerast.rasterize(cpu, pos[n : n + 1], tri, (8, 6)) for n in (0, 17, 39)]
     else:
         ranges = torch.tensor([[(n * 997) % 1000, triangles - 1000] for n in range(images)], dtype=torch.int32)
         rast, db = prerast.rasterize(cpu, pos[0], tri, (8, 6), ranges=ranges)
-        alone = [prerast.rasterize(cpu, pos[0], tri, (8, 6), ranges=ranges[n:n + 1]) for n in (0, 17, 39)]
+        alone = [prerast.rasterize(cpu, pos[0], tri, (8, 6), ranges=ranges[n : n + 1]) for n in (0, 17, 39)]
     assert rast.shape == (images, 8, 6, 4) and (rast[..., 3] > 0).float().mean() > 0.9
     for n, (r, d) in zip((0, 17, 39), alone):
-        assert torch.equal(rast[n:n + 1], r) and torch.equal(db[n:n + 1], d)
+        assert torch.equal(rast[n : n + 1], r) and torch.equal(db[n : n + 1], d)
 
 
 MEMORY_PROBE = """

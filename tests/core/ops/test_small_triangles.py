@@ -3,6 +3,7 @@ edge values are near 1e-6 there, so any row of the edge functions rounded in flo
 percents of their barycentrics, depth and gradients (rasterize.h takes them about the triangle's first vertex, in
 double). Checked against float64 models of the same float32 vertices: barycentrics and z/w per pixel, the depth
 order of two such meshes 1 % apart, and the position gradient."""
+
 import numpy as np
 import pytest
 import torch
@@ -54,8 +55,9 @@ def mesh():
 
 def test_barycentrics_and_depth_of_small_triangles(ctx, device, mesh):
     pos, tri = mesh
-    rast, _ = prerast.rasterize(ctx, torch.from_numpy(pos)[None].to(device), torch.from_numpy(tri).to(device),
-                                (SIZE, SIZE))
+    rast, _ = prerast.rasterize(
+        ctx, torch.from_numpy(pos)[None].to(device), torch.from_numpy(tri).to(device), (SIZE, SIZE)
+    )
     rast = rast[0].cpu()
     y, x, t = drawn_pixels(rast, 200_000, seed=2)
     lam = barycentrics64(torch.from_numpy(pos).double(), torch.from_numpy(tri).long()[t], *pixel_centres64(y, x))
@@ -110,9 +112,11 @@ def test_position_gradient_with_vertex_weights_far_apart(ctx, device, ratio_exp)
     # Vertices 1 and 2 scaled by 2^k (the same points on screen, perspective weights 2^-k against vertex 0's): u is 1
     # to within 2^-k, and its complements must not be formed as 1 - u. Gradients of u, v and rast_db against a
     # float64 solve.
-    s = 2.0 ** ratio_exp
-    pos = np.array([[-0.3, -0.4, 0.1, 1.0], [0.5 * s, -0.2 * s, 0.3 * s, 1.2 * s], [0.1 * s, 0.6 * s, 0.2 * s, 0.9 * s]],
-                   np.float32)
+    s = 2.0**ratio_exp
+    pos = np.array(
+        [[-0.3, -0.4, 0.1, 1.0], [0.5 * s, -0.2 * s, 0.3 * s, 1.2 * s], [0.1 * s, 0.6 * s, 0.2 * s, 0.9 * s]],
+        np.float32,
+    )
     tri = np.array([[0, 1, 2]], np.int32)
     res = 48
     p = torch.from_numpy(pos)[None].to(device).requires_grad_(True)
@@ -133,8 +137,9 @@ def test_position_gradient_with_vertex_weights_far_apart(ctx, device, ratio_exp)
     du_dx, du_dy = torch.autograd.grad(u.sum(), (px, py), create_graph=True)
     dv_dx, dv_dy = torch.autograd.grad(v.sum(), (px, py), create_graph=True)
     gdb = g_db[0, y, x].double()
-    loss = (g_rast[0, y, x, 0].double() * u + g_rast[0, y, x, 1].double() * v).sum() + \
-        (2 / res * (gdb[:, 0] * du_dx + gdb[:, 1] * du_dy + gdb[:, 2] * dv_dx + gdb[:, 3] * dv_dy)).sum()
+    loss = (g_rast[0, y, x, 0].double() * u + g_rast[0, y, x, 1].double() * v).sum() + (
+        2 / res * (gdb[:, 0] * du_dx + gdb[:, 1] * du_dy + gdb[:, 2] * dv_dx + gdb[:, 3] * dv_dy)
+    ).sum()
     (want,) = torch.autograd.grad(loss, p64)
     got = grad[0].cpu().double()
     # Per vertex, relative to that vertex's largest component (their scales differ by 2^k).

@@ -1,5 +1,6 @@
 """prerast.texture on 2D textures: every filter and boundary mode against the NumPy model
 (tests/support/reference_texture.py), mip chains against box averages, and gradients against finite differences."""
+
 import numpy as np
 import pytest
 import torch
@@ -18,7 +19,7 @@ def to_t(a, device):
 def footprints(rng, shape, tex_hw, lod_range):
     """uv_da [..., 4] whose LOD spreads over lod_range: random directions 2^lod level-0 texels long."""
     lod = rng.uniform(*lod_range, size=shape + (1,))
-    da = rng.normal(size=shape + (4,)) * 2.0 ** lod / np.sqrt(2)
+    da = rng.normal(size=shape + (4,)) * 2.0**lod / np.sqrt(2)
     return da / np.array([tex_hw[1], tex_hw[1], tex_hw[0], tex_hw[0]])
 
 
@@ -40,8 +41,14 @@ def as_float32(*arrays):
 def test_matches_reference(device, filter_mode, boundary_mode, tex_shape):
     rng = np.random.default_rng(sum(map(ord, filter_mode + boundary_mode)) + tex_shape[1])
     tex, uv, uv_da, bias = as_float32(*random_case(rng, tex_shape))
-    out = prerast.texture(to_t(tex, device), to_t(uv, device), to_t(uv_da, device), to_t(bias, device),
-                          filter_mode=filter_mode, boundary_mode=boundary_mode)
+    out = prerast.texture(
+        to_t(tex, device),
+        to_t(uv, device),
+        to_t(uv_da, device),
+        to_t(bias, device),
+        filter_mode=filter_mode,
+        boundary_mode=boundary_mode,
+    )
     expect = ref.texture(tex, uv, uv_da, bias, filter_mode=filter_mode, boundary_mode=boundary_mode)
     assert out.shape == expect.shape
     np.testing.assert_allclose(out.cpu().numpy(), expect, atol=2e-5)
@@ -53,8 +60,13 @@ def test_lod_from_bias_alone_and_footprint_alone(device, filter_mode):
     tex, uv, uv_da, bias = as_float32(*random_case(rng, (1, 16, 16, 2)))
     bias = bias * 3 + 1.5  # LOD = bias alone spans the chain
     for da, b in ((uv_da, None), (None, bias)):
-        out = prerast.texture(to_t(tex, device), to_t(uv, device), None if da is None else to_t(da, device),
-                              None if b is None else to_t(b, device), filter_mode=filter_mode)
+        out = prerast.texture(
+            to_t(tex, device),
+            to_t(uv, device),
+            None if da is None else to_t(da, device),
+            None if b is None else to_t(b, device),
+            filter_mode=filter_mode,
+        )
         expect = ref.texture(tex, uv, da, b, filter_mode=filter_mode)
         np.testing.assert_allclose(out.cpu().numpy(), expect, atol=2e-5)
 
@@ -119,8 +131,10 @@ def test_max_mip_level(device):
         out = prerast.texture(T(tex), T(uv), T(uv_da), T(bias), max_mip_level=m)
         np.testing.assert_allclose(out.cpu().numpy(), ref.texture(tex, uv, uv_da, bias, max_mip_level=m), atol=2e-5)
     chain = prerast.texture_construct_mip(T(tex))
-    torch.testing.assert_close(prerast.texture(T(tex), T(uv), T(uv_da), T(bias), mip=chain, max_mip_level=1),
-                               prerast.texture(T(tex), T(uv), T(uv_da), T(bias), max_mip_level=1))
+    torch.testing.assert_close(
+        prerast.texture(T(tex), T(uv), T(uv_da), T(bias), mip=chain, max_mip_level=1),
+        prerast.texture(T(tex), T(uv), T(uv_da), T(bias), max_mip_level=1),
+    )
 
 
 def test_custom_chain(device):
@@ -129,8 +143,14 @@ def test_custom_chain(device):
     levels = [rng.normal(size=(2, 4, 6, 3)), rng.normal(size=(2, 2, 3, 3)), rng.normal(size=(2, 1, 1, 3))]
     levels = as_float32(*levels)
     for mode in ("linear-mipmap-linear", "linear-mipmap-nearest"):
-        out = prerast.texture(to_t(tex, device), to_t(uv, device), to_t(uv_da, device), to_t(bias, device),
-                              mip=[to_t(m, device) for m in levels], filter_mode=mode)
+        out = prerast.texture(
+            to_t(tex, device),
+            to_t(uv, device),
+            to_t(uv_da, device),
+            to_t(bias, device),
+            mip=[to_t(m, device) for m in levels],
+            filter_mode=mode,
+        )
         expect = ref.texture(tex, uv, uv_da, bias, mip=levels, filter_mode=mode)
         np.testing.assert_allclose(out.cpu().numpy(), expect, atol=2e-5)
     short = prerast.texture(to_t(tex, device), to_t(uv, device), to_t(uv_da, device), mip=[to_t(levels[0], device)])
@@ -168,11 +188,14 @@ def test_single_texture_serves_every_image(device):
 @pytest.mark.parametrize("boundary_mode", BOUNDARIES)
 def test_gradients(device, filter_mode, boundary_mode):
     rng = np.random.default_rng(11)
-    tex, uv, uv_da, bias = random_case(rng, (1, 8, 6, 2), N=2, H=3, W=4, uv_range=(-0.6, 1.6),
-                                       lod_range=(0.2, 2.8))
+    tex, uv, uv_da, bias = random_case(rng, (1, 8, 6, 2), N=2, H=3, W=4, uv_range=(-0.6, 1.6), lod_range=(0.2, 2.8))
     inputs = {k: to_t(v, device) for k, v in dict(tex=tex, uv=uv, uv_da=uv_da, bias=bias).items()}
-    wrt = {"nearest": ["tex"], "linear": ["tex", "uv"], "linear-mipmap-nearest": ["tex", "uv"],
-           "linear-mipmap-linear": ["tex", "uv", "uv_da", "bias"]}[filter_mode]
+    wrt = {
+        "nearest": ["tex"],
+        "linear": ["tex", "uv"],
+        "linear-mipmap-nearest": ["tex", "uv"],
+        "linear-mipmap-linear": ["tex", "uv", "uv_da", "bias"],
+    }[filter_mode]
 
     def fn(tex, uv, uv_da, bias):
         return prerast.texture(tex, uv, uv_da, bias, filter_mode=filter_mode, boundary_mode=boundary_mode)
@@ -185,8 +208,11 @@ def test_gradients_custom_chain(device, filter_mode):
     rng = np.random.default_rng(12)
     tex, uv, uv_da, bias = random_case(rng, (1, 8, 8, 2), N=1, H=4, W=4, lod_range=(0.2, 2.8))
     inputs = {k: to_t(v, device) for k, v in dict(tex=tex, uv=uv, uv_da=uv_da, bias=bias).items()}
-    inputs.update(m1=to_t(rng.normal(size=(1, 4, 4, 2)), device), m2=to_t(rng.normal(size=(1, 2, 2, 2)), device),
-                  m3=to_t(rng.normal(size=(1, 1, 1, 2)), device))
+    inputs.update(
+        m1=to_t(rng.normal(size=(1, 4, 4, 2)), device),
+        m2=to_t(rng.normal(size=(1, 2, 2, 2)), device),
+        m3=to_t(rng.normal(size=(1, 1, 1, 2)), device),
+    )
 
     def fn(tex, uv, uv_da, bias, m1, m2, m3):
         return prerast.texture(tex, uv, uv_da, bias, mip=[m1, m2, m3], filter_mode=filter_mode)
@@ -197,9 +223,12 @@ def test_gradients_custom_chain(device, filter_mode):
 def test_which_inputs_get_gradients(device):
     rng = np.random.default_rng(13)
     base = [to_t(a, device) for a in random_case(rng, (1, 8, 8, 1), N=1, H=2, W=2)]
-    expect = {"nearest": (True, False, False, False), "linear": (True, True, False, False),
-              "linear-mipmap-nearest": (True, True, False, False),
-              "linear-mipmap-linear": (True, True, True, True)}
+    expect = {
+        "nearest": (True, False, False, False),
+        "linear": (True, True, False, False),
+        "linear-mipmap-nearest": (True, True, False, False),
+        "linear-mipmap-linear": (True, True, True, True),
+    }
     for mode, flags in expect.items():
         args = [a.clone().requires_grad_() for a in base]
         prerast.texture(*args, filter_mode=mode).sum().backward()

@@ -1,5 +1,6 @@
 """prerast.texture on cube maps: the NumPy model (including lookups exactly on face edges and corners),
 filtering without seams across faces, mip chains, and gradients against finite differences."""
+
 import itertools
 
 import numpy as np
@@ -38,7 +39,7 @@ def cube_case(rng, S=6, tex_batch=1, N=2, H=6, W=8, lod_range=(-1.0, 3.5), C=3):
     flat[: len(special)] = special * rng.uniform(0.5, 2.0, size=(len(special), 1))
     q = np.abs(d).max(-1, keepdims=True)
     lod = rng.uniform(*lod_range, size=(N, H, W, 1))
-    dd = rng.normal(size=(N, H, W, 6)) * 2.0 ** lod * 2 * q / S / np.sqrt(3)
+    dd = rng.normal(size=(N, H, W, 6)) * 2.0**lod * 2 * q / S / np.sqrt(3)
     bias = rng.uniform(-0.5, 0.5, size=(N, H, W))
     return [np.asarray(a, np.float32) for a in (tex, d, dd, bias)]
 
@@ -48,8 +49,14 @@ def cube_case(rng, S=6, tex_batch=1, N=2, H=6, W=8, lod_range=(-1.0, 3.5), C=3):
 def test_matches_reference(device, filter_mode, tex_batch):
     rng = np.random.default_rng(len(filter_mode) + tex_batch)
     tex, d, dd, bias = cube_case(rng, tex_batch=tex_batch)
-    out = prerast.texture(to_t(tex, device), to_t(d, device), to_t(dd, device), to_t(bias, device),
-                          filter_mode=filter_mode, boundary_mode="cube")
+    out = prerast.texture(
+        to_t(tex, device),
+        to_t(d, device),
+        to_t(dd, device),
+        to_t(bias, device),
+        filter_mode=filter_mode,
+        boundary_mode="cube",
+    )
     expect = ref.texture(tex, d, dd, bias, filter_mode=filter_mode, boundary_mode="cube")
     np.testing.assert_allclose(out.cpu().numpy(), expect, atol=2e-5)
 
@@ -60,8 +67,9 @@ def test_small_faces_match_reference(device, S):
     tex, d, _, _ = cube_case(rng, S=S)
     for mode in ("nearest", "linear"):
         out = prerast.texture(to_t(tex, device), to_t(d, device), filter_mode=mode, boundary_mode="cube")
-        np.testing.assert_allclose(out.cpu().numpy(), ref.texture(tex, d, filter_mode=mode, boundary_mode="cube"),
-                                   atol=2e-5)
+        np.testing.assert_allclose(
+            out.cpu().numpy(), ref.texture(tex, d, filter_mode=mode, boundary_mode="cube"), atol=2e-5
+        )
 
 
 def face_index_texture(S, device):
@@ -111,8 +119,11 @@ def test_no_seams_across_faces(device, filter_mode):
     uv_da = np.full((1, 1, len(pts), 6), 0.05, np.float32)
     vals = []
     for d in (inside_a, inside_b):
-        vals.append(prerast.texture(tex, to_t(d[None, None], device), to_t(uv_da, device), filter_mode=filter_mode,
-                                    boundary_mode="cube").cpu())
+        vals.append(
+            prerast.texture(
+                tex, to_t(d[None, None], device), to_t(uv_da, device), filter_mode=filter_mode, boundary_mode="cube"
+            ).cpu()
+        )
     assert (vals[0] - vals[1]).abs().max() < 1e-3
 
 
@@ -133,8 +144,12 @@ def test_gradients(device, filter_mode):
     tex, d, dd, bias = cube_case(rng, S=4, N=1, H=3, W=4, lod_range=(0.2, 1.8), C=2)
     d = rng.normal(size=d.shape).astype(np.float32)  # generic directions; edges are covered by the seam test
     inputs = {k: to_t(v, device) for k, v in dict(tex=tex, uv=d, uv_da=dd, bias=bias).items()}
-    wrt = {"nearest": ["tex"], "linear": ["tex", "uv"], "linear-mipmap-nearest": ["tex", "uv"],
-           "linear-mipmap-linear": ["tex", "uv", "uv_da", "bias"]}[filter_mode]
+    wrt = {
+        "nearest": ["tex"],
+        "linear": ["tex", "uv"],
+        "linear-mipmap-nearest": ["tex", "uv"],
+        "linear-mipmap-linear": ["tex", "uv", "uv_da", "bias"],
+    }[filter_mode]
 
     def fn(tex, uv, uv_da, bias):
         return prerast.texture(tex, uv, uv_da, bias, filter_mode=filter_mode, boundary_mode="cube")

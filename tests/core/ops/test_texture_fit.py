@@ -1,5 +1,6 @@
 """End to end: learn a texture through rasterize -> interpolate -> texture so that renders of a textured,
 perspective-tilted quad match renders of the same quad with a target texture."""
+
 import math
 
 import pytest

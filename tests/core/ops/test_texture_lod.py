@@ -1,6 +1,7 @@
 """Mip level of detail: the major axis of the footprint ellipse (the larger eigenvalue of [[A, C], [C, B]]),
 its gradient to uv_da and the bias, floor(lod) for 'linear-mipmap-nearest', and finite results for degenerate
 footprints. A chain whose level k holds the constant k makes the output the LOD itself (or the level read)."""
+
 import numpy as np
 import torch
 
@@ -53,7 +54,7 @@ def test_random_footprints_and_bias_match_reference(device):
 def test_mipmap_nearest_reads_level_floor_lod(device):
     t = 1.0 / SIZE
     lods = np.array([0.0, 0.4, 0.6, 1.5, 2.9, 3.0, 5.99, 9.0])
-    rows = [[t * 2.0 ** l, 0, 0, 0] for l in lods]
+    rows = [[t * 2.0**l, 0, 0, 0] for l in lods]
     out = lod_of(device, rows, filter_mode="linear-mipmap-nearest").cpu().numpy()
     np.testing.assert_allclose(out, np.minimum(np.floor(lods + 1e-6), TOP), atol=1e-5)
 
@@ -88,19 +89,20 @@ def test_gradient_at_a_circular_footprint_is_finite(device):
     lod.sum().backward()
     assert torch.isfinite(da.grad).all()
     # The mean of the one-sided derivatives: growing either axis alone raises the LOD at half the full rate.
-    np.testing.assert_allclose(da.grad.cpu().numpy(), [[0.5 / (np.log(2) * t), 0, 0, 0.5 / (np.log(2) * t)]],
-                               rtol=1e-5)
+    np.testing.assert_allclose(da.grad.cpu().numpy(), [[0.5 / (np.log(2) * t), 0, 0, 0.5 / (np.log(2) * t)]], rtol=1e-5)
 
 
 def test_degenerate_footprints_stay_finite(device):
     t = 1.0 / SIZE
-    rows = [[0, 0, 0, 0],                      # zero footprint: LOD -inf, level 0 whatever the bias
-            [1e30, 0, 0, 1e30],                # too large for float32 squares: the top level
-            [float("nan"), 0, 0, 0],           # no footprint: level 0
-            [float("inf"), 0, 0, 0],
-            [1e-18 * t, 0, 0, 0],              # tiny: LOD about -60, lifted by the bias
-            [1e-21 * t, 1e-21 * t, 0, 0],      # squares below float32's normal range
-            [t, t, t, t]]                      # rank one
+    rows = [
+        [0, 0, 0, 0],  # zero footprint: LOD -inf, level 0 whatever the bias
+        [1e30, 0, 0, 1e30],  # too large for float32 squares: the top level
+        [float("nan"), 0, 0, 0],  # no footprint: level 0
+        [float("inf"), 0, 0, 0],
+        [1e-18 * t, 0, 0, 0],  # tiny: LOD about -60, lifted by the bias
+        [1e-21 * t, 1e-21 * t, 0, 0],  # squares below float32's normal range
+        [t, t, t, t],
+    ]  # rank one
     bias = [3.0, 0, 0, 0, 62.0, 70.0, 0]
     da = torch.tensor(rows, dtype=torch.float32, device=device, requires_grad=True)
     b = torch.tensor(bias, dtype=torch.float32, device=device, requires_grad=True)
@@ -110,9 +112,9 @@ def test_degenerate_footprints_stay_finite(device):
     assert np.isfinite(out).all() and np.isfinite(da.grad.cpu().numpy()).all()
     assert np.isfinite(b.grad.cpu().numpy()).all()
     np.testing.assert_allclose(out[[0, 1, 2, 3, 6]], [0, TOP, 0, TOP, 1.0], atol=1e-5)
-    expect_tiny = 0.5 * np.log2(np.float64(np.float32(1e-18 * t)) ** 2 * SIZE ** 2) + 62
+    expect_tiny = 0.5 * np.log2(np.float64(np.float32(1e-18 * t)) ** 2 * SIZE**2) + 62
     assert abs(out[4] - expect_tiny) < 1e-3
-    expect_tinier = 0.5 * np.log2(2 * np.float64(np.float32(1e-21 * t)) ** 2 * SIZE ** 2) + 70
+    expect_tinier = 0.5 * np.log2(2 * np.float64(np.float32(1e-21 * t)) ** 2 * SIZE**2) + 70
     assert 0 < expect_tinier < TOP and abs(out[5] - expect_tinier) < 1e-3
     # The bias moves the LOD one for one wherever it stays inside the chain; below 2^-64 texels the footprint
     # gets no gradient (it would be about 1/footprint).
@@ -128,14 +130,25 @@ def test_cube_lod_uses_the_major_axis_on_the_face(device):
     dd = rng.normal(size=(P, 6)) * 2.0 ** rng.uniform(-1, 7, size=(P, 1)) * 2 * q / SIZE
     dd[:3] = 0
     d[:3] = [[1, 0.2, -0.1], [0.1, -1, 0.3], [0.2, 0.1, 1]]
-    dd[0, [4, 5]] = 8 / SIZE        # z moves by the same amount along X and Y: s on +x moves 4 texels each way
+    dd[0, [4, 5]] = 8 / SIZE  # z moves by the same amount along X and Y: s on +x moves 4 texels each way
     dd[1, [0, 1]] = 8 / SIZE
     dd[2, [0, 2]] = [8 / SIZE, 8 / SIZE]
     bias = rng.uniform(-0.5, 0.5, size=P)
     tex, mip = level_chain(device, cube=True)
     T = lambda a: torch.tensor(a, dtype=torch.float32, device=device).reshape((1, 1, P, -1))
-    out = prerast.texture(tex, T(d), T(dd), T(bias).reshape(1, 1, P), mip=mip, boundary_mode="cube",
-                          filter_mode="linear-mipmap-linear")[0, 0, :, 0].cpu().numpy()
+    out = (
+        prerast.texture(
+            tex,
+            T(d),
+            T(dd),
+            T(bias).reshape(1, 1, P),
+            mip=mip,
+            boundary_mode="cube",
+            filter_mode="linear-mipmap-linear",
+        )[0, 0, :, 0]
+        .cpu()
+        .numpy()
+    )
     expect = ref.level_of_detail((1, 6, SIZE, SIZE, 1), d, dd, bias, TOP + 1, cube=True)
     np.testing.assert_allclose(out, expect, atol=3e-5)
     # Row 0: both screen axes move s by -4 texels on face +x (|x| = 1): 0.5 log2(32) = 2.5 before the bias.
@@ -151,8 +164,14 @@ def test_cube_gradient_to_uv_da_matches_reference(device):
     tex, mip = level_chain(device, cube=True)
     dd_t = torch.tensor(dd, dtype=torch.float32, device=device, requires_grad=True)
     d_t = torch.tensor(d, dtype=torch.float32, device=device)
-    out = prerast.texture(tex, d_t.reshape(1, 1, P, 3), dd_t.reshape(1, 1, P, 6), mip=mip, boundary_mode="cube",
-                          filter_mode="linear-mipmap-linear")
+    out = prerast.texture(
+        tex,
+        d_t.reshape(1, 1, P, 3),
+        dd_t.reshape(1, 1, P, 6),
+        mip=mip,
+        boundary_mode="cube",
+        filter_mode="linear-mipmap-linear",
+    )
     out.sum().backward()
     lod = lambda x: ref.level_of_detail((1, 6, SIZE, SIZE, 1), d, x, None, TOP + 1, cube=True)
     expect = np.zeros_like(dd)

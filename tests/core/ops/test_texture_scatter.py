@@ -1,6 +1,7 @@
 """The texture gradient of a texture larger than the image (the CPU splits it into one band of texels per thread
 instead of giving every thread a copy): the same numbers for any thread count, and the adjoint of the forward
 (texture is linear in tex, so <texture(d), g> = <d, grad_tex> for any d and output gradient g)."""
+
 import pytest
 import torch
 
@@ -23,8 +24,9 @@ def scene(device, seed=0):
 def gradients(tex, uv, uv_da, grad, filter_mode):
     tex, uv, uv_da = (t.clone().requires_grad_() for t in (tex, uv, uv_da))
     out = prerast.texture(tex, uv, uv_da, filter_mode=filter_mode)
-    wrt = [tex, uv, uv_da] if filter_mode == "linear-mipmap-linear" else [tex, uv] if filter_mode != "nearest" \
-        else [tex]
+    wrt = (
+        [tex, uv, uv_da] if filter_mode == "linear-mipmap-linear" else [tex, uv] if filter_mode != "nearest" else [tex]
+    )
     return torch.autograd.grad(out, wrt, grad)
 
 

@@ -1,4 +1,5 @@
 """Bad input to texture and texture_construct_mip gets a clear Python exception, never a crash."""
+
 import pytest
 import torch
 
@@ -95,15 +96,27 @@ def test_mip_chain_mismatch():
         prerast.texture(tex, uv, da, mip=other)
     cube_chain = prerast.texture_construct_mip(torch.rand(1, 6, 4, 4, 3), cube_mode=True)
     with pytest.raises(ValueError, match="mip was built for"):
-        prerast.texture(torch.rand(1, 6, 4, 4, 3), torch.rand(1, 2, 3, 3), torch.rand(1, 2, 3, 6), mip=other,
-                        boundary_mode="cube", filter_mode="linear-mipmap-linear")
+        prerast.texture(
+            torch.rand(1, 6, 4, 4, 3),
+            torch.rand(1, 2, 3, 3),
+            torch.rand(1, 2, 3, 6),
+            mip=other,
+            boundary_mode="cube",
+            filter_mode="linear-mipmap-linear",
+        )
     with pytest.raises(ValueError, match="mip was built for"):
         prerast.texture(torch.rand(1, 4, 4, 3), uv, da, mip=cube_chain)
-    with pytest.raises(ValueError, match=r"mip\[1\] \(mip level 2\) must have shape \[1, 2, 2, 3\], got \[1, 2, 3, 3\]"):
+    with pytest.raises(
+        ValueError, match=r"mip\[1\] \(mip level 2\) must have shape \[1, 2, 2, 3\], got \[1, 2, 3, 3\]"
+    ):
         prerast.texture(tex, uv, da, mip=[torch.rand(1, 4, 4, 3), torch.rand(1, 2, 3, 3)])
     with pytest.raises(ValueError, match="mip has 4 levels but a texture of 8 x 8 texels has only 3"):
-        prerast.texture(tex, uv, da, mip=[torch.rand(1, 4, 4, 3), torch.rand(1, 2, 2, 3), torch.rand(1, 1, 1, 3),
-                                          torch.rand(1, 1, 1, 3)])
+        prerast.texture(
+            tex,
+            uv,
+            da,
+            mip=[torch.rand(1, 4, 4, 3), torch.rand(1, 2, 2, 3), torch.rand(1, 1, 1, 3), torch.rand(1, 1, 1, 3)],
+        )
     with pytest.raises(TypeError, match=r"mip\[0\] must be Float"):
         prerast.texture(tex, uv, da, mip=[torch.rand(1, 4, 4, 3).double()])
 
@@ -138,8 +151,12 @@ def test_mipmap_filter_without_uv_da_or_bias_is_refused(mode):
     valid, and a bias alone selects levels."""
     tex, uv = inputs()
     cube, d = torch.rand(1, 6, 4, 4, 3), torch.randn(1, 2, 3, 3)
-    for kwargs in ({}, {"mip": prerast.texture_construct_mip(tex)}, {"mip": [torch.rand(1, 4, 4, 3)]},
-                   {"max_mip_level": 2}):
+    for kwargs in (
+        {},
+        {"mip": prerast.texture_construct_mip(tex)},
+        {"mip": [torch.rand(1, 4, 4, 3)]},
+        {"max_mip_level": 2},
+    ):
         with pytest.raises(ValueError, match=f"filter_mode='{mode}' needs uv_da .* or mip_level_bias"):
             prerast.texture(tex, uv, filter_mode=mode, **kwargs)
     with pytest.raises(ValueError, match="needs uv_da"):

@@ -1,5 +1,6 @@
 """Each example program, run briefly as its command line would: it writes its PNG, and its loss falls by the
 stated factor (the mean of the last three steps against the first, which use random views)."""
+
 import importlib
 import os
 import struct
@@ -45,8 +46,9 @@ def test_loss_falls(device, tmp_path, name, capsys):
     steps, resolution, factor = SHORT_RUNS[name]
     example = importlib.import_module(name)
     out = tmp_path / f"{name}.png"
-    losses = example.main(["--device", device, "--steps", str(steps), "--resolution", str(resolution),
-                           "--out", str(out)])
+    losses = example.main(
+        ["--device", device, "--steps", str(steps), "--resolution", str(resolution), "--out", str(out)]
+    )
     assert len(losses) == steps
     assert "loss" in capsys.readouterr().out  # the progress lines
     assert sum(losses[-3:]) / 3 < losses[0] / factor, f"{name}: loss {losses[0]:.6f} -> {losses[-3:]}"

@@ -1,4 +1,5 @@
 """Camera and mesh helpers of the programs' tests, in NumPy float64 (the references are computed from them too)."""
+
 import numpy as np
 import torch
 
@@ -6,8 +7,9 @@ import torch
 def perspective(fovy=0.9, near=0.5, far=10.0):
     """OpenGL-style projection: camera looks down -z; clip w is the distance in front of the camera."""
     f = 1.0 / np.tan(fovy / 2)
-    return np.array([[f, 0, 0, 0], [0, f, 0, 0],
-                     [0, 0, (far + near) / (near - far), 2 * far * near / (near - far)], [0, 0, -1, 0]])
+    return np.array(
+        [[f, 0, 0, 0], [0, f, 0, 0], [0, 0, (far + near) / (near - far), 2 * far * near / (near - far)], [0, 0, -1, 0]]
+    )
 
 
 def look_at(eye, target=(0.0, 0.0, 0.0), up=(0.0, 1.0, 0.0)):
@@ -28,8 +30,9 @@ def orbit(count, distance=2.5, elevation=0.35, fovy=0.9):
     mats = []
     for k in range(count):
         a = 2 * np.pi * k / count + 0.3
-        eye = distance * np.array([np.cos(a) * np.cos(elevation), np.sin(elevation + 0.2 * k),
-                                   np.sin(a) * np.cos(elevation)])
+        eye = distance * np.array(
+            [np.cos(a) * np.cos(elevation), np.sin(elevation + 0.2 * k), np.sin(a) * np.cos(elevation)]
+        )
         mats.append(perspective(fovy) @ look_at(eye))
     return np.stack(mats)
 
@@ -68,6 +71,7 @@ def hull(points):
                 out.pop()
             out.append(p)
         return out[:-1]
+
     return np.array(half(pts) + half(pts[::-1]))
 
 

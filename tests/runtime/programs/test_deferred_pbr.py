@@ -6,6 +6,7 @@ selected by roughness through mip_level_bias; the layers composited front over b
 
 The image is checked against a NumPy model built from the reference rasterizer (each layer from its own surface),
 reference_texture's lookups and the same shading, and the gradients of every input against finite differences."""
+
 import numpy as np
 import pytest
 import torch
@@ -22,8 +23,9 @@ ALPHA = 0.6  # the front layer's opacity
 
 def quads():
     """Two perspective quads (vertices 0-3 in front, 4-7 behind), overlapping in the middle of the image."""
-    xy = np.array([[-0.9, -0.7], [0.35, -0.8], [0.3, 0.75], [-0.85, 0.7],
-                   [-0.3, -0.9], [0.9, -0.75], [0.85, 0.9], [-0.25, 0.8]])
+    xy = np.array(
+        [[-0.9, -0.7], [0.35, -0.8], [0.3, 0.75], [-0.85, 0.7], [-0.3, -0.9], [0.9, -0.75], [0.85, 0.9], [-0.25, 0.8]]
+    )
     zw = np.array([0.1, 0.15, 0.2, 0.12, 0.5, 0.55, 0.6, 0.52])
     w = np.array([1.0, 1.3, 1.6, 1.1, 1.2, 0.9, 1.4, 1.0])
     pos = np.c_[xy * w[:, None], zw * w, w][None]
@@ -51,9 +53,11 @@ def inputs(device):
         "uv": as_dev(torch.rand(8, 2, generator=g) * 1.5),
         "normal": as_dev(torch.randn(8, 3, generator=g) + torch.tensor([0.0, 0.0, 1.5])),
         "rough": as_dev(torch.rand(8, 1, generator=g)),
-        "albedo": as_dev(albedo), "albedo_mips": [as_dev(m) for m in box_levels(albedo)],
+        "albedo": as_dev(albedo),
+        "albedo_mips": [as_dev(m) for m in box_levels(albedo)],
         "irradiance": as_dev(torch.rand(1, 6, 4, 4, 3, generator=g)),
-        "env": as_dev(env), "env_mips": [as_dev(m) for m in box_levels(env)],
+        "env": as_dev(env),
+        "env_mips": [as_dev(m) for m in box_levels(env)],
     }
 
 
@@ -63,8 +67,9 @@ def shade(rast, rast_db, tri, uv, normal, rough, albedo, albedo_mips, irradiance
     r, _ = prerast.interpolate(rough, rast, tri)
     base = prerast.texture(albedo, texc, texd, mip=albedo_mips, filter_mode="linear-mipmap-linear")
     diffuse = prerast.texture(irradiance, n, filter_mode="linear", boundary_mode="cube")
-    specular = prerast.texture(env, n, mip=env_mips, mip_level_bias=3 * r[..., 0],
-                               filter_mode="linear-mipmap-linear", boundary_mode="cube")
+    specular = prerast.texture(
+        env, n, mip=env_mips, mip_level_bias=3 * r[..., 0], filter_mode="linear-mipmap-linear", boundary_mode="cube"
+    )
     covered = rast[..., 3:] > 0
     return (base * diffuse + 0.3 * specular) * covered, covered
 
@@ -78,9 +83,15 @@ def deferred(ctx, pos, tri, **material):
 def numpy_deferred(pos, tri, m):
     """The same pass from the reference rasterizer: layer 1 is the nearer quad, layer 2 the other where both
     cover; attributes and derivatives from reference barycentrics; lookups by reference_texture."""
-    a = {k: (np.asarray(v.cpu(), np.float64) if isinstance(v, torch.Tensor) else [np.asarray(x.cpu(), np.float64)
-                                                                                   for x in v]) for k, v in m.items()}
-    per_quad = [reference.rasterize(pos, tri[q:q + 2], H, W) for q in (0, 2)]
+    a = {
+        k: (
+            np.asarray(v.cpu(), np.float64)
+            if isinstance(v, torch.Tensor)
+            else [np.asarray(x.cpu(), np.float64) for x in v]
+        )
+        for k, v in m.items()
+    }
+    per_quad = [reference.rasterize(pos, tri[q : q + 2], H, W) for q in (0, 2)]
     rasts = [r[0].copy() for r in per_quad]
     for q, r in zip((0, 2), rasts):
         r[..., 3] = np.where(r[..., 3] > 0, r[..., 3] + q, 0)  # IDs into the whole tri
@@ -105,12 +116,17 @@ def numpy_deferred(pos, tri, m):
             return np.stack([dX, dY], -1).reshape(*dX.shape[:-1], -1) * (ids > 0)[..., None]
 
         T = reference_texture.texture
-        base = T(a["albedo"], attr(a["uv"]), attr_da(a["uv"]), mip=a["albedo_mips"],
-                 filter_mode="linear-mipmap-linear")
+        base = T(a["albedo"], attr(a["uv"]), attr_da(a["uv"]), mip=a["albedo_mips"], filter_mode="linear-mipmap-linear")
         n = attr(a["normal"])
         diffuse = T(a["irradiance"], n, filter_mode="linear", boundary_mode="cube")
-        specular = T(a["env"], n, bias=3 * attr(a["rough"])[..., 0], mip=a["env_mips"],
-                     filter_mode="linear-mipmap-linear", boundary_mode="cube")
+        specular = T(
+            a["env"],
+            n,
+            bias=3 * attr(a["rough"])[..., 0],
+            mip=a["env_mips"],
+            filter_mode="linear-mipmap-linear",
+            boundary_mode="cube",
+        )
         return (base * diffuse + 0.3 * specular) * (ids > 0)[..., None]
 
     with np.errstate(invalid="ignore", divide="ignore"):  # background pixels look up the zero direction
@@ -122,8 +138,17 @@ def numpy_deferred(pos, tri, m):
 def test_deferred_pass_matches_the_numpy_model(device):
     pos, tri = quads()
     material = inputs(device)
-    got = deferred(make_ctx(device), torch.tensor(pos, dtype=torch.float32, device=device),
-                   torch.tensor(tri, device=device), **material)[0].cpu().double().numpy()
+    got = (
+        deferred(
+            make_ctx(device),
+            torch.tensor(pos, dtype=torch.float32, device=device),
+            torch.tensor(tri, device=device),
+            **material,
+        )[0]
+        .cpu()
+        .double()
+        .numpy()
+    )
     want, ambiguous, cover = numpy_deferred(pos, tri, material)
     want = want[0]
     ok = ~ambiguous[0]
@@ -145,8 +170,15 @@ def test_gradients_match_finite_differences(device, wrt):
         fn = lambda albedo_mips, **m: deferred(ctx, pos, tri, albedo_mips=[albedo_mips, *rest], **m)  # noqa: E731
     else:
         fn = lambda **m: deferred(ctx, pos, tri, **m)  # noqa: E731
-    eps = {"albedo": 1e-2, "irradiance": 1e-2, "env": 1e-2, "albedo_mips": 1e-2, "uv": 5e-5, "normal": 5e-5,
-           "rough": 5e-5}
+    eps = {
+        "albedo": 1e-2,
+        "irradiance": 1e-2,
+        "env": 1e-2,
+        "albedo_mips": 1e-2,
+        "uv": 5e-5,
+        "normal": 5e-5,
+        "rough": 5e-5,
+    }
     # The attributes move the lookups of many pixels at once, so texel centres and mip level boundaries (kinks of
     # the lookups) lie within eps of some of them more often than the one-sided test notices; each adds an error of
     # its own size to the difference, however small the gradient: looser tolerances there (the gradients reach

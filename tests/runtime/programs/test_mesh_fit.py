@@ -3,12 +3,13 @@ from the mesh, view-space depth and normals interpolated, every image antialiase
 loss over the three. Interior pixels are checked against a NumPy model (its own rasterizer and perspective-correct
 interpolation), the mask against the projected hull, the vertex gradients against finite differences of the same
 forward, and a short fit against the true mesh."""
+
 import numpy as np
 import torch
+from cameras import clip_positions, distance_inside, hull, look_at, octahedron, perspective, pixel_grid, polygon_area
 
 import prerast
 import reference
-from cameras import clip_positions, distance_inside, hull, look_at, octahedron, perspective, pixel_grid, polygon_area
 from conftest import make_ctx
 from finite_diff import check_gradients
 
@@ -104,8 +105,9 @@ def test_vertex_gradients_match_finite_differences(device):
         return torch.cat([x.flatten() for x in render(ctx, verts, tri, view, mvp)])
 
     # rtol just above check_gradients' 5 % test for a jump within eps, as in test_multiview_silhouette.
-    check_gradients(images, {"verts": verts}, ["verts"], eps=5e-5, rtol=6e-2, atol=5e-2, min_checked=0.5,
-                    max_elements=10)
+    check_gradients(
+        images, {"verts": verts}, ["verts"], eps=5e-5, rtol=6e-2, atol=5e-2, min_checked=0.5, max_elements=10
+    )
 
 
 def test_fit_moves_the_mesh_towards_the_target(device):

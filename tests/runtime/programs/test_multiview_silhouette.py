@@ -3,11 +3,12 @@ cameras as one instanced batch of clip-space positions, antialiased coverage mas
 gradients to the shared vertices. The masks are checked against the projected convex hull (area and inside /
 outside pixels), the vertex gradients against finite differences of the same forward, and the fit against the
 true mesh."""
+
 import numpy as np
 import torch
+from cameras import clip_positions, distance_inside, hull, octahedron, orbit, pixel_grid, polygon_area
 
 import prerast
-from cameras import clip_positions, distance_inside, hull, octahedron, orbit, pixel_grid, polygon_area
 from conftest import make_ctx
 from finite_diff import check_gradients
 
@@ -22,8 +23,12 @@ def silhouettes(ctx, verts, tri, mvp):
 
 def scene(device):
     v, tri = octahedron()
-    return (torch.tensor(v, dtype=torch.float32, device=device), torch.tensor(tri, device=device),
-            torch.tensor(orbit(VIEWS), dtype=torch.float32, device=device), v)
+    return (
+        torch.tensor(v, dtype=torch.float32, device=device),
+        torch.tensor(tri, device=device),
+        torch.tensor(orbit(VIEWS), dtype=torch.float32, device=device),
+        v,
+    )
 
 
 def test_masks_are_the_projected_hulls(device):
@@ -53,8 +58,15 @@ def test_vertex_gradients_match_finite_differences(device):
     # Where the forward jumps within eps (an edge over a pixel centre), check_gradients skips the element when its
     # one-sided differences disagree by more than 5 %; a jump it misses moves the central difference by less than
     # that, hence rtol just above it. A gradient off by a constant factor (such as 2) still fails.
-    check_gradients(lambda verts: silhouettes(ctx, verts, tri, mvp), {"verts": verts}, ["verts"], eps=5e-5,
-                    rtol=6e-2, atol=5e-2, min_checked=0.5)
+    check_gradients(
+        lambda verts: silhouettes(ctx, verts, tri, mvp),
+        {"verts": verts},
+        ["verts"],
+        eps=5e-5,
+        rtol=6e-2,
+        atol=5e-2,
+        min_checked=0.5,
+    )
 
 
 def test_fit_recovers_the_mesh_from_its_silhouettes(device):
