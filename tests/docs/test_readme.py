@@ -70,7 +70,7 @@ HOW = {
         "test": "tests/builder/test_built_wheel.py::test_named_after_its_cell_and_built_for_this_torch",
     },
     "pip wheel --no-build-isolation --no-deps -w dist .": {
-        "ci": ("prerast_meta/build_wheel.py", '"--no-build-isolation", "--no-deps",'),
+        "ci": ("prerast_meta/build_wheel.py", '"--no-build-isolation",'),
         "test": "tests/builder/test_built_wheel.py::test_no_torch_or_cuda_library_inside",
     },
     "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt": {
