@@ -44,6 +44,7 @@ extensions = [
     "prerast_api",
     "prerast_gallery",
     "prerast_names",
+    "prerast_wheels",
 ]
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 exclude_patterns = ["_build", "requirements.txt", "_ext"]
