@@ -22,12 +22,15 @@ pool (at::parallel_for / the stable ABI's parallel_for), never on OpenMP of thei
 import collections
 import os
 
+from prerast_meta import platforms
+
 # cxx: the host compiler's flags (the CPU library, and the .cpp files of the CUDA library); nvcc: nvcc's own flags,
 # the host compiler's behind -Xcompiler; link: the linker's.
 Flags = collections.namedtuple("Flags", "cxx nvcc link")
 
-# The compilers a build may use on each OS (platforms.key()'s names), the first being the default.
-COMPILERS = {"linux": ("gcc", "clang"), "darwin": ("apple-clang",), "win32": ("msvc",)}
+# The compilers a build may use on each OS (platforms.key()'s names), the first being the default: a new OS names
+# its compiler families in its platforms.PLATFORMS row.
+COMPILERS = {key: p.compilers for key, p in platforms.PLATFORMS.items()}
 GNU_STYLE = ("gcc", "clang", "apple-clang")  # take -O3, -f..., -W...; MSVC takes /O2, /fp:..., /EH...
 
 # What turns off the contraction of a * b + c into a fused multiply-add, per compiler family (tests check it).

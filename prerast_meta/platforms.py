@@ -15,16 +15,24 @@ import platform as _platform
 import sys
 
 Platform = collections.namedtuple(
-    "Platform", "key name library_suffix library_ext binary_format cache_parts posix_permissions torch_cuda"
+    "Platform",
+    "key name library_suffix library_ext binary_format cache_parts posix_permissions torch_cuda compilers",
 )
 
 # key: sys.platform with the version digits dropped ("linux", "darwin", "win32").
 # cache_parts: (environment variable or None, path under it or under the home folder when it is unset).
 # torch_cuda: PyTorch publishes CUDA builds for this OS (not for macOS: CPU and MPS only).
+# compilers: the compiler families a build may use there, the default first (their flags: compiler_flags.py).
 PLATFORMS = {
-    "linux": Platform("linux", "Linux", ".abi3.so", ".so", "ELF", ("XDG_CACHE_HOME", (".cache",)), True, True),
-    "darwin": Platform("darwin", "macOS", ".abi3.so", ".so", "Mach-O", (None, ("Library", "Caches")), True, False),
-    "win32": Platform("win32", "Windows", ".pyd", ".pyd", "PE", ("LOCALAPPDATA", ("AppData", "Local")), False, True),
+    "linux": Platform(
+        "linux", "Linux", ".abi3.so", ".so", "ELF", ("XDG_CACHE_HOME", (".cache",)), True, True, ("gcc", "clang")
+    ),
+    "darwin": Platform(
+        "darwin", "macOS", ".abi3.so", ".so", "Mach-O", (None, ("Library", "Caches")), True, False, ("apple-clang",)
+    ),
+    "win32": Platform(
+        "win32", "Windows", ".pyd", ".pyd", "PE", ("LOCALAPPDATA", ("AppData", "Local")), False, True, ("msvc",)
+    ),
 }
 # Cache folder names under the base above: Windows' convention puts the application first (<app>\Cache).
 CACHE_LEAF = {"win32": ("prerast", "Cache")}
