@@ -156,12 +156,17 @@ def _load_inference_artifact(path):
     Loading compiles nothing, but torch then compares the machine with the one the package was built on (only to
     warn on a mismatch), and for the CPU's vector ISA Inductor probes by compiling and running test programs. With
     Inductor's option cpp.vec_isa_ok=False it takes the answer "no vector ISA" instead of probing, on every torch
-    the stable wheel serves (2.10 to 2.14). Inductor keeps that answer for the process: CPU kernels it compiles
-    later in a process that loaded an artifact before compiling anything for the CPU are not vectorized.
+    the stable wheel serves (2.10 to 2.14). Inductor keeps the list of vector ISAs it found for the process: when
+    loading made it (nothing had asked before), it is forgotten afterwards, so that CPU kernels compiled later in
+    the process are vectorized as usual.
     """
     # torch 2.10's loader reads torch._inductor.codecache as an attribute without importing it (later releases
     # import it themselves): import it, or 2.10 fails with an AttributeError.
     import torch._inductor.codecache  # noqa: F401  (a heavy import, only here)
+    from torch._inductor import cpu_vec_isa
+
+    isa_list = getattr(cpu_vec_isa, "valid_vec_isa_list", None)
+    made_here = hasattr(isa_list, "cache_info") and isa_list.cache_info().currsize == 0
 
     warnings_of_loader = logging.getLogger("torch.export.pt2_archive._package")
     probeless = _ProbelessIsaWarning()
@@ -171,6 +176,8 @@ def _load_inference_artifact(path):
             return torch._inductor.aoti_load_package(path)
     finally:
         warnings_of_loader.removeFilter(probeless)
+        if made_here:
+            isa_list.cache_clear()  # the empty list was this load's answer, not the machine's
 
 
 ZIP_MAGIC = b"PK\x03\x04"

@@ -55,7 +55,10 @@ PROCESS_A = PRECOMPILE_MODULE + PRECOMPILE_VARIANTS
 LOAD_MODULE = textwrap.dedent("""
     import json, shutil, sys, torch
     import prerast
+    from torch._inductor import cpu_vec_isa
     render = prerast.load_precompiled("render.pt2")
+    # Loading probed no vector ISA (no compiler here) and left no answer behind for later CPU compiles.
+    assert cpu_vec_isa.valid_vec_isa_list.cache_info().currsize == 0, "loading fixed the vector ISA list"
     color, loss = render(*torch.load("inputs.pt"))
     torch.save((color, loss), "runtime.pt")
 """)
