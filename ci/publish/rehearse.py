@@ -594,7 +594,8 @@ def rehearse(given, work, version=None):
                 {
                     "name": name,
                     "ok": not problems,
-                    "published": plan.get("published", []),
+                    # What this attempt published: nothing when the release job stopped.
+                    "published": plan.get("published", []) if results["release"]["ok"] else [],
                     "missing": [m["target"] for m in plan.get("missing", [])],
                     "pypi_files": sorted(after["pypi"]),
                     "release_assets": sorted(after["assets"]),

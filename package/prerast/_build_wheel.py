@@ -136,6 +136,8 @@ def build_wheel(out_dir, arch=None, repair=True, keep_temp=False, log=_log):
             # What it compiles, and a heartbeat while the compiler is quiet; the whole output goes to the log.
             raw = _route.raw_wheel(spec, os.path.join(work, "raw"), log)
         except _route.BuildFailed as e:
+            if e.returncode is None:  # it ran, but left no single wheel: the message says what it left
+                raise BuildFailed(str(e)) from e
             raise BuildFailed(f"the build failed (exit code {e.returncode}); the end of its output:\n{e.tail}") from e
         log(f"built {os.path.basename(raw)} in {time.time() - t0:.0f} s")
         t0 = time.time()

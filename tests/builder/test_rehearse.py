@@ -99,3 +99,7 @@ def test_a_missing_target_is_named_and_the_rerun_completes_the_release(report):
 def test_a_rebuilt_wheel_with_other_bytes_stops_the_release(report):
     tampered = report[1]["tampered"]
     assert tampered["ok"] and tampered["installs"] == []  # ok: the release job stopped, naming both sha256
+    assert tampered["published"] == []  # nothing went out in that attempt
+    # The release as it was: the same assets and PyPI files as after the re-run that completed it.
+    done = report[1]["re-run with it present"]
+    assert tampered["release_assets"] == done["release_assets"] and tampered["pypi_files"] == done["pypi_files"]
