@@ -206,7 +206,8 @@ def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_pla
 INFO = "prerast/_build_info.json"
 
 
-def _record_hash(data):
+def record_hash(data):
+    """A RECORD line's hash of `data` (the wheel format's urlsafe-base64 sha256, unpadded)."""
     return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
@@ -236,7 +237,7 @@ def restamp(wheel):
                 data = new_info
             elif item.filename.endswith(".dist-info/RECORD"):
                 lines = [
-                    f"{INFO},{_record_hash(new_info)},{len(new_info)}" if line.startswith(INFO + ",") else line
+                    f"{INFO},{record_hash(new_info)},{len(new_info)}" if line.startswith(INFO + ",") else line
                     for line in data.decode().splitlines()
                 ]
                 data = ("\n".join(lines) + "\n").encode()

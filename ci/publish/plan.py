@@ -158,20 +158,27 @@ def select_cells(selection):
     return matrix.select(matrix.load(), **SELECTIONS[selection])
 
 
+def wheel_paths(folder):
+    """{file name: path} of the prerast wheels under `folder` (ci/publish/index.py finds them; the first of a name
+    wins)."""
+    from ci.publish import index
+
+    found = {}
+    for path in index.find_wheels([folder]):
+        found.setdefault(os.path.basename(path), path)
+    return found
+
+
 def wheel_files(folder):
-    """The names of the prerast wheels under `folder` (ci/publish/index.py finds them)."""
-    from ci.publish import index
-
-    return [os.path.basename(p) for p in index.find_wheels([folder])]
+    """The names of the prerast wheels under `folder`."""
+    return list(wheel_paths(folder))
 
 
-def find_wheel(folder, name):
-    from ci.publish import index
-
-    found = [p for p in index.find_wheels([folder]) if os.path.basename(p) == name]
-    if not found:
+def wheel_path(paths, name, folder):
+    """paths[name] (paths: wheel_paths(folder)), or PlanError for a wheel of the plan the folder lacks."""
+    if name not in paths:
         raise PlanError(f"{name} is in the plan but not under {folder}: make the plan from the same wheels")
-    return found[0]
+    return paths[name]
 
 
 def plan_main(argv=None):
@@ -219,8 +226,9 @@ def pypi_dir(p, wheels, out):
     if not names:
         raise PlanError(f"no wheel for PyPI: the plan publishes {p['published'] or 'no target'}")
     os.makedirs(out, exist_ok=True)
+    paths = wheel_paths(wheels)
     for n in names:
-        shutil.copy(find_wheel(wheels, n), os.path.join(out, n))
+        shutil.copy(wheel_path(paths, n, wheels), os.path.join(out, n))
     return names
 
 

@@ -25,7 +25,6 @@ virtualenvs (torch shared from ci/publish/shared_torch.py), each rendering a sma
 import argparse
 import contextlib
 import functools
-import hashlib
 import http.server
 import json
 import os
@@ -43,7 +42,7 @@ import zipfile
 
 from ci import matrix
 from ci.publish import plan as publish, release, shared_torch
-from prerast_meta import compat
+from prerast_meta import compat, integrity, repair
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
@@ -104,7 +103,7 @@ def free_port():
 
 
 def sha256(path):
-    return release.sha256_file(path)
+    return integrity.digest(path)[1]
 
 
 def tree_digest(folder):
@@ -117,12 +116,6 @@ def tree_digest(folder):
 
 
 # Synthetic wheels: the base wheel's files as another cell's wheel.
-
-
-def _record_hash(data):
-    import base64
-
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
 
 
 def synthetic_wheel(base, cell, version, out, extra=b""):
@@ -152,7 +145,7 @@ def synthetic_wheel(base, cell, version, out, extra=b""):
     if extra:
         files["prerast/_rebuilt.txt"] = extra
     record = f"{new_info}/RECORD"
-    files[record] = "".join(f"{n},{_record_hash(d)},{len(d)}\n" for n, d in files.items() if n != record).encode()
+    files[record] = "".join(f"{n},{repair.record_hash(d)},{len(d)}\n" for n, d in files.items() if n != record).encode()
     path = os.path.join(out, name)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as z:
         for n, d in files.items():
@@ -164,10 +157,10 @@ def wheel_set(given, cells, version, out):
     """Every selected cell's wheel in `out`: those in `given`, the others synthetic; returns the base wheel."""
     os.makedirs(out, exist_ok=True)
     by_cell = {}
-    for name in publish.wheel_files(given):
+    for name, path in publish.wheel_paths(given).items():
         cell = publish.cell_of_wheel(name, cells)
         if cell and publish.WHEEL_NAME.fullmatch(name).group("version") == version:
-            by_cell.setdefault(cell.id, publish.find_wheel(given, name))
+            by_cell.setdefault(cell.id, path)
     # The installs run here: the base wheel is this machine's (its target's untagged stable wheel).
     base_cell = next((c for c in cells if c.target.runs_here() and c.kind == "stable" and not c.local_tag), None)
     if base_cell is None:

@@ -16,7 +16,6 @@ depends on the one before it having happened or being visible yet.
 
 import argparse
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -24,6 +23,7 @@ import subprocess
 import sys
 
 from ci import matrix
+from prerast_meta import integrity
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VERSION_FILE = os.path.join("prerast_meta", "version.py")
@@ -203,14 +203,6 @@ def release_manifests(out, gh="gh", work=None):
     return merged
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def target_manifest(target, paths, base_url):
     """manifest-<target>.json's bytes: ci/publish/index.py's entry of each wheel as uploaded (its URL under `base_url`),
     without the local path, keys sorted: the same wheels give the same bytes on any machine and any re-run."""
@@ -236,7 +228,7 @@ def _asset_digests(gh, tag, names, work):
         folder = os.path.join(work, "existing")
         os.makedirs(folder, exist_ok=True)
         _gh(gh, "release", "download", tag, "--pattern", a["name"], "--dir", folder, "--clobber")
-        found[a["name"]] = sha256_file(os.path.join(folder, a["name"]))
+        found[a["name"]] = integrity.digest(os.path.join(folder, a["name"]))[1]
     return found
 
 

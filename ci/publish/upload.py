@@ -15,6 +15,7 @@ import tempfile
 
 from ci import matrix
 from ci.publish import plan as publish, release
+from prerast_meta import integrity
 
 
 def release_upload(tag, wheels, plan, gh="gh", base_url=None, notes_file=None, work=None, log=print):
@@ -29,10 +30,10 @@ def release_upload(tag, wheels, plan, gh="gh", base_url=None, notes_file=None, w
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         files = {}  # asset name -> local path
         by_target = {}
+        paths = publish.wheel_paths(wheels)
         for name in plan["wheels"]:
-            cell = publish.cell_of_wheel(name, cells)
-            by_target.setdefault(cell.target.name, []).append(publish.find_wheel(wheels, name))
-            files[name] = by_target[cell.target.name][-1]
+            files[name] = publish.wheel_path(paths, name, wheels)
+            by_target.setdefault(publish.cell_of_wheel(name, cells).target.name, []).append(files[name])
         manifests = []
         for target in plan["published"]:
             path = os.path.join(tmp, f"manifest-{target}.json")
@@ -57,12 +58,10 @@ def release_upload(tag, wheels, plan, gh="gh", base_url=None, notes_file=None, w
             raise release.ReleaseError(f"{gh} release view {tag} failed: {exists.stderr.strip()}")
         present = release._asset_digests(gh, tag, set(files), tmp)
         conflicts = []
-        for name, path in files.items():
-            if name in present and present[name] != release.sha256_file(path):
-                conflicts.append(
-                    f"{name}: the release's asset has sha256 {present[name]}, this run's file "
-                    f"{release.sha256_file(path)}"
-                )
+        for name in sorted(set(files) & set(present)):
+            ours = integrity.digest(files[name])[1]
+            if present[name] != ours:
+                conflicts.append(f"{name}: the release's asset has sha256 {present[name]}, this run's file {ours}")
         if conflicts:
             raise release.ReleaseError(
                 "release assets are never replaced, and these differ from this run's files:\n  "

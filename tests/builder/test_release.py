@@ -3,6 +3,7 @@ anything builds; `python -m ci release-check` before tagging; and the Pages inde
 manifests, run here as the workflow's own step texts with the stand-in `gh` (ci/publish/gh_standin.py); release assets
 never replaced."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -18,6 +19,12 @@ from test_index import make_wheel  # noqa: E402
 from test_workflow import jobs, needs  # noqa: E402
 
 VERSION = release.package_version()
+
+
+def file_sha256(path):
+    """The file's sha256, computed here rather than by the code under test."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
 
 
 def step(job, name_start):
@@ -259,16 +266,16 @@ def test_release_upload_skips_same_bytes_and_stops_on_other_bytes(tmp_path, monk
     plan = x86_plan(name)
     first = upload.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
     assert first == {"uploaded": [name, "manifest-linux-x86_64.json"], "skipped": []}
-    before = {n: release.sha256_file(state / "v0.2.0" / n) for n in os.listdir(state / "v0.2.0")}
+    before = {n: file_sha256(state / "v0.2.0" / n) for n in os.listdir(state / "v0.2.0")}
     again = upload.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
     assert again == {"uploaded": [], "skipped": [name, "manifest-linux-x86_64.json"]}
     make_wheel(str(wheels), "0.2.0", "2.14.0+cu130", "13.0")  # rebuilt: the same name, other bytes
-    rebuilt = release.sha256_file(wheels / name)
+    rebuilt = file_sha256(wheels / name)
     assert rebuilt != before[name]
     with pytest.raises(release.ReleaseError) as e:
         upload.release_upload("v0.2.0", str(wheels), plan, gh, "https://example.invalid/v0.2.0", log=str)
     assert f"{name}: the release's asset has sha256 {before[name]}, this run's file {rebuilt}" in str(e.value)
-    assert {n: release.sha256_file(state / "v0.2.0" / n) for n in os.listdir(state / "v0.2.0")} == before
+    assert {n: file_sha256(state / "v0.2.0" / n) for n in os.listdir(state / "v0.2.0")} == before
     assert not any(c.startswith("release upload") and "--clobber" in c for c in calls.read_text().splitlines())
 
 
@@ -310,7 +317,7 @@ def test_the_standin_refuses_what_github_refuses(tmp_path, monkeypatch):
     assert run("release", "upload", "v1", str(asset), "--clobber").returncode == 0  # what the workflow must not do
     assert (state / "v1" / "a.whl").read_bytes() == b"two"
     view = json.loads(run("release", "view", "v1", "--json", "assets").stdout)
-    assert view["assets"] == [{"name": "a.whl", "size": 3, "digest": "sha256:" + release.sha256_file(asset)}]
+    assert view["assets"] == [{"name": "a.whl", "size": 3, "digest": "sha256:" + file_sha256(asset)}]
     assert "--clobber" not in open(os.path.join(ROOT, ".github", "workflows", "wheels.yml")).read()
 
 
