@@ -12,6 +12,7 @@ Everything that needs to know which wheels exist asks this module; nothing else 
 import dataclasses
 import os
 import re
+import sys
 
 from prerast_meta import compat
 
@@ -454,6 +455,27 @@ def retired_runners(labels, today=None, path=MATRIX_FILE):
 
 def default_target(path=MATRIX_FILE):
     return _load_targets(_load_toml(path))[1]
+
+
+def running_target(path=MATRIX_FILE, system=None, machine=None):
+    """The target of this OS and machine (sys.platform, platform.machine()); None if no target has them."""
+    return next((t for t in targets(path).values() if t.runs_here(system, machine)), None)
+
+
+def policy_platform(path=MATRIX_FILE, machine=None, system=None):
+    """The platform tag a CI wheel of this machine's target carries, from the matrix's [target.*] tables
+    (manylinux_2_28_<machine> on Linux, win_amd64, ...); `machine`, `system`: platform.machine(), sys.platform.
+    A machine no target builds for is an error, not another machine's tag."""
+    import platform
+
+    target = running_target(path, system, machine)
+    if target is None:
+        where = "ci/matrix.toml" if path == MATRIX_FILE else path
+        raise MatrixError(
+            f"no [target.*] of {where} is this machine ({system or sys.platform}, {machine or platform.machine()}): "
+            "add one to build wheels here"
+        )
+    return target.plat
 
 
 def target_of_tag(plat_tag, path=MATRIX_FILE, among=None):

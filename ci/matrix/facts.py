@@ -6,7 +6,6 @@ spells a value of its own.
 """
 
 import argparse
-import platform
 import sys
 
 
@@ -19,13 +18,10 @@ def stable_floor():
 def plat():
     from ci import matrix
 
-    target = next((t for t in matrix.targets().values() if t.runs_here()), None)
-    if target is None:
-        raise SystemExit(
-            f"fact plat: no [target.*] of ci/matrix.toml is this machine ({sys.platform}, "
-            f"{platform.machine()}): add one, or run this on a machine the matrix builds for"
-        )
-    return target.plat
+    try:
+        return matrix.policy_platform()
+    except matrix.MatrixError as e:
+        raise SystemExit(f"fact plat: {e}, or run this on a machine the matrix builds for") from e
 
 
 FACTS = {"stable-floor": stable_floor, "plat": plat}

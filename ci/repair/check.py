@@ -12,26 +12,6 @@ from ci.build import wheel
 from ci.repair import symbols
 
 
-def policy_platform(path=matrix.MATRIX_FILE, machine=None, system=None):
-    """The platform tag a CI wheel of this machine's target carries, from the matrix's [target.*] tables
-    (manylinux_2_28_<machine> on Linux, win_amd64, ...); `machine`, `system`: platform.machine(), sys.platform.
-    A machine no target builds for is an error, not another machine's tag."""
-    import platform
-
-    target = running_target(path, system, machine)
-    if target is None:
-        raise matrix.MatrixError(
-            f"no [target.*] of {path} is {system or sys.platform} on "
-            f"{machine or platform.machine()}: add one to build wheels here"
-        )
-    return target.plat
-
-
-def running_target(path=matrix.MATRIX_FILE, system=None, machine=None):
-    """The target of this OS and machine (sys.platform, platform.machine()); None if no target has them."""
-    return next((t for t in matrix.targets(path).values() if t.runs_here(system, machine)), None)
-
-
 def repair_and_check(raw_wheel, dest_dir, plat=None):
     """cibuildwheel's repair step: the repair tool of the wheel's target (its platform tag picks it: auditwheel
     on Linux, delvewheel on Windows, delocate on macOS) with the package's exclude list, tagged exactly `plat`
@@ -41,7 +21,7 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
         raw_tag = ".".join(wheel.wheel_tags(raw_wheel)[2])
     except ValueError:  # not a wheel file name: the running OS decides
         raw_tag = ""
-    target = matrix.target_of_tag(raw_tag) or running_target()
+    target = matrix.target_of_tag(raw_tag) or matrix.running_target()
     if target is None:
         raise SystemExit(f"repair: {os.path.basename(raw_wheel)} is for no target of ci/matrix.toml")
     plat = plat or target.plat

@@ -362,11 +362,11 @@ def test_cibuildwheel_config_follows_the_matrix_policy():
     assert env["CIBW_ARCHS"] == target.machine
     assert env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] == target.image
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
-    assert "python {project}/ci/cli.py repair {wheel}" in cfg["repair-wheel-command"]  # check.policy_platform()
-    assert check.policy_platform(machine="x86_64", system="linux") == "manylinux_2_28_x86_64"  # the README promises it
-    assert check.policy_platform(machine="aarch64", system="linux") == "manylinux_2_28_aarch64"
+    assert "python {project}/ci/cli.py repair {wheel}" in cfg["repair-wheel-command"]  # matrix.policy_platform()
+    assert matrix.policy_platform(machine="x86_64", system="linux") == "manylinux_2_28_x86_64"  # the README promises it
+    assert matrix.policy_platform(machine="aarch64", system="linux") == "manylinux_2_28_aarch64"
     with pytest.raises(matrix.MatrixError, match="no \\[target"):
-        check.policy_platform(machine="riscv64", system="linux")
+        matrix.policy_platform(machine="riscv64", system="linux")
     assert "python {project}/ci/cli.py smoke" in cfg["test-command"]
     script = cfg["before-all"].replace("{project}", ROOT).split()[-1]
     assert os.path.exists(script)
@@ -488,7 +488,7 @@ def test_guide_names_the_repository_settings_a_tag_release_needs():
     assert "Source = **GitHub Actions**" in release
     assert "`github-pages`" in release and "**tag** rule `v*`" in release
     wheels = open(os.path.join(ROOT, "docs", "building-wheels.md")).read()
-    assert f"python -m ci repair --plat {check.policy_platform()}" in wheels
+    assert f"python -m ci repair --plat {matrix.policy_platform()}" in wheels
 
 
 # Per-target checks of the wheel job. Each is a function of the workflow's text returning what is wrong, so that a
