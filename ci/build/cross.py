@@ -274,17 +274,6 @@ def cross_vars(p):
     }
 
 
-def cross_env(p, base=None):
-    """The environment of setup.py's build that makes it an aarch64 build."""
-    env = dict(os.environ if base is None else base)
-    for name, value in cross_vars(p).items():
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    return env
-
-
 def build(out_dir, cache=None, python=sys.executable, source=ROOT):
     """pip wheel of `source` for aarch64, repaired with the package's policy into out_dir (the one build route,
     prerast_meta/build_wheel.py, with the cross compiler's variables); returns its path."""

@@ -47,13 +47,17 @@ platforms = pytest.mark.platforms
 
 
 def test_cross_env_points_the_build_at_the_target():
+    """The environment the one build route gives the cross build (prerast_meta.build_wheel with cross_vars)."""
+    from prerast_meta import build_wheel
+
     p = cross.paths("/cache/aarch64")
-    env = cross.cross_env(p, base={"CFLAGS": "-march=native", "PATH": "/usr/bin"})
+    spec = build_wheel.BuildSpec(source=ROOT, out_dir="/out", python=sys.executable, env=cross.cross_vars(p))
+    env = build_wheel.environment(spec, base={"CFLAGS": "-march=native", "PATH": "/usr/bin"})
     assert env["CXX"] == "aarch64-linux-gnu-g++" and env["LDSHARED"].startswith("aarch64-linux-gnu-g++ -shared")
     # torch 2.10.0's aarch64 libraries come first on the library path, and nothing may stay undefined.
     assert env["LDFLAGS"].split()[0] == "-L/cache/aarch64/site/torch/lib" and "-Wl,--no-undefined" in env["LDFLAGS"]
     assert env["_PYTHON_HOST_PLATFORM"] == "linux-aarch64" and env["PRERAST_FORCE_CPU"] == "1"
-    assert "CFLAGS" not in env and env["PATH"] == "/usr/bin"
+    assert "CFLAGS" not in env and env["PATH"] == os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin"])
     # The torch it links against is the stable ABI's floor, the oldest torch the wheel serves.
     from prerast_meta import compat
 
