@@ -52,6 +52,12 @@ def nvcc_version(cuda_home):
     return m.group(2) if m else None
 
 
+def toolkit_version(cuda_home):
+    """'12.4' for a toolkit whose nvcc is V12.4.131; None without one."""
+    v = nvcc_version(cuda_home)
+    return ".".join(v.split(".")[:2]) if v else None
+
+
 def nvcc_archs(cuda_home):
     """Real archs this nvcc can compile for, as (major, minor) pairs."""
     try:
@@ -76,12 +82,12 @@ def parse_arch_list(text):
 
 
 def arch_list(torch, cuda_home):
-    """Archs to compile: the environment's choice, else every arch >= 7.5 that torch ships SASS for and nvcc
-    supports, with PTX of the newest so that future GPUs can JIT it."""
+    """Archs to compile: the environment's choice, else every arch >= 7.5 that torch (None: a build without
+    torch) ships SASS for and nvcc supports, with PTX of the newest so that future GPUs can JIT it."""
     for var in ("PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST"):
         if os.environ.get(var):
             return parse_arch_list(os.environ[var])
-    flags = torch._C._cuda_getArchFlags() if hasattr(torch._C, "_cuda_getArchFlags") else ""
+    flags = torch._C._cuda_getArchFlags() if torch is not None and hasattr(torch._C, "_cuda_getArchFlags") else ""
     archs = sorted({(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"sm_(\d+)(\d)\b", flags)})
     if not archs:
         archs = [(7, 5), (8, 0), (8, 6), (9, 0)]

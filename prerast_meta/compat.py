@@ -109,6 +109,25 @@ def abi_kind(torch_version, requested=""):
     return requested
 
 
+# What one build makes (setup.py's PRERAST_PARTS): the binding, the kernel library, or both.
+PARTS = ("binding", "kernels")
+
+
+def build_parts(text):
+    """PRERAST_PARTS ('binding', 'kernels', 'binding,kernels'; '' for both) as a tuple of PARTS."""
+    parts = tuple(p.strip() for p in text.split(",") if p.strip()) or PARTS
+    wrong = [p for p in parts if p not in PARTS]
+    if wrong:
+        raise ValueError(f"PRERAST_PARTS={text!r}: expected {' and/or '.join(PARTS)}, comma-separated")
+    return parts
+
+
+def kernels_tag(cuda_major_=None):
+    """The local version of a wheel of kernel libraries alone (a part for `python -m ci merge`): 'kernels.cpu',
+    'kernels.cu12'."""
+    return f"kernels.cu{cuda_major_}" if cuda_major_ else "kernels.cpu"
+
+
 def local_tag(torch_version, cuda_version, abi, system=None):
     """The local version of the wheel a build makes. Classic: the torch minor and platform it was built for
     ('2.14.1+cu130', '13.0' -> 'pt214cu130'; CPU builds 'pt213cpu'). Stable: only the CUDA major ('cu12'), none
@@ -199,8 +218,6 @@ def problems(info, run):
                 f"torch {info.get('torch_version')} (built; serves torch {minor(info['torch_version'])}.x)"
                 f" != torch {run['torch_version']} (running)"
             )
-        if info.get("cuda_version") and run["cuda_version"] and info["cuda_version"] != run["cuda_version"]:
-            found.append(f"CUDA {info['cuda_version']} (built) != CUDA {run['cuda_version']} (running torch)")
         if bool(info.get("cxx11_abi")) != run["cxx11_abi"]:
             found.append(
                 f"C++11 ABI {int(bool(info.get('cxx11_abi')))} (built) != {int(run['cxx11_abi'])} (running torch)"
@@ -237,17 +254,16 @@ def why_fits(info, run):
             f"stable-ABI binary (torch's stable C ABI): serves every torch from "
             f"{floor(info)} on; torch {run['torch_version']} is one"
         )
-    cuda = f" with CUDA {info['cuda_version']}" if info.get("cuda_version") else ""
     return (
         f"classic binary built with torch {info.get('torch_version')}: serves every torch "
-        f"{minor(info.get('torch_version', '0.0'))}.x{cuda} (C++11 ABI {int(bool(info.get('cxx11_abi')))}); "
+        f"{minor(info.get('torch_version', '0.0'))}.x (C++11 ABI {int(bool(info.get('cxx11_abi')))}); "
         f"torch {run['torch_version']} is one"
     )
 
 
 def cuda_skip_reason(info, run):
     """Why the binary's CUDA kernels are not for this torch (None when they are): the binary has none, torch is
-    a CPU build, or (stable) the CUDA majors differ."""
+    a CPU build, or the CUDA majors of the kernel library and of torch differ."""
     if not info.get("cuda_path"):
         return f"this prerast binary is CPU-only ({describe(info)})"
     if not run["cuda_version"]:

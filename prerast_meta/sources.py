@@ -32,18 +32,20 @@ PACKAGE_IGNORE = ("_src", "__pycache__", "*.so", "*.pyd", "_build_info.json", "*
 
 
 # What each library compiles, by folder: a new op's files are found by their names, with no list to add them to.
-# The bindings are compiled into both libraries (with PRERAST_CUDA_LIBRARY defined for the CUDA one, which then
-# registers the CUDA kernels); csrc/core's *_cpu.cpp go into the CPU library and its *.cu into the CUDA library.
+# The binding (csrc/bindings) builds once per torch ABI, its CUDA part with PRERAST_CUDA_LIBRARY defined (it then
+# registers the CUDA kernels); the kernel libraries (csrc/core) are torch-free: *_cpu.cpp make the CPU one, *.cu
+# the CUDA one of each CUDA major.
 LIBRARY_SOURCES = {
-    "cpu": ("csrc/bindings/*.cpp", "csrc/core/*_cpu.cpp"),
-    "cuda": ("csrc/bindings/*.cpp", "csrc/core/*.cu"),
+    "binding": ("csrc/bindings/*.cpp",),
+    "kernels-cpu": ("csrc/core/*_cpu.cpp",),
+    "kernels-cuda": ("csrc/core/*.cu",),
 }
 # The suffixes of files that are compiled on their own (headers are included, never compiled).
 COMPILED_SUFFIXES = (".c", ".cc", ".cpp", ".cu")
 
 
 def library_sources(root, library):
-    """The sources that `library` ("cpu" or "cuda") compiles, relative to root with '/', in a stable order."""
+    """The sources that `library` (a key of LIBRARY_SOURCES) compiles, relative to root with '/', in a stable order."""
     found = []
     for pattern in LIBRARY_SOURCES[library]:
         folder, _, name = pattern.rpartition("/")

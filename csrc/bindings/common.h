@@ -22,6 +22,7 @@ enum class Dtype { Float, Int, Byte };
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -200,12 +201,6 @@ inline void check_host_memory(const char* op, const Tensor& like, double bytes,
            size_str(available), " is available (MemAvailable plus free swap); ", advice);
 }
 
-inline ParallelFor torch_parallel_for() {
-  return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
-    facade::parallel_for(n, grain, fn);
-  };
-}
-
 // A float tensor that the kernel writes in full. On the CPU a large one gets huge pages: an output far larger
 // than the work that fills it (a 384 MB grad_attr from a 256x256 image) otherwise spends most of its time in page
 // faults (there: 115 ms of zeroing, 12 ms with huge pages).
@@ -229,19 +224,29 @@ inline Tensor new_gradient(const Tensor& like, const std::vector<int64_t>& shape
 inline Tensor gradient_like(const Tensor& t) { return new_gradient(t, sizes(t)); }
 
 // CUDA scratch memory from torch's caching allocator (byte tensors on the op's device, so that the memory is
-// tied to the launch stream), released when the op returns.
+// tied to the launch stream), released when the op returns. A failed allocation gives the kernel library null
+// (it returns an error) and keeps torch's exception (torch.OutOfMemoryError) for rethrow().
 struct TensorWorkspace {
   Tensor like;
   std::vector<Tensor> held;
+  std::exception_ptr error;
   Workspace handle() {
     Workspace w;
     w.self = this;
     w.alloc = [](void* self, size_t bytes) -> void* {
       auto* me = static_cast<TensorWorkspace*>(self);
-      me->held.push_back(facade::new_empty(me->like, {(int64_t)bytes + 16}, Dtype::Byte));
+      try {
+        me->held.push_back(facade::new_empty(me->like, {(int64_t)bytes + 16}, Dtype::Byte));
+      } catch (...) {
+        if (!me->error) me->error = std::current_exception();
+        return nullptr;
+      }
       return data<uint8_t>(me->held.back());
     };
     return w;
+  }
+  void rethrow() const {
+    if (error) std::rethrow_exception(error);
   }
 };
 
@@ -263,6 +268,8 @@ void run_on_device(const char* op, const Tensor& ref, Cpu cpu, Cuda cuda) {
 }
 
 }  // namespace prerast
+
+#include "kernel_calls.h"
 
 // Each op file registers its kernels under the dispatch key of the library being built.
 #ifdef PRERAST_CUDA_LIBRARY

@@ -7,7 +7,7 @@
 #include <torch/library.h>
 
 #ifdef PRERAST_CUDA_LIBRARY
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
 
@@ -72,11 +72,13 @@ inline void parallel_for(int64_t n, int64_t grain, const std::function<void(int6
 inline int num_threads() { return at::get_num_threads(); }
 
 #ifdef PRERAST_CUDA_LIBRARY
-// Runs fn(stream) under a device guard for t's device, on that device's current stream.
+// Runs fn(stream) under a device guard for t's device, on that device's current stream. c10's generic guard, not
+// CUDAGuard, whose inline methods call the CUDA runtime: this part links no libcudart, so that it serves a torch
+// of any CUDA major (the kernel library of that major does the CUDA calls).
 template <class Fn>
 auto on_cuda_stream(const Tensor& t, Fn fn) {
-  const c10::cuda::CUDAGuard guard(t.device());
-  return fn((void*)c10::cuda::getCurrentCUDAStream().stream());
+  const c10::DeviceGuard guard(t.device());
+  return fn((void*)c10::cuda::getCurrentCUDAStream(t.device().index()).stream());
 }
 #endif
 

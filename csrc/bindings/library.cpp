@@ -1,7 +1,20 @@
 // The prerast operator library. Each op's schema is declared next to its implementation with
-// PRERAST_LIBRARY_FRAGMENT; this file declares the library itself and an op describing the binary. The CUDA library
-// compiles every binding too (prerast_meta/sources.py), but declares nothing: the CPU library's declarations hold.
+// PRERAST_LIBRARY_FRAGMENT; this file declares the library itself and an op describing the binary. The CUDA part
+// compiles every binding too (prerast_meta/sources.py), but declares nothing: the CPU part's declarations hold.
+// Both parts export prerast_attach_kernels, through which the loader hands each its kernel library.
 #include "common.h"
+
+// The kernel library's table (core/kernel_table.h: prerast_kernel_table() of the library the loader chose) for
+// this binding library; returns nullptr, or why the table cannot serve it (nothing is attached then).
+extern "C" PRERAST_EXPORT const char* prerast_attach_kernels(const prerast::KernelTable* table) {
+#ifdef PRERAST_CUDA_LIBRARY
+  const char* problem = prerast::kernel_table_problem(table, true);
+#else
+  const char* problem = prerast::kernel_table_problem(table, false);
+#endif
+  if (problem == nullptr) prerast::attached_kernels() = table;
+  return problem;
+}
 
 #ifndef PRERAST_CUDA_LIBRARY
 

@@ -130,9 +130,9 @@ def libraries(run):
     found = []
     bundled, why = build_info.read(_loader.PACKAGE_DIR)
     if bundled is not None:
-        for lib in (bundled["path"], bundled["cuda_path"]):
-            if lib:
-                found.append(library_report(lib, build_info.stamp_of(bundled, lib), "bundled"))
+        for name in build_info.library_names(bundled):
+            lib = os.path.join(bundled["dir"], name)
+            found.append(library_report(lib, build_info.stamp_of(bundled, lib), "bundled"))
     if _source_build.cache_consulted():
         prefix = _cache.key_prefix(compat.base_version(__version__), run["torch_version"], run["cuda_version"])
         root = _cache.cache_dir()
@@ -151,9 +151,9 @@ def libraries(run):
                     }
                 )
                 continue
-            for lib in (info["path"], info["cuda_path"]):
-                if lib:
-                    found.append(library_report(lib, build_info.stamp_of(info, lib), "cache", folder))
+            for name in build_info.library_names(info):
+                lib = os.path.join(folder, name)
+                found.append(library_report(lib, build_info.stamp_of(info, lib), "cache", folder))
     return found
 
 
@@ -249,7 +249,7 @@ def collect(probe=None):
             "loaded": info is not None,
             "source": state["source"],
             "path": state["path"],
-            "build_info": {k: v for k, v in (info or {}).items() if k not in ("path", "cuda_path")} or None,
+            "build_info": {k: v for k, v in (info or {}).items() if not k.endswith("path") and k != "dir"} or None,
             "kind": info.get("abi", "classic") if info else None,
             "fits": _loader.why_fits(info, run) if info else None,
             "cuda_kernels": None
@@ -261,7 +261,7 @@ def collect(probe=None):
         "libraries": libraries(run),
         "bundled": {
             "path": bundled["path"] if bundled else None,
-            "problems": _loader.problems(bundled, run) if bundled else [why_none],
+            "problems": build_info.choose(bundled, run)[1] if bundled else [why_none],
         },
         "running": dict(run, platform=platforms.describe_running(), python_executable=sys.executable),
         "gpus": gpus(info),

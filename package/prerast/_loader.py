@@ -1,16 +1,21 @@
 """Finds the compiled plugin that ships with prerast, checks that it fits what is running, and loads it.
 
-A plugin is one of two kinds (`abi` in its _build_info.json):
-- stable: built on torch's stable C ABI, it serves every torch from its floor (2.10) on, whatever the patch
-  release, vendor suffix or C++ ABI. Its CUDA kernels are in a library of their own, loaded only into a CUDA
-  torch of the same CUDA major; in a CPU-only torch the CPU ops work and a CUDA tensor gets a clear error.
-- classic: built against one torch release with ATen, it serves every patch release of that torch minor with
-  the same CUDA version and C++ ABI. A CPU-only classic plugin loads into a CUDA torch too (CPU ops).
+A plugin is a binding (the op library for the running torch: a CPU part and a CUDA part) and the torch-free
+kernel libraries it calls through their C interface (csrc/core/kernel_table.h): one for the CPU and one per CUDA
+major. A wheel may carry several bindings and kernel libraries (python -m ci merge); the loader picks
+(prerast_meta.build_info.choose):
+- the binding for the running torch: the stable one (torch's stable C ABI) for every torch from its floor (2.10)
+  on, whatever the patch release, vendor suffix or C++ ABI; else the classic one (ATen) built for its minor
+  release and C++ ABI;
+- the CPU kernel library, and, when torch is a CUDA build, the kernel library of torch's CUDA major with the
+  binding's CUDA part. Without one, the CPU ops work and a CUDA tensor gets a clear error.
 
-Loading goes through torch.ops.load_library on a prebuilt file: no compiler is started, nothing is written to
-disk, and torch.utils.cpp_extension is never imported. Any mismatch becomes a BinaryMismatchError that says what
-the binary was built for, what is running, and how to get a binary that fits. When the bundled plugin does not
-fit, a fitting one from the build cache is loaded instead, the same way (see _source_build.py and _cache.py).
+Loading goes through ctypes (kernel libraries) and torch.ops.load_library (bindings) on prebuilt files: no compiler
+is started, nothing is written to disk, and torch.utils.cpp_extension is never imported. Each binding library is
+then handed its kernel library's table (prerast_attach_kernels), which both sides check for the interface version.
+Any mismatch becomes a BinaryMismatchError that says what the binary was built for, what is running, and how to get
+a binary that fits. When the bundled plugin does not fit, a fitting one from the build cache is loaded instead, the
+same way (see _source_build.py and _cache.py).
 
 Before a library is handed to the dynamic loader, its size and SHA-256 are compared with those its build stamped
 in _build_info.json, and its ELF header with the running interpreter's (prerast_meta.integrity): a copy cut short, a
@@ -21,6 +26,7 @@ prerast_meta.compat; this module adds what is running, does the loading, and alo
 ask status(), loaded_info() or require().
 """
 
+import ctypes
 import os
 import sys
 
@@ -35,13 +41,21 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 # source: where the loaded plugin came from: "bundled" (the package's own), "cache" (a build found in the build
 # cache) or "built" (built into the cache by this process).
 # cuda: why the CUDA kernels were not loaded (None when they were).
-_state = {"info": None, "path": None, "source": None, "error": None, "devices": set(), "cuda": None}
+_state = {
+    "info": None,
+    "path": None,
+    "source": None,
+    "error": None,
+    "devices": set(),
+    "cuda": None,
+    "kernel_libraries": [],
+}
 
 
 def status():
     """A copy of what the loader did: info (the loaded plugin's build metadata, or None), path, source, error
     (the load failure, or None), cuda (why the CUDA kernels were not loaded; None when they were)."""
-    return {k: v for k, v in _state.items() if k != "devices"}
+    return {k: v for k, v in _state.items() if k not in ("devices", "kernel_libraries")}
 
 
 def loaded_info():
@@ -97,18 +111,62 @@ def _ways_out(why_not):
     )
 
 
+def _announce(lib):
+    if os.environ.get(PROBE_ENV):  # the doctor's child process: say which library a crash happened in
+        print(f"{PROBE_TAG}{lib}", file=sys.stderr, flush=True)
+
+
+def _kernel_table(path):
+    """Load the kernel library at path (ctypes) and return its table's address, checking its interface version.
+    OSError when it does not load; BinaryMismatchError for a table of another interface."""
+    _announce(path)
+    lib = ctypes.CDLL(path)
+    _state["kernel_libraries"].append(lib)  # kept: the binding calls into it for the life of the process
+    entry = lib.prerast_kernel_table
+    entry.restype = ctypes.c_void_p
+    table = entry()
+    version = ctypes.cast(table, ctypes.POINTER(ctypes.c_uint32))[0] if table else None
+    if version != build_info.KERNEL_INTERFACE:
+        raise BinaryMismatchError(
+            f"prerast will not use {path}: its kernel interface is version {version}, this prerast's is "
+            f"{build_info.KERNEL_INTERFACE} (files of two prerast builds mixed?).\n{reinstall_fix()}"
+        )
+    return table
+
+
+def _attach(binding, table):
+    """Hand the kernel table to the binding library at `binding` (loaded already): BinaryMismatchError with the
+    binding's reason when it refuses it."""
+    attach = ctypes.CDLL(binding).prerast_attach_kernels
+    attach.restype, attach.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+    why = attach(table)
+    if why is not None:
+        raise BinaryMismatchError(f"prerast cannot use {binding}: {why.decode()}.\n{reinstall_fix()}")
+
+
 def _load_plugin(info, fix, verified=False):
-    """Check, then load, the CPU library and, where they fit, the CUDA kernels. BinaryMismatchError when a library
-    is not the file its build stamped (nothing is loaded then); OSError when one does not load."""
+    """Check, then load, the binding and the CPU kernels and, where they fit, the CUDA part with the CUDA kernels
+    of torch's major. BinaryMismatchError when a library is not the file its build stamped (nothing is loaded
+    then); OSError when the binding or the CPU kernels do not load. CUDA kernels that do not load leave the CPU
+    ops working; status()["cuda"] says why."""
     skip = cuda_skip_reason(info)
-    libs = [info["path"]] + ([info["cuda_path"]] if skip is None else [])
+    libs = [info["path"], info["kernel_path"]] + ([info["cuda_kernel_path"], info["cuda_path"]] if skip is None else [])
     if not verified:
         for path, why in build_info.integrity_problems(info, libs)[:1]:
             raise BinaryMismatchError(compat.damaged_message(path, why, fix))
-    for lib in libs:
-        if os.environ.get(PROBE_ENV):  # the doctor's child process: say which library a crash happened in
-            print(f"{PROBE_TAG}{lib}", file=sys.stderr, flush=True)
-        torch.ops.load_library(lib)
+    table = _kernel_table(info["kernel_path"])
+    _announce(info["path"])
+    torch.ops.load_library(info["path"])
+    _attach(info["path"], table)
+    if skip is None:
+        try:
+            cuda_table = _kernel_table(info["cuda_kernel_path"])
+        except OSError as e:
+            skip = f"its CUDA kernel library {info['cuda_kernel_path']} did not load: {e}"
+        else:
+            _announce(info["cuda_path"])
+            torch.ops.load_library(info["cuda_path"])
+            _attach(info["cuda_path"], cuda_table)
     _state["cuda"] = skip
 
 
@@ -144,7 +202,7 @@ def load(directory=PACKAGE_DIR, build=True):
             os.path.join(directory, build_info.INFO_FILE)
         )
     else:
-        reasons = problems(info)
+        info, reasons = build_info.choose(info, running())
         message = mismatch_message(info, reasons)
         if not reasons:
             try:

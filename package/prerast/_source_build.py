@@ -62,9 +62,10 @@ def examine(folder, run=None, sources=None):
     info, why = build_info.read(folder)
     if info is None:
         return None, f"{why}\n{entry_fix(folder)}"
-    if compat.problems(info, run):
+    info, reasons = build_info.choose(info, run)
+    if reasons:
         return None, None
-    files = [build_info.INFO_FILE] + [os.path.basename(p) for p in (info["path"], info["cuda_path"]) if p]
+    files = [build_info.INFO_FILE] + [os.path.basename(p) for p in build_info.loaded_paths(info) if p]
     bad = _cache.entry_untrusted(root, folder, files)
     if bad is not None:
         return None, f"prerast will not load the build cache entry {folder}: {bad[0]}.\nFix: {bad[1]}"
@@ -75,8 +76,7 @@ def examine(folder, run=None, sources=None):
             f"  expected: sources {sources} (its folder name, and the sources of this prerast)\n"
             f"  found:    sources {info.get('source_hash')} (its {build_info.INFO_FILE})\n{entry_fix(folder)}"
         )
-    skip = compat.cuda_skip_reason(info, run)
-    damaged = build_info.integrity_problems(info, [info["path"]] + ([info["cuda_path"]] if skip is None else []))
+    damaged = build_info.integrity_problems(info)
     if damaged:
         return None, compat.damaged_message(damaged[0][0], damaged[0][1], entry_fix(folder))
     return info, None
