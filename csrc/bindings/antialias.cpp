@@ -34,9 +34,12 @@ void check_topology_contents(int64_t T, const Tensor& half_edges, const Tensor& 
 const char* check_inputs_on_device(const AntialiasArgs& a, int64_t group_start_size, StreamHandle s) {
   const int64_t T = a.num_triangles, pixels = a.num_images * a.height * a.width;
   if (const char* err = check_on_device(a.tri, T, a.num_vertices, a.rast, pixels, s)) return err;
-  if (const char* err = kernels::check_topology_table_cuda(a.half_edges, 3 * T, 3 * T, s)) return err;
-  if (const char* err = kernels::check_topology_table_cuda(a.group_of, 3 * T, group_start_size - 1, s)) return err;
-  return kernels::check_topology_table_cuda(a.group_start, group_start_size, 3 * T + 1, s);
+  if (const char* err = kernels::cuda("check_topology_table_cuda", IndexCheckArgs{a.half_edges, 3 * T, 3 * T}, s))
+    return err;
+  if (const char* err =
+          kernels::cuda("check_topology_table_cuda", IndexCheckArgs{a.group_of, 3 * T, group_start_size - 1}, s))
+    return err;
+  return kernels::cuda("check_topology_table_cuda", IndexCheckArgs{a.group_start, group_start_size, 3 * T + 1}, s);
 }
 
 // Checks every input and describes them in an AntialiasArgs (pointers filled in here too).
@@ -97,10 +100,10 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
   a.crossing = data<float>(crossing);
   if (crossing.numel() == 0) return {out, crossing};
   run_on_device(
-      kOp, color, [&] { kernels::antialias_forward_cpu(a); },
+      kOp, color, [&] { kernels::cpu("antialias_forward_cpu", a); },
       [&](StreamHandle s) {
         const char* err = check_inputs_on_device(a, group_start.size(0), s);
-        return err ? err : kernels::antialias_forward_cuda(a, s);
+        return err ? err : kernels::cuda("antialias_forward_cuda", a, s);
       });
   return {out, crossing};
 }
@@ -129,11 +132,11 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
   a.pos_grad_scale = (float)pos_gradient_boost;
   if (crossing.numel() == 0) return {grad_color, grad_pos};
   run_on_device(
-      kOp, color, [&] { kernels::antialias_backward_cpu(a, facade::num_threads()); },
+      kOp, color, [&] { kernels::cpu("antialias_backward_cpu", a); },
       [&](StreamHandle s) {
         const char* err = check_inputs_on_device(a, group_start.size(0), s);
         TensorWorkspace ws{color, {}};
-        return err ? err : kernels::antialias_backward_cuda(a, s, ws);
+        return err ? err : kernels::cuda("antialias_backward_cuda", a, s, ws);
       });
   return {grad_color, grad_pos};
 }

@@ -7,8 +7,6 @@ namespace prerast {
 namespace {
 
 constexpr const char* kOp = "interpolate";
-// Per-chunk gradient buffers of the CPU backward may use at most this much memory beyond grad_attr itself.
-constexpr int64_t kMaxChunkBytes = 256ll << 20;
 
 // The checked inputs of either op, described for the core; diff_idx holds the listed attribute indices as an
 // int32 tensor on the op's device, where the kernels read them.
@@ -26,7 +24,9 @@ Tensor upload_indices(const Tensor& attr, const IntListArg& diff) {
   if (n == 0) return idx;
   run_on_device(
       kOp, attr, [&] { std::copy(host.begin(), host.end(), data<int32_t>(idx)); },
-      [&](StreamHandle s) { return kernels::upload_int32_cuda(host.data(), n, data<int32_t>(idx), s); });
+      [&](StreamHandle s) {
+        return kernels::cuda("upload_int32_cuda", UploadArgs{host.data(), n, data<int32_t>(idx)}, s);
+      });
   return idx;
 }
 
@@ -82,10 +82,10 @@ std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& ras
   a.out_da = a.num_diff ? data<float>(out_da) : nullptr;
   if (a.num_pixels == 0) return {out, out_da};
   run_on_device(
-      kOp, attr, [&] { kernels::interpolate_forward_cpu(a); },
+      kOp, attr, [&] { kernels::cpu("interpolate_forward_cpu", a); },
       [&](StreamHandle s) {
         const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, a.num_pixels, s);
-        return err ? err : kernels::interpolate_forward_cuda(a, s);
+        return err ? err : kernels::cuda("interpolate_forward_cuda", a, s);
       });
   return {out, out_da};
 }
@@ -119,11 +119,11 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
   a.grad_db = a.num_diff ? data<float>(grad_db) : nullptr;
   if (a.num_pixels > 0) {
     run_on_device(
-        kOp, attr, [&] { kernels::interpolate_backward_cpu(a, facade::num_threads(), kMaxChunkBytes); },
+        kOp, attr, [&] { kernels::cpu("interpolate_backward_cpu", a); },
         [&](StreamHandle s) {
           const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, a.num_pixels, s);
           TensorWorkspace ws{attr, {}};
-          return err ? err : kernels::interpolate_backward_cuda(a, s, ws);
+          return err ? err : kernels::cuda("interpolate_backward_cuda", a, s, ws);
         });
   }
   return {grad_attr, grad_rast, grad_db};

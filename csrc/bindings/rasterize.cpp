@@ -128,14 +128,15 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   for (const ImageChunk& chunk : image_chunks(g, a.ranges)) {
     const RasterArgs c = chunk_args(a, g, chunk);
     run_on_device(
-        kOp, pos, [&] { kernels::rasterize_forward_cpu(c); },
+        kOp, pos, [&] { kernels::cpu("rasterize_forward_cpu", c); },
         [&](StreamHandle stream) {
           // tri is the same for every chunk: checked once, ahead of the first chunk's kernels.
           if (chunk.first == 0)
-            if (const char* err = kernels::check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream))
+            if (const char* err = kernels::cuda("check_indices_cuda",
+                                                IndexCheckArgs{a.tri, 3 * a.num_triangles, a.num_vertices}, stream))
               return err;
           TensorWorkspace ws{pos, {}};
-          return kernels::rasterize_forward_cuda(c, stream, ws);
+          return kernels::cuda("rasterize_forward_cuda", c, stream, ws);
         });
   }
   return {rast, rast_db};
@@ -176,11 +177,12 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast, c
   a.grad_db = grad_db.has_value() ? data<float>(*grad_db) : nullptr;
   a.grad_pos = data<float>(grad_pos);
   run_on_device(
-      kOp, pos, [&] { kernels::rasterize_backward_cpu(a, facade::num_threads()); },
+      kOp, pos, [&] { kernels::cpu("rasterize_backward_cpu", a); },
       [&](StreamHandle stream) {
-        const char* err = kernels::check_indices_cuda(a.tri, 3 * a.num_triangles, a.num_vertices, stream);
+        const char* err =
+            kernels::cuda("check_indices_cuda", IndexCheckArgs{a.tri, 3 * a.num_triangles, a.num_vertices}, stream);
         TensorWorkspace ws{pos, {}};
-        return err ? err : kernels::rasterize_backward_cuda(a, stream, ws);
+        return err ? err : kernels::cuda("rasterize_backward_cuda", a, stream, ws);
       });
   return grad_pos;
 }

@@ -28,8 +28,10 @@ inline void check_rast(const char* op, const Tensor& rast, int64_t num_triangles
 // run_on_device's CUDA function only).
 inline const char* check_on_device(const int32_t* tri, int64_t num_triangles, int64_t num_vertices, const float* rast,
                                    int64_t num_pixels, StreamHandle stream) {
-  if (const char* err = kernels::check_indices_cuda(tri, 3 * num_triangles, num_vertices, stream)) return err;
-  return kernels::check_triangle_ids_cuda(rast, num_pixels, num_triangles, stream);
+  if (const char* err =
+          kernels::cuda("check_indices_cuda", IndexCheckArgs{tri, 3 * num_triangles, num_vertices}, stream))
+    return err;
+  return kernels::cuda("check_triangle_ids_cuda", TriangleIdCheckArgs{rast, num_pixels, num_triangles}, stream);
 }
 
 }  // namespace prerast

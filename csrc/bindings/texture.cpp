@@ -96,8 +96,8 @@ Tensor texture_sample(const Tensor& tex, const Tensor& uv, const OptTensor& uv_d
   auto out = new_output(tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)});
   a.out = data<float>(out);
   run_on_device(
-      kOp, tex, [&] { kernels::texture_forward_cpu(a); },
-      [&](StreamHandle s) { return kernels::texture_forward_cuda(a, s); });
+      kOp, tex, [&] { kernels::cpu("texture_forward_cpu", a); },
+      [&](StreamHandle s) { return kernels::cuda("texture_forward_cuda", a, s); });
   return out;
 }
 
@@ -107,8 +107,8 @@ void add_mip_down_adjoint(const Tensor& level_grad, const Tensor& to, int64_t B,
   const float* next = data<float>(level_grad);
   float* dst = data<float>(to);
   run_on_device(
-      kOp, to, [&] { kernels::mip_down_adjoint_cpu(next, B, H, W, C, dst, true); },
-      [&](StreamHandle s) { return kernels::mip_down_adjoint_cuda(next, B, H, W, C, dst, true, s); });
+      kOp, to, [&] { kernels::cpu("mip_down_adjoint_cpu", MipArgs{next, B, H, W, C, dst, true}); },
+      [&](StreamHandle s) { return kernels::cuda("mip_down_adjoint_cuda", MipArgs{next, B, H, W, C, dst, true}, s); });
 }
 
 // Returns [grad_tex, grad_uv, grad_uv_da, grad_mip_level_bias, grad_mip[0], ...]; a gradient the filter mode
@@ -170,10 +170,10 @@ std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptT
     }
   }
   run_on_device(
-      kOp, tex, [&] { kernels::texture_backward_cpu(g, facade::num_threads()); },
+      kOp, tex, [&] { kernels::cpu("texture_backward_cpu", g); },
       [&](StreamHandle s) {
         TensorWorkspace ws{tex, {}};
-        return kernels::texture_backward_cuda(g, s, ws);
+        return kernels::cuda("texture_backward_cuda", g, s, ws);
       });
   if (fold_mip) {
     // Level 0 stays a view of the start of the buffer that also held the levels' gradients: autograd keeps that
@@ -222,8 +222,10 @@ Tensor texture_mip_down(const Tensor& level) {
   const float* src = data<float>(level);
   float* dst = data<float>(out);
   run_on_device(
-      kMipOp, level, [&] { kernels::mip_down_cpu(src, level.size(0), h, w, C, dst); },
-      [&](StreamHandle s) { return kernels::mip_down_cuda(src, level.size(0), h, w, C, dst, s); });
+      kMipOp, level, [&] { kernels::cpu("mip_down_cpu", MipArgs{src, level.size(0), h, w, C, dst, false}); },
+      [&](StreamHandle s) {
+        return kernels::cuda("mip_down_cuda", MipArgs{src, level.size(0), h, w, C, dst, false}, s);
+      });
   return out;
 }
 
@@ -246,8 +248,10 @@ Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t
   const float* next = data<float>(grad_next);
   float* dst = data<float>(grad);
   run_on_device(
-      kMipOp, grad, [&] { kernels::mip_down_adjoint_cpu(next, grad.size(0), h, w, C, dst, false); },
-      [&](StreamHandle s) { return kernels::mip_down_adjoint_cuda(next, grad.size(0), h, w, C, dst, false, s); });
+      kMipOp, grad, [&] { kernels::cpu("mip_down_adjoint_cpu", MipArgs{next, grad.size(0), h, w, C, dst, false}); },
+      [&](StreamHandle s) {
+        return kernels::cuda("mip_down_adjoint_cuda", MipArgs{next, grad.size(0), h, w, C, dst, false}, s);
+      });
   return grad;
 }
 

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "antialias.h"
+#include "kernel_entry.h"
 #include "scatter_cpu.h"
 
 namespace prerast {
@@ -79,5 +80,13 @@ void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int
       for (int dir = 0; dir < 2; ++dir) antialias_pos_backward(a, pix, dir, [g](int64_t i, float v) { g[i] += v; });
   });
 }
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CPU_ENTRY(antialias_forward_cpu, AntialiasArgs, a, k) { antialias_forward_cpu(a, k.pfor); }
+PRERAST_CPU_ENTRY(antialias_backward_cpu, AntialiasArgs, a, k) { antialias_backward_cpu(a, k.pfor, k.num_threads); }
 
 }  // namespace prerast

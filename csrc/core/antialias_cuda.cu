@@ -3,6 +3,7 @@
 // runs one thread per pixel and scatters with atomics (the only order-dependent sum).
 #include "antialias.h"
 #include "cuda_helpers.cuh"
+#include "kernel_entry.h"
 
 namespace prerast {
 
@@ -65,6 +66,16 @@ const char* antialias_backward_cuda(const AntialiasArgs& a, StreamHandle stream_
     return wide_sum_finish(sum, stream);
   }
   return nullptr;
+}
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CUDA_ENTRY(antialias_forward_cuda, AntialiasArgs, a, k) { return antialias_forward_cuda(a, k.stream); }
+PRERAST_CUDA_ENTRY(antialias_backward_cuda, AntialiasArgs, a, k) {
+  return antialias_backward_cuda(a, k.stream, k.workspace);
 }
 
 }  // namespace prerast

@@ -111,6 +111,9 @@ PR_HD void interp_backward_pixel(const InterpArgs& a, int64_t pix, bool hit, con
     for (int i = 0; i < 4; ++i) a.grad_db[pix * 4 + i] = gdb[i];
 }
 
+// Per-chunk gradient buffers of the CPU backward may use at most this much memory beyond grad_attr itself.
+constexpr int64_t kMaxChunkBytes = 256ll << 20;
+
 void interpolate_forward_cpu(const InterpArgs& a, const ParallelFor& pfor);
 // Accumulates into grad_attr through per-chunk copies summed in a fixed order (at most max_extra_bytes of them), or,
 // for a grad_attr too large for copies or far larger than the pixels' work, one band of it per thread.

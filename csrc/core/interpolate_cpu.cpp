@@ -6,6 +6,7 @@
 
 #include "host_builtins.h"
 #include "interpolate.h"
+#include "kernel_entry.h"
 #include "scatter_cpu.h"
 #if defined(__SSE__) && defined(PRERAST_GNU_BUILTINS)
 #include <xmmintrin.h>
@@ -293,6 +294,16 @@ void interpolate_backward_cpu(const InterpArgs& a, const ParallelFor& pfor, int 
     return scatter_in_bands(a, attr_size, num_chunks, pfor);
   chunked_scatter(wide, a.num_pixels, a.grad_attr, attr_size, chunks, pfor,
                   [&](int64_t b, int64_t e, auto* g) { RunScatter(a, g, Share{b, e, 0, attr_size}).pixels(b, e); });
+}
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CPU_ENTRY(interpolate_forward_cpu, InterpArgs, a, k) { interpolate_forward_cpu(a, k.pfor); }
+PRERAST_CPU_ENTRY(interpolate_backward_cpu, InterpArgs, a, k) {
+  interpolate_backward_cpu(a, k.pfor, k.num_threads, kMaxChunkBytes);
 }
 
 }  // namespace prerast

@@ -4,6 +4,7 @@
 // resolution) the warp first sums its contributions, so each row gets one atomic per warp instead of 32.
 #include "cuda_helpers.cuh"
 #include "interpolate.h"
+#include "kernel_entry.h"
 
 namespace prerast {
 
@@ -80,6 +81,16 @@ const char* interpolate_backward_cuda(const InterpArgs& a, StreamHandle stream_h
   backward_kernel<<<grid_for(a.num_pixels, 256), 256, 0, stream>>>(a, sum);
   PR_CUDA_TRY(cudaGetLastError());
   return wide_sum_finish(sum, stream);
+}
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CUDA_ENTRY(interpolate_forward_cuda, InterpArgs, a, k) { return interpolate_forward_cuda(a, k.stream); }
+PRERAST_CUDA_ENTRY(interpolate_backward_cuda, InterpArgs, a, k) {
+  return interpolate_backward_cuda(a, k.stream, k.workspace);
 }
 
 }  // namespace prerast

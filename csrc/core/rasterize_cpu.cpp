@@ -16,6 +16,7 @@
 
 #include "host_builtins.h"
 #include "host_pages.h"
+#include "kernel_entry.h"
 #include "raster_tile.h"
 #include "raster_tile_avx2.h"
 #include "scatter_cpu.h"
@@ -395,5 +396,13 @@ void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, in
   chunked_scatter(wide, pixels, a.grad_pos, pos_size, num_chunks, pfor,
                   [&](int64_t b, int64_t e, auto* g) { backward_pixels(a, b, e, g); });
 }
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CPU_ENTRY(rasterize_forward_cpu, RasterArgs, a, k) { rasterize_forward_cpu(a, k.pfor); }
+PRERAST_CPU_ENTRY(rasterize_backward_cpu, RasterGradArgs, a, k) { rasterize_backward_cpu(a, k.pfor, k.num_threads); }
 
 }  // namespace prerast

@@ -18,6 +18,7 @@
 #include <mutex>
 
 #include "cuda_helpers.cuh"
+#include "kernel_entry.h"
 #include "rasterize.h"
 
 namespace prerast {
@@ -361,6 +362,18 @@ const char* rasterize_backward_cuda(const RasterGradArgs& a, StreamHandle stream
   backward_kernel<<<grid_for(pixels, 256), 256, 0, stream>>>(a, pixels, sum);
   PR_CUDA_TRY(cudaGetLastError());
   return wide_sum_finish(sum, stream);
+}
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CUDA_ENTRY(rasterize_forward_cuda, RasterArgs, a, k) {
+  return rasterize_forward_cuda(a, k.stream, k.workspace);
+}
+PRERAST_CUDA_ENTRY(rasterize_backward_cuda, RasterGradArgs, a, k) {
+  return rasterize_backward_cuda(a, k.stream, k.workspace);
 }
 
 }  // namespace prerast

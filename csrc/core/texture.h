@@ -609,6 +609,16 @@ inline bool wide_texture_sums(const TextureArgs& a) {
   return gradient_elements(a) * 16 <= a.num_pixels * taps * a.channels;
 }
 
+// A mip level's reduction (mip_down: src -> dst) or its adjoint (mip_down_adjoint: src = the next level's gradient,
+// dst = this level's, added to when accumulate): the kernel library's argument struct for both.
+struct MipArgs {
+  const float* src;
+  int64_t batch;
+  int height, width, channels;  // of the larger level
+  float* dst;
+  bool accumulate;
+};
+
 void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int num_threads);
 // src [B, sh, sw, C] -> dst [B, mip_size(sh), mip_size(sw), C]
 void mip_down_cpu(const float* src, int64_t B, int sh, int sw, int C, float* dst, const ParallelFor& pfor);

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "host_builtins.h"
+#include "kernel_entry.h"
 #include "scatter_cpu.h"
 #include "texture.h"
 
@@ -143,6 +144,20 @@ void mip_down_adjoint_cpu(const float* grad_next, int64_t B, int sh, int sw, int
     for (int64_t row = b; row < e; ++row)
       mip_down_adjoint_row(grad_next, sh, sw, C, grad, row / sh, (int)(row % sh), 0, sw, accumulate);
   });
+}
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CPU_ENTRY(texture_forward_cpu, TextureArgs, a, k) { texture_forward_cpu(a, k.pfor); }
+PRERAST_CPU_ENTRY(texture_backward_cpu, TextureGradArgs, g, k) { texture_backward_cpu(g, k.pfor, k.num_threads); }
+PRERAST_CPU_ENTRY(mip_down_cpu, MipArgs, m, k) {
+  mip_down_cpu(m.src, m.batch, m.height, m.width, m.channels, m.dst, k.pfor);
+}
+PRERAST_CPU_ENTRY(mip_down_adjoint_cpu, MipArgs, m, k) {
+  mip_down_adjoint_cpu(m.src, m.batch, m.height, m.width, m.channels, m.dst, m.accumulate, k.pfor);
 }
 
 }  // namespace prerast

@@ -1,6 +1,7 @@
 // CUDA texture sampling: one thread per output pixel (or per texel for mip construction) running the
 // per-pixel math of texture.h. Texture gradients are scattered with atomicAdd.
 #include "cuda_helpers.cuh"
+#include "kernel_entry.h"
 #include "texture.h"
 
 namespace prerast {
@@ -93,6 +94,22 @@ const char* mip_down_adjoint_cuda(const float* grad_next, int64_t B, int sh, int
                                                                               accumulate);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
+}
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CUDA_ENTRY(texture_forward_cuda, TextureArgs, a, k) { return texture_forward_cuda(a, k.stream); }
+PRERAST_CUDA_ENTRY(texture_backward_cuda, TextureGradArgs, g, k) {
+  return texture_backward_cuda(g, k.stream, k.workspace);
+}
+PRERAST_CUDA_ENTRY(mip_down_cuda, MipArgs, m, k) {
+  return mip_down_cuda(m.src, m.batch, m.height, m.width, m.channels, m.dst, k.stream);
+}
+PRERAST_CUDA_ENTRY(mip_down_adjoint_cuda, MipArgs, m, k) {
+  return mip_down_adjoint_cuda(m.src, m.batch, m.height, m.width, m.channels, m.dst, m.accumulate, k.stream);
 }
 
 }  // namespace prerast

@@ -8,6 +8,12 @@
 
 namespace prerast {
 
+struct UploadArgs {  // the kernel library's argument struct
+  const int32_t* values;
+  int64_t n;
+  int32_t* dst;
+};
+
 // dst[0..n) = values[0..n) on the device, queued on stream; values may be freed when this returns.
 const char* upload_int32_cuda(const int32_t* values, int64_t n, int32_t* dst, StreamHandle stream);
 

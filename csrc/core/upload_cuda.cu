@@ -1,4 +1,5 @@
 #include "cuda_helpers.cuh"
+#include "kernel_entry.h"
 #include "upload.h"
 
 namespace prerast {
@@ -27,5 +28,12 @@ const char* upload_int32_cuda(const int32_t* values, int64_t n, int32_t* dst, St
   }
   return nullptr;
 }
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CUDA_ENTRY(upload_int32_cuda, UploadArgs, a, k) { return upload_int32_cuda(a.values, a.n, a.dst, k.stream); }
 
 }  // namespace prerast

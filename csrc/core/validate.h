@@ -10,6 +10,17 @@
 
 namespace prerast {
 
+// The kernel library's argument structs of these checks: n values that must lie in [0, bound), and the triangle
+// IDs of a rast.
+struct IndexCheckArgs {
+  const int32_t* values;
+  int64_t n, bound;
+};
+struct TriangleIdCheckArgs {
+  const float* rast;
+  int64_t num_pixels, num_triangles;
+};
+
 // Every value of tri[0..n) lies in [0, num_vertices).
 const char* check_indices_cuda(const int32_t* tri, int64_t n, int64_t num_vertices, StreamHandle stream);
 

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cuda_helpers.cuh"
+#include "kernel_entry.h"
 #include "validate.h"
 
 // A device-side assert that the build's NDEBUG does not compile out (torch's CUDA_KERNEL_ASSERT does the same):
@@ -80,6 +81,21 @@ const char* check_triangle_ids_cuda(const float* rast, int64_t num_pixels, int64
   triangle_ids_kernel<<<grid_for(num_pixels, 256), 256, 0, (cudaStream_t)stream>>>(rast, num_pixels, num_triangles);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
+}
+
+}  // namespace prerast
+
+// The entry points of the kernel library (kernel_entry.h).
+namespace prerast {
+
+PRERAST_CUDA_ENTRY(check_indices_cuda, IndexCheckArgs, a, k) {
+  return check_indices_cuda(a.values, a.n, a.bound, k.stream);
+}
+PRERAST_CUDA_ENTRY(check_topology_table_cuda, IndexCheckArgs, a, k) {
+  return check_topology_table_cuda(a.values, a.n, a.bound, k.stream);
+}
+PRERAST_CUDA_ENTRY(check_triangle_ids_cuda, TriangleIdCheckArgs, a, k) {
+  return check_triangle_ids_cuda(a.rast, a.num_pixels, a.num_triangles, k.stream);
 }
 
 }  // namespace prerast

@@ -30,11 +30,11 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORE = os.path.join(ROOT, "csrc", "core")
-# The CPU core's sources, as the CPU library compiles them (prerast_meta/sources.py's rule), and the driver.
+# The CPU core's sources, as the CPU kernel library compiles them (prerast_meta/sources.py's rule), and the driver.
 sys.path.insert(0, ROOT)
 from prerast_meta import sources as _sources  # noqa: E402
 
-CORE_SOURCES = [os.path.basename(rel) for rel in _sources.library_sources(ROOT, "cpu") if rel.startswith("csrc/core/")]
+CORE_SOURCES = [os.path.basename(rel) for rel in _sources.library_sources(ROOT, "kernels-cpu")]
 DRIVER = os.path.join(ROOT, "tests", "core", "host", "core_driver.cpp")
 # setup.py's CPU flags that change code generation (prerast_meta/compiler_flags.py's for Linux;
 # test_sources_and_flags_are_setup_pys checks), C++17 as the oldest torch
@@ -218,8 +218,9 @@ def test_sources_and_flags_are_setup_pys():
     """The driver builds what setup.py builds, the way it does: the CPU core's sources and the flags that decide
     its arithmetic (the optimisation level, no contraction of float operations)."""
     text = open(os.path.join(ROOT, "setup.py")).read()
-    assert re.search(r'^SOURCES = sources\.library_sources\(ROOT, "cpu"\)$', text, re.M), (
-        "setup.py no longer takes the CPU library's sources from prerast_meta/sources.py; the driver builds those"
+    assert re.search(r'^CPU_KERNEL_SOURCES = sources\.library_sources\(ROOT, "kernels-cpu"\)$', text, re.M), (
+        "setup.py no longer takes the CPU kernel library's sources from prerast_meta/sources.py; the driver builds "
+        "those"
     )
     assert len(CORE_SOURCES) >= 4 and all(name.endswith("_cpu.cpp") for name in CORE_SOURCES), CORE_SOURCES
     assert "compiler_flags.build_flags(" in text  # tests/builder/test_compiler_flags.py: setup.py builds with these
