@@ -53,26 +53,37 @@ namespace prerast {
 
 PR_HD float scale_one(float x, float s) { return x * s; }
 
-void scale_cpu(const float* x, int64_t n, float s, float* out, const ParallelFor& pfor);
-const char* scale_cuda(const float* x, int64_t n, float s, float* out, StreamHandle stream);
+struct ScaleArgs {  // what the binding hands the kernel library's entries
+  const float* x;
+  int64_t n;
+  float s;
+  float* out;
+};
+
+void scale_cpu(const ScaleArgs& a, const ParallelFor& pfor);
+const char* scale_cuda(const ScaleArgs& a, StreamHandle stream);
 
 }  // namespace prerast
 """,
     "csrc/core/<op>_cpu.cpp": """\
+#include "kernel_entry.h"
 #include "scale.h"
 
 namespace prerast {
 
-void scale_cpu(const float* x, int64_t n, float s, float* out, const ParallelFor& pfor) {
-  pfor(n, 4096, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) out[i] = scale_one(x[i], s);
+void scale_cpu(const ScaleArgs& a, const ParallelFor& pfor) {
+  pfor(a.n, 4096, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) a.out[i] = scale_one(a.x[i], a.s);
   });
 }
+
+PRERAST_CPU_ENTRY(scale_cpu, ScaleArgs, a, k) { scale_cpu(a, k.pfor); }
 
 }  // namespace prerast
 """,
     "csrc/core/<op>_cuda.cu": """\
 #include "cuda_helpers.cuh"
+#include "kernel_entry.h"
 #include "scale.h"
 
 namespace prerast {
@@ -85,12 +96,14 @@ __global__ void scale_kernel(const float* x, int64_t n, float s, float* out) {
 
 }  // namespace
 
-const char* scale_cuda(const float* x, int64_t n, float s, float* out, StreamHandle stream) {
-  if (n == 0) return nullptr;
-  scale_kernel<<<grid_for(n, 256), 256, 0, (cudaStream_t)stream>>>(x, n, s, out);
+const char* scale_cuda(const ScaleArgs& a, StreamHandle stream) {
+  if (a.n == 0) return nullptr;
+  scale_kernel<<<grid_for(a.n, 256), 256, 0, (cudaStream_t)stream>>>(a.x, a.n, a.s, a.out);
   PR_CUDA_TRY(cudaGetLastError());
   return nullptr;
 }
+
+PRERAST_CUDA_ENTRY(scale_cuda, ScaleArgs, a, k) { return scale_cuda(a, k.stream); }
 
 }  // namespace prerast
 """,
@@ -109,11 +122,10 @@ Tensor scale(const Tensor& x, double s) {
   auto out = empty_like_float(x);
   const int64_t n = out.numel();
   if (n == 0) return out;
-  const float* px = data<float>(x);
-  float* po = data<float>(out);
+  const ScaleArgs a{data<float>(x), n, (float)s, data<float>(out)};
   run_on_device(
-      kOp, x, [&] { scale_cpu(px, n, (float)s, po, torch_parallel_for()); },
-      [&](StreamHandle stream) { return scale_cuda(px, n, (float)s, po, stream); });
+      kOp, x, [&] { kernels::cpu("scale_cpu", a); },
+      [&](StreamHandle stream) { return kernels::cuda("scale_cuda", a, stream); });
   return out;
 }
 
