@@ -18,6 +18,14 @@ COMMANDS = {
         "ci.build.commands:build_main",
         "build, repair and smoke-test cells: --cell 2.14.1+cu130 [--cell 2.14.1+cu130@3.12] or --all-local",
     ),
+    "wheel-local": (
+        "ci.build.wheel_local:main",
+        "the one Linux x86-64 wheel from parts built here: --archs 8.0 --classic 2.4 --out DIR",
+    ),
+    "merge": (
+        "ci.build.merge:main",
+        "combine part wheels (bindings, kernel libraries) into one wheel: --out DIR [--slim] PARTS...",
+    ),
     "summary": ("ci.build.commands:summary_main", "the summary table of the cells built so far (dist/cells)"),
     "index": ("ci.publish.index:main", "find-links pages and a PEP 503 index from a folder of wheels"),
     "cibw-env": (

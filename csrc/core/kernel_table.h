@@ -20,8 +20,10 @@
 
 #if defined(_WIN32)
 #define PRERAST_EXPORT __declspec(dllexport)
-#else
+#elif defined(__GNUC__) || defined(__clang__)
 #define PRERAST_EXPORT __attribute__((visibility("default")))
+#else
+#define PRERAST_EXPORT
 #endif
 
 namespace prerast {

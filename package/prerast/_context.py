@@ -2,8 +2,8 @@
 
 The constructors take nvdiffrast's arguments (device, output_db, and the GL context's mode). With the environment
 variable PRERAST_CUDA_CONTEXT_FALLBACK=cpu set, a RasterizeCudaContext (or RasterizeGLContext) made where no GPU
-is available rasterizes on the CPU instead of raising, and says so once (a UserWarning), so that a program written
-for nvdiffrast runs on a machine without a GPU with only its import changed. It is off by default: a program that
+is available, or given device='cpu', rasterizes on the CPU instead of raising, and says so once (a UserWarning), so
+that a program written for nvdiffrast runs on a machine without a GPU with only its import changed. It is off by default: a program that
 asked for a GPU otherwise learns that there is none.
 """
 
@@ -63,8 +63,9 @@ def _as_device(cls, device):
     )
 
 
-def _fallback_to_cpu(cls):
-    """Whether a CUDA context made without a GPU rasterizes on the CPU (PRERAST_CUDA_CONTEXT_FALLBACK=cpu)."""
+def _fallback_to_cpu(cls, why="CUDA is not available"):
+    """Whether a CUDA context made without a GPU, or given device='cpu', rasterizes on the CPU
+    (PRERAST_CUDA_CONTEXT_FALLBACK=cpu)."""
     value = os.environ.get(FALLBACK_VARIABLE, "").strip().lower()
     if value in ("", "0", "off", "no"):
         return False
@@ -76,7 +77,7 @@ def _fallback_to_cpu(cls):
     if not _fallback_warned:
         _fallback_warned.append(True)
         warnings.warn(
-            f"{cls}: CUDA is not available; rasterizing on the CPU ({FALLBACK_VARIABLE}=cpu). "
+            f"{cls}: {why}; rasterizing on the CPU ({FALLBACK_VARIABLE}=cpu). "
             "Tensors must be on the CPU too.",
             UserWarning,
             stacklevel=3,
@@ -97,7 +98,8 @@ class RasterizeCudaContext(_Context):
     Raises:
         RuntimeError: CUDA is not available (unless ``PRERAST_CUDA_CONTEXT_FALLBACK=cpu`` is set: then the
             context rasterizes on the CPU, ``device`` is cpu, and the first such context warns).
-        ValueError: device is not a CUDA device, not a device at all, or an index no GPU has.
+        ValueError: device is not a CUDA device (with ``PRERAST_CUDA_CONTEXT_FALLBACK=cpu``, ``device='cpu'``
+            is taken: the context rasterizes on the CPU), not a device at all, or an index no GPU has.
         TypeError: output_db is not a bool.
 
     Differences from nvdiffrast:
@@ -109,8 +111,14 @@ class RasterizeCudaContext(_Context):
         super().__init__(output_db)
         device = None if device is None else _as_device(cls, device)
         if device is not None and device.type != "cuda":
+            # Programs written for nvdiffrast that pick their device at run time construct CUDA contexts with
+            # device='cpu': with the fallback on, they rasterize on the CPU as a GPU-less machine would.
+            if device.type == "cpu" and _fallback_to_cpu(cls, f"device={str(device)!r} was asked for"):
+                self.device = device
+                return
             raise ValueError(
-                f"{cls}: device must be a CUDA device, got {device}; use RasterizeCpuContext() for the CPU"
+                f"{cls}: device must be a CUDA device, got {device}; use RasterizeCpuContext() for the CPU, or set "
+                f"{FALLBACK_VARIABLE}=cpu to make CUDA contexts given device='cpu' rasterize on the CPU"
             )
         if not torch.cuda.is_available():
             if _fallback_to_cpu(cls):

@@ -99,19 +99,24 @@ torch.__version__ = "2.14.1"
 torch.version = types.SimpleNamespace(cuda="13.0" if cuda else None)
 cpp = types.ModuleType("torch.utils.cpp_extension")
 cpp.BuildExtension, cpp.CppExtension, cpp.CUDAExtension = BuildExtension, Ext, Ext
+cpp.include_paths = lambda *args, **kwargs: []
 utils = types.ModuleType("torch.utils")
 utils.cpp_extension = cpp
 torch.utils = utils
 sys.modules.update({"torch": torch, "torch.utils": utils, "torch.utils.cpp_extension": cpp})
 import setuptools
 import setuptools.command.build_py
+import setuptools.command.build_ext  # before sys.platform is faked: it reads this platform's config
 seen = {}
 setuptools.setup = lambda **kwargs: seen.update(kwargs)
 sys.platform = platform
 sys.argv = ["setup.py", "--name"]
 runpy.run_path(os.path.join(root, "setup.py"), run_name="__main__")
-print(json.dumps([{"name": e.name, "compile": e.extra_compile_args, "link": e.extra_link_args}
-                  for e in seen["ext_modules"]]))
+def flags(e):  # a kernel library's (prerast_meta/kernel_build.py), or a binding's
+    if hasattr(e, "cxx_flags"):
+        return {"cxx": e.cxx_flags, **({"nvcc": e.nvcc_flags} if e.cuda_home else {})}
+    return e.extra_compile_args
+print(json.dumps([{"name": e.name, "compile": flags(e), "link": e.extra_link_args} for e in seen["ext_modules"]]))
 """
 
 
@@ -144,7 +149,8 @@ def test_setup_py_builds_with_these_flags(platform_key, compiler, tmp_path):
         env["CXX"] = "clang++"
     want = compiler_flags.flags(platform_key, compiler, env.get("MACOSX_DEPLOYMENT_TARGET"))
     exts = setup_extensions(platform_key, cuda, tmp_path, **env)
-    assert sorted(exts) == (["prerast._C", "prerast._C_cuda"] if cuda else ["prerast._C"])
+    bindings, kernels = ["prerast._C", "prerast._C_cuda"], ["prerast._kernels_cpu", "prerast._kernels_cu13"]
+    assert sorted(exts) == sorted(bindings + kernels if cuda else bindings[:1] + kernels[:1])
     for name, ext in exts.items():
         cxx = ext["compile"]["cxx"]
         assert cxx[: len(want.cxx)] == want.cxx, cxx  # the function's flags, then only defines (and includes)
@@ -154,8 +160,10 @@ def test_setup_py_builds_with_these_flags(platform_key, compiler, tmp_path):
         if compiler == "msvc":
             assert not any(x == "-idirafter" for x in cxx), cxx
         assert ext["link"] == want.link
-        assert sum(x.startswith("-DPRERAST_VERSION_BYTES=") for x in cxx) == 1, cxx
-        if name == "prerast._C_cuda":
+        # The version is the binding's (binary_info); a kernel library carries no torch or version define.
+        assert sum(x.startswith("-DPRERAST_VERSION_BYTES=") for x in cxx) == (name in bindings), cxx
+        assert "nvcc" not in ext["compile"] or name == "prerast._kernels_cu13"
+        if name == "prerast._kernels_cu13":
             nvcc = ext["compile"]["nvcc"]
             assert nvcc[: len(want.nvcc)] == want.nvcc, nvcc
             assert not any("PRERAST_VERSION" in x for x in nvcc), nvcc  # nvcc splits -D at commas

@@ -74,8 +74,9 @@ def test_error_is_an_import_error(tmp_path):
     out = run_python(code, path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("BinaryMismatchError")
-    if torch.version.cuda:
-        assert "CUDA 11.8 (built)" in out.stdout
+    # A classic binding's CUDA part calls no CUDA function itself: the torch it was built with may have had another
+    # CUDA; only the CUDA kernel library's major has to be torch's.
+    assert "CUDA 11.8 (built)" not in out.stdout
     assert "C++11 ABI" in out.stdout
 
 
@@ -116,7 +117,8 @@ def test_problems_lists_every_mismatch():
         prerast_version="0.0.1",
     )
     run = dict(_loader.running(), cuda_version="12.1")
-    assert len(_loader.problems(info, run)) == 4
+    found = _loader.problems(info, run)
+    assert len(found) == 3 and not any("CUDA" in p for p in found), found  # the CUDA kernels are chosen apart
 
 
 def test_cpu_only_classic_binary_fits_a_cuda_torch():

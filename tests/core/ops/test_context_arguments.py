@@ -151,3 +151,28 @@ def test_cuda_context_falls_back_to_cpu_when_asked_and_warns_once(no_gpu):
         results.append((rast, db, p.grad))
     assert all(torch.equal(a, b) for a, b in zip(*results))
     assert prerast.rasterize(contexts[1], pos, tri, (9, 11))[1].shape == (1, 9, 11, 0)
+
+
+def test_cuda_context_given_cpu_follows_the_fallback(no_gpu):
+    """Programs that choose their device at run time construct RasterizeCudaContext(device='cpu') (and the GL
+    context likewise): an error naming the switch by default, the CPU with it."""
+    with pytest.raises(ValueError, match="device must be a CUDA device.*PRERAST_CUDA_CONTEXT_FALLBACK=cpu"):
+        prerast.RasterizeCudaContext(device="cpu")
+    no_gpu.setenv(_context.FALLBACK_VARIABLE, "cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        contexts = [
+            prerast.RasterizeCudaContext(device="cpu"),
+            prerast.RasterizeCudaContext(torch.device("cpu"), output_db=False),
+            prerast.RasterizeGLContext(device="cpu"),
+        ]
+    assert [str(w.message) for w in caught if "rasterizing on the CPU" in str(w.message)] == [
+        "RasterizeCudaContext: device='cpu' was asked for; rasterizing on the CPU "
+        "(PRERAST_CUDA_CONTEXT_FALLBACK=cpu). Tensors must be on the CPU too."
+    ]
+    assert all(c.device == torch.device("cpu") for c in contexts) and not contexts[1].output_db
+    pos, tri = triangle()
+    want = prerast.rasterize(prerast.RasterizeCpuContext(), pos, tri, (7, 5))[0]
+    assert all(torch.equal(prerast.rasterize(c, pos, tri, (7, 5))[0], want) for c in contexts)
+    with pytest.raises(ValueError, match="device must be a CUDA device"):
+        prerast.RasterizeCudaContext(device="meta")
