@@ -188,7 +188,9 @@ def download(state, folder, suite, mirror):
     try:
         _run(["apt-get", *apt_options(state), "download", *PACKAGES], "apt-get download", cwd=folder)
     except ToolkitError as e:
-        raise ToolkitError(f"{e}\n{warnings}" if warnings else str(e)) from None
+        if not warnings:
+            raise
+        raise ToolkitError(f"apt-get update could not read {mirror} {suite} (no network?):\n{warnings}\n{e}") from None
     debs = {}
     for path in glob.glob(os.path.join(folder, "*.deb")):
         debs[os.path.basename(path).split("_", 1)[0]] = path

@@ -144,6 +144,42 @@ def test_unpacking_takes_only_the_toolkits_part_of_nvidia_cuda_dev(tmp_path):
         debian.extract(str(tmp_path / "missing.deb"), str(root))
 
 
+def test_an_unreachable_mirror_is_named_with_apts_warnings(tmp_path, monkeypatch):
+    """apt-get update exits 0 when it reads no list; the failed download then says why."""
+    said = "Err:1 http://x.example/debian trixie InRelease\nW: Failed to fetch http://x.example/debian/dists/...\n"
+
+    def run(argv, step, cwd=None, env=None):
+        if "update" in argv:
+            return said
+        raise debian.ToolkitError("apt-get download failed (exit 100): E: Unable to locate package nvidia-cuda-dev")
+
+    monkeypatch.setattr(debian, "_run", run)
+    with pytest.raises(debian.ToolkitError) as e:
+        debian.download(str(tmp_path / "apt"), str(tmp_path / "debs"), "trixie", "http://x.example/debian")
+    assert str(e.value).startswith("apt-get update could not read http://x.example/debian trixie (no network?)")
+    assert "W: Failed to fetch" in str(e.value) and "Unable to locate package" in str(e.value)
+    assert (tmp_path / "apt" / "sources.list").read_text() == debian.sources_line("http://x.example/debian", "trixie")
+
+
+@pytest.mark.parametrize(
+    "fails, step",
+    [("-c", "compiling CUB for sm_80"), ("-shared", "linking a shared library against cudart"), ("", "says")],
+)
+def test_the_self_check_names_the_step_that_failed(tmp_path, fails, step):
+    """A stand-in nvcc that fails one step (or says another release)."""
+    release = "12.4" if fails else "12.3"
+    nvcc = f"""#!/bin/sh
+[ "$1" = --version ] && {{ echo "Cuda compilation tools, release {release}, V{release}.131"; exit 0; }}
+[ -n "{fails}" ] && [ "$1" = "{fails}" ] && {{ echo "nvcc fatal : it broke" >&2; exit 1; }}
+exit 0
+"""
+    home = tmp_path / "cuda"
+    write(str(home / "bin" / "nvcc"), nvcc, 0o755)
+    with pytest.raises(debian.ToolkitError, match=f"self-check.*{step}") as e:
+        debian.check(str(home), str(tmp_path / "work"), CUDA)
+    assert ("it broke" in str(e.value)) is bool(fails)
+
+
 def test_other_cuda_versions_are_refused_with_exit_2(capsys):
     assert debian.main(["--cuda", "12.6"]) == 2
     err = capsys.readouterr().err
