@@ -1,8 +1,9 @@
 """prerast's wheel builder: `python -m ci <command>` from the repository root (`python -m ci <command> --help`).
 
 Each command is a main(argv) of a module of ci's subpackages, by job: ci/matrix (the cells, the workflow's job
-matrix), ci/toolkit (Windows's CUDA toolkit and compiler), ci/build (building cells and wheels here), ci/repair
-(cibuildwheel's repair step and the checks of a repaired wheel), ci/publish (index, release and its rehearsal).
+matrix), ci/toolkit (Windows's CUDA toolkit and compiler, Debian's CUDA 12.4), ci/build (building cells and wheels
+here), ci/repair (cibuildwheel's repair step and the checks of a repaired wheel), ci/publish (index, release and
+its rehearsal).
 """
 
 import importlib
@@ -36,6 +37,10 @@ COMMANDS = {
     "toolkit-redist": (
         "ci.toolkit.redist:main",
         "a Windows CUDA cell's toolkit from NVIDIA's redistributable archives (into its CUDA_HOME)",
+    ),
+    "toolkit": (
+        "ci.toolkit.debian:main",
+        "CUDA 12.4 from Debian trixie's packages into a private CUDA_HOME, no system install (prints its path)",
     ),
     "pin-torch": (
         "ci.matrix.cibw:pin_torch_main",
