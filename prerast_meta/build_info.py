@@ -200,8 +200,8 @@ def malformed(info):
     """Why `info` is not build metadata this package reads (None when it is)."""
     if not isinstance(info, dict):
         return f"expected a JSON object, found a JSON {type(info).__name__}"
-    libraries, kernels = info.get("libraries"), info.get("kernels")
-    if not isinstance(libraries, dict) or not isinstance(kernels or {}, dict) or "library" not in info:
+    libraries, kernels = info.get("libraries"), info.get("kernels") or {}
+    if not isinstance(libraries, dict) or not isinstance(kernels, dict) or "library" not in info:
         return (
             'expected the build metadata with "library", the kernel libraries under "kernels" and the size and '
             f'SHA-256 of each library under "libraries", found the keys {sorted(info)}'

@@ -105,9 +105,13 @@ def check_alike(parts):
     first = parts[0]
     for p in parts[1:]:
         if compat.base_version(p.version) != compat.base_version(first.version):
-            raise MergeRefused(f"{p.name} is prerast {p.version}, {first.name} is {first.version}: parts of one version only")
+            raise MergeRefused(
+                f"{p.name} is prerast {p.version}, {first.name} is {first.version}: parts of one version only"
+            )
         if p.tags != first.tags:
-            raise MergeRefused(f"{p.name} is tagged {p.tags}, {first.name} {first.tags}: parts of one platform tag only")
+            raise MergeRefused(
+                f"{p.name} is tagged {p.tags}, {first.name} {first.tags}: parts of one platform tag only"
+            )
         if p.info.get("source_hash") != first.info.get("source_hash"):
             raise MergeRefused(
                 f"{p.name} was built from sources {p.info.get('source_hash')}, {first.name} from "
@@ -220,9 +224,7 @@ def merge(paths, out_dir, slim=False):
             if name in members and members[name] != data and name.split("/")[0].endswith(".libs"):
                 raise MergeRefused(f"{part.name} and another part both carry {name}, with different contents")
             members.setdefault(name, data)  # the Python package and shipped sources: the first binding's copy
-    info["libraries"] = {
-        n: integrity.stamp_bytes(members["prerast/" + n]) for n in sorted(set(lib_names(info)))
-    }
+    info["libraries"] = {n: integrity.stamp_bytes(members["prerast/" + n]) for n in sorted(set(lib_names(info)))}
     members[INFO] = json.dumps(info, indent=2, sort_keys=True).encode()
     return write_wheel(bindings[0], version, members, out_dir)
 
@@ -241,7 +243,9 @@ def write_wheel(primary, version, members, out_dir):
         if not name.startswith(old_dist + "/") or name.endswith("/RECORD"):
             continue
         if name.endswith("/METADATA"):
-            lines = [f"Version: {version}" if line.startswith("Version: ") else line for line in data.decode().split("\n")]
+            lines = [
+                f"Version: {version}" if line.startswith("Version: ") else line for line in data.decode().split("\n")
+            ]
             data = "\n".join(lines).encode()
         members[dist + name[len(old_dist) :]] = data
     record = "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in sorted(members.items()))

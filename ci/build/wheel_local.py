@@ -46,9 +46,7 @@ def log(msg):
 def classic_releases(minors=None):
     """{minor: the torch release its classic binding is built with} for the matrix's classic minors (or those
     asked for: '2.4' takes the matrix's release, '2.4.1' is taken as it is)."""
-    known = {
-        m: r["patches"][0] for m, r in matrix.releases().items() if compat.release(m)[:2] < compat.STABLE_FLOOR
-    }
+    known = {m: r["patches"][0] for m, r in matrix.releases().items() if compat.release(m)[:2] < compat.STABLE_FLOOR}
     if minors is None:
         return known
     chosen = {}
@@ -94,9 +92,13 @@ def build_python(release):
 
 def part_key(spec):
     """What decides a part's contents: the sources, the torch (by its version) and the build's settings."""
-    torch = subprocess.run(
-        [spec.python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
-    ).stdout.strip() if spec.parts == "binding" else None
+    torch = (
+        subprocess.run(
+            [spec.python, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
+        ).stdout.strip()
+        if spec.parts == "binding"
+        else None
+    )
     return {
         "sources": sources.digest(ROOT),
         "torch": torch,
@@ -161,7 +163,9 @@ def wheel_local(out_dir, archs=None, classic=None, cuda=("12", "13"), work=DEFAU
     """Build every part and merge them into out_dir; returns (the merged wheel, the part wheels)."""
     parts_dir = os.path.join(work, "parts")
     os.makedirs(parts_dir, exist_ok=True)
-    parts = [build_part(name, spec, parts_dir) for name, spec in part_specs(archs, classic_releases(classic), cuda, python)]
+    parts = [
+        build_part(name, spec, parts_dir) for name, spec in part_specs(archs, classic_releases(classic), cuda, python)
+    ]
     for old in glob.glob(os.path.join(out_dir, "prerast-*.whl")):
         os.remove(old)
     merged = _merge.merge(parts, out_dir)

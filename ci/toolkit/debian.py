@@ -416,6 +416,13 @@ def install(cuda, dest, mirror=None, log=print):
     return record
 
 
+def ensure(cuda, dest=None, log=print):
+    """CUDA_HOME of the toolkit of `cuda` (made at dest, default default_dest, unless complete there already)."""
+    dest = dest or default_dest(cuda)
+    install(cuda, dest, log=log)
+    return dest
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m ci toolkit", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

@@ -77,8 +77,7 @@ def _fallback_to_cpu(cls, why="CUDA is not available"):
     if not _fallback_warned:
         _fallback_warned.append(True)
         warnings.warn(
-            f"{cls}: {why}; rasterizing on the CPU ({FALLBACK_VARIABLE}=cpu). "
-            "Tensors must be on the CPU too.",
+            f"{cls}: {why}; rasterizing on the CPU ({FALLBACK_VARIABLE}=cpu). Tensors must be on the CPU too.",
             UserWarning,
             stacklevel=3,
         )

@@ -238,16 +238,25 @@ def test_running_platform_follows_the_os(monkeypatch):
 
 
 def test_build_info_naming_another_os_is_refused(tmp_path, monkeypatch):
-    for name in ("_C.pyd", "_C.abi3.so"):
-        (tmp_path / name).write_bytes(b"x")
-    info = {"library": "_C.pyd", "cuda_library": None, "libraries": {"_C.pyd": {"size": 1, "sha256": "0" * 64}}}
-    (tmp_path / build_info.INFO_FILE).write_text(json.dumps(info))
+    stamp = {"size": 1, "sha256": "0" * 64}
+
+    def metadata(ext):
+        names = {"library": f"_C{ext}", "kernel": f"_kernels_cpu{ext}"}
+        for name in names.values():
+            (tmp_path / name).write_bytes(b"x")
+        return {
+            "library": names["library"],
+            "cuda_library": None,
+            "kernels": {"cpu": {"library": names["kernel"]}},
+            "libraries": {name: stamp for name in names.values()},
+        }
+
+    (tmp_path / build_info.INFO_FILE).write_text(json.dumps(metadata(".pyd")))
     found, why = build_info.read(str(tmp_path))
     assert found is None and "_C.pyd is the file name of a Windows library" in why and "Linux" in why
     monkeypatch.setattr(sys, "platform", "win32")
     assert build_info.read(str(tmp_path))[0] is not None  # the same metadata is right on Windows
-    info = dict(info, library="_C.abi3.so", libraries={"_C.abi3.so": info["libraries"]["_C.pyd"]})
-    (tmp_path / build_info.INFO_FILE).write_text(json.dumps(info))
+    (tmp_path / build_info.INFO_FILE).write_text(json.dumps(metadata(".abi3.so")))
     found, why = build_info.read(str(tmp_path))
     assert found is None and "Linux or macOS library" in why and "runs on Windows" in why
 
@@ -295,12 +304,18 @@ def test_forced_install_of_a_windows_wheel_is_a_mismatch_error(tmp_path):
     pkg = os.path.join(path, "prerast")
     for lib in libraries(pkg):
         os.remove(lib)
-    with open(os.path.join(pkg, "_C.pyd"), "wb") as f:
-        f.write(pe(0x8664))
+    for name in ("_C.pyd", "_kernels_cpu.pyd"):
+        with open(os.path.join(pkg, name), "wb") as f:
+            f.write(pe(0x8664))
     info_path = os.path.join(pkg, build_info.INFO_FILE)
     with open(info_path) as f:
         info = json.load(f)
-    info.update(library="_C.pyd", cuda_library=None, libraries={"_C.pyd": None})
+    info.update(
+        library="_C.pyd",
+        cuda_library=None,
+        kernels={"cpu": {"library": "_kernels_cpu.pyd"}},
+        libraries={"_C.pyd": None, "_kernels_cpu.pyd": None},
+    )
     with open(info_path, "w") as f:
         json.dump(info, f)
     restamp(pkg)

@@ -100,9 +100,8 @@ def mismatched_copy_with_cache(tmp_path):
     key = _cache.make_key(prerast_base(), torch.__version__, torch.version.cuda, info.get("cuda_archs") or [], src_hash)
     entry = tmp_path / "cache" / key
     entry.mkdir(parents=True)
-    for lib in (info["path"], info.get("cuda_path")):
-        if lib:
-            shutil.copy(lib, entry)
+    for name in info["libraries"]:  # the binding's parts and the kernel libraries
+        shutil.copy(os.path.join(os.path.dirname(info["path"]), name), entry)
     shutil.copy(os.path.join(os.path.dirname(info["path"]), "_build_info.json"), entry)
     return path, str(tmp_path / "cache"), str(entry)
 
