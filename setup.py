@@ -85,7 +85,9 @@ NVCC_VERSION = build_env.nvcc_version(CUDA_HOME) if WITH_CUDA and "kernels" in P
 CPU_KERNELS = "kernels" in PARTS and not ("binding" not in PARTS and WITH_CUDA)
 CUDA_KERNELS = "kernels" in PARTS and WITH_CUDA
 CUDA_MAJOR = compat.cuda_major(NVCC_VERSION or CUDA_VERSION) if WITH_CUDA else None
-if "binding" in PARTS:
+if PARTS == ("binding",):
+    LOCAL_TAG = compat.binding_tag(torch.__version__, ABI)
+elif "binding" in PARTS:
     LOCAL_TAG = compat.local_tag(torch.__version__, CUDA_VERSION, ABI)
 else:
     LOCAL_TAG = compat.kernels_tag(CUDA_MAJOR if CUDA_KERNELS else None)

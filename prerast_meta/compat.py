@@ -128,6 +128,15 @@ def kernels_tag(cuda_major_=None):
     return f"kernels.cu{cuda_major_}" if cuda_major_ else "kernels.cpu"
 
 
+def binding_tag(torch_version, abi):
+    """The local version of a wheel of a binding alone (a part for `python -m ci merge`): 'binding.stable',
+    'binding.pt24'. Never untagged: a binding without its kernels does not run."""
+    if abi == "stable":
+        return "binding.stable"
+    major, minor_ = release(torch_version)[:2]
+    return f"binding.pt{major}{minor_}"
+
+
 def local_tag(torch_version, cuda_version, abi, system=None):
     """The local version of the wheel a build makes. Classic: the torch minor and platform it was built for
     ('2.14.1+cu130', '13.0' -> 'pt214cu130'; CPU builds 'pt213cpu'). Stable: only the CUDA major ('cu12'), none
