@@ -173,7 +173,7 @@ def audits(wheel, python=sys.executable):
 
     with zipfile.ZipFile(wheel) as z:
         info = json.loads(z.read("prerast/_build_info.json"))
-    report = symbols.audit_wheel(wheel)
+    report = symbols.audit_wheel(wheel, only_held=True)
     others = sorted(n for kinds in report.values() for n in kinds.get("other", []))
     if info.get("abi") != "stable":
         sym = f"classic: links {len(others)} C++ symbols of torch {info['torch_version']} (serves its minor only)"

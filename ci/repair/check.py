@@ -38,7 +38,7 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
         raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged exactly {plat}")
     if target.os == "linux" and found.get("build_info", {}).get("abi") == "stable":
         # The audit reads ELF symbol tables (nm -D): Linux wheels only.
-        bad = {lib: kinds["other"] for lib, kinds in symbols.audit_wheel(repaired).items() if kinds.get("other")}
+        bad = {lib: kinds["other"] for lib, kinds in symbols.audit_wheel(repaired, True).items() if kinds.get("other")}
         if bad:
             raise SystemExit(
                 f"repair: the stable-ABI wheel {os.path.basename(repaired)} imports symbols outside "

@@ -1,13 +1,15 @@
 """Undefined-symbol audit of a wheel's plugin libraries: what each one expects the process to provide.
 
-A stable-ABI plugin may import only torch's stable C shims (aoti_torch_*, torch_*), the C and C++ runtimes
-(symbols versioned GLIBC_*, GLIBCXX_*, CXXABI_*, GCC_*) and, for the CUDA library, libcudart. A C++ symbol of
-torch (at::, c10::, torch::) would tie it to one torch release, which is what the stable ABI avoids.
+A stable-ABI binding may import only torch's stable C shims (aoti_torch_*, torch_*) and the C and C++ runtimes
+(symbols versioned GLIBC_*, GLIBCXX_*, CXXABI_*, GCC_*); a kernel library only the runtimes and, for a CUDA one,
+libcudart. A C++ symbol of torch (at::, c10::, torch::) would tie it to one torch release, which is what the
+stable ABI avoids; a classic binding links them by design and is not audited.
 
     python -m ci symbols dist/prerast-*.whl      # prints the imports by kind; exit 1 if any is not allowed
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -58,12 +60,23 @@ def audit_library(library):
     return {k: sorted(v) for k, v in kinds.items()}
 
 
-def audit_wheel(wheel):
-    """{library name in the wheel: audit} for every shared library of prerast in the wheel."""
+def held_to_the_rule(info):
+    """The libraries of a wheel's build metadata that may import only the allowed kinds: the stable binding's parts
+    and every kernel library (which import nothing of torch at all). A classic binding links torch's C++ API by
+    design."""
+    stable = [b for b in [info] + list(info.get("bindings") or []) if b.get("abi") == "stable"]
+    names = [n for b in stable for n in (b.get("library"), b.get("cuda_library")) if n]
+    return names + [k["library"] for k in (info.get("kernels") or {}).values()]
+
+
+def audit_wheel(wheel, only_held=False):
+    """{library name in the wheel: audit} for every shared library of prerast in the wheel (only_held: those
+    held_to_the_rule)."""
     report = {}
     with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(wheel) as z:
+        held = held_to_the_rule(json.loads(z.read("prerast/_build_info.json"))) if only_held else None
         for name in z.namelist():
-            if re.search(r"^prerast/[^/]+\.so$", name):
+            if re.search(r"^prerast/[^/]+\.so$", name) and (held is None or os.path.basename(name) in held):
                 path = z.extract(name, tmp)
                 report[os.path.basename(name)] = audit_library(path)
     return report
@@ -75,7 +88,7 @@ def main(argv=None):
     )
     p.add_argument("wheel")
     a = p.parse_args(argv)
-    report = audit_wheel(a.wheel)
+    report = audit_wheel(a.wheel, only_held=True)
     bad = False
     for lib, kinds in report.items():
         print(f"{lib}: " + ", ".join(f"{len(v)} {k}" for k, v in sorted(kinds.items())))

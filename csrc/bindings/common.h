@@ -22,7 +22,6 @@ enum class Dtype { Float, Int, Byte };
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <exception>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -223,13 +222,33 @@ inline Tensor new_gradient(const Tensor& like, const std::vector<int64_t>& shape
 }
 inline Tensor gradient_like(const Tensor& t) { return new_gradient(t, sizes(t)); }
 
+// An exception of torch's caught where it must not cross into the kernel library (a callback the library calls):
+// its message, raised again on this side once the call has returned. Not std::exception_ptr: the stable binding
+// would import its functions from libtorch (tests/builder/test_built_wheel.py audits the imports).
+struct CaughtError {
+  std::string message;
+  void catch_current() {
+    if (!message.empty()) return;
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "unknown exception";
+    }
+  }
+  void rethrow() const {
+    if (!message.empty()) facade::raise_runtime(message);
+  }
+};
+
 // CUDA scratch memory from torch's caching allocator (byte tensors on the op's device, so that the memory is
 // tied to the launch stream), released when the op returns. A failed allocation gives the kernel library null
-// (it returns an error) and keeps torch's exception (torch.OutOfMemoryError) for rethrow().
+// (it returns an error) and keeps torch's message (CUDA out of memory) for rethrow().
 struct TensorWorkspace {
   Tensor like;
   std::vector<Tensor> held;
-  std::exception_ptr error;
+  CaughtError error;
   Workspace handle() {
     Workspace w;
     w.self = this;
@@ -238,16 +257,14 @@ struct TensorWorkspace {
       try {
         me->held.push_back(facade::new_empty(me->like, {(int64_t)bytes + 16}, Dtype::Byte));
       } catch (...) {
-        if (!me->error) me->error = std::current_exception();
+        me->error.catch_current();
         return nullptr;
       }
       return data<uint8_t>(me->held.back());
     };
     return w;
   }
-  void rethrow() const {
-    if (error) std::rethrow_exception(error);
-  }
+  void rethrow() const { error.rethrow(); }
 };
 
 // Runs the op's kernel for ref's device: cpu() in the CPU library; cuda(stream) in the CUDA library, under a

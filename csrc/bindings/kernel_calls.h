@@ -5,10 +5,10 @@
 //     return kernels::cuda("rasterize_forward_cuda", args, stream, ws);   // the message, for run_on_device
 //
 // Torch's exceptions stay on this side: the thread pool and the scratch allocator handed to the kernel library
-// catch them and report a failure across the boundary, and the call raises them again here.
+// catch them and report a failure across the boundary, and the call raises their message again here.
 #pragma once
 
-#include <exception>
+#include <string>
 
 #include "../core/kernel_table.h"
 
@@ -41,9 +41,7 @@ class TorchPool {
     pool_.self = this;
   }
   const HostPool* get() const { return &pool_; }
-  void rethrow() const {
-    if (error_) std::rethrow_exception(error_);
-  }
+  void rethrow() const { error_.rethrow(); }
 
  private:
   static void run(void* self, int64_t n, int64_t grain, RangeBody body, void* ctx) {
@@ -51,11 +49,11 @@ class TorchPool {
     try {
       facade::parallel_for(n, grain, [body, ctx](int64_t begin, int64_t end) { body(ctx, begin, end); });
     } catch (...) {
-      if (!me->error_) me->error_ = std::current_exception();
+      me->error_.catch_current();
     }
   }
   HostPool pool_;
-  std::exception_ptr error_;
+  CaughtError error_;
 };
 
 namespace kernels {

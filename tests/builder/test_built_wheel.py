@@ -3,7 +3,6 @@ grafted in (those libraries stay external, resolved from torch at run time), the
 from its symbol versions, the name of its cell, and build metadata for the torch it is tested with. The smoke test
 of the same wheel is in test_runtime_wheel.py."""
 
-import fnmatch
 import os
 import re
 import sys
@@ -17,6 +16,7 @@ sys.path.insert(0, ROOT)
 from ci import matrix
 from ci.build import wheel  # noqa: E402
 from ci.repair import symbols
+from prerast_meta import build_info  # noqa: E402
 from wheel_under_test import find_test_wheel  # noqa: E402
 
 pytestmark = pytest.mark.wheel
@@ -44,29 +44,43 @@ def test_no_torch_or_cuda_library_inside(built, tmp_path):
     info = found["build_info"]
     assert found["grafted"] == [], f"auditwheel grafted libraries into the wheel: {found['grafted']}"
     assert found["forbidden"] == []
-    expected = ["_C.abi3.so"] + (["_C_cuda.abi3.so"] if info.get("cuda_version") else [])
+    expected = sorted(build_info.library_names(info))
     assert sorted(os.path.basename(n) for n in found["libraries"]) == expected
-    assert info["library"] == "_C.abi3.so" and info["cuda_library"] == (expected[1:] or [None])[0]
-    # The plugin links torch's libraries: they must be left for torch to provide, not copied. The CPU library
-    # never needs CUDA, so that it loads into a CPU-only torch.
+    assert info["library"] == "_C.abi3.so" and "_kernels_cpu.abi3.so" in expected
+    # The bindings link torch's libraries: they must be left for torch to provide, not copied. The CPU part never
+    # needs CUDA, so that it loads into a CPU-only torch; the CUDA part links torch's CUDA library but no CUDA
+    # runtime, so that it serves every CUDA major.
     needed = needed_libraries(built, tmp_path)
     assert any(n.startswith("libtorch") for n in needed)
     assert not any("cuda" in n for n in needed), needed
-    if info.get("cuda_version"):
+    if info.get("cuda_library"):
         cuda_needed = needed_libraries(built, tmp_path, "_C_cuda")
-        assert any(fnmatch.fnmatch(n, "libcudart.so.*") for n in cuda_needed)
+        assert any(n.startswith("libtorch_cuda") for n in cuda_needed) and "libcudart" not in str(cuda_needed)
+    # The kernel libraries need no torch: the CPU one nothing but the C and C++ runtimes, a CUDA one the CUDA runtime
+    # of its major, which the CUDA torch of that major has loaded.
+    cpu_needed = needed_libraries(built, tmp_path, "_kernels_cpu")
+    assert not any("torch" in n or "c10" in n or "cuda" in n for n in cpu_needed), cpu_needed
+    for key in info["kernels"]:
+        if key != "cpu":
+            kernel_needed = needed_libraries(built, tmp_path, f"_kernels_{key}")
+            assert f"libcudart.so.{key[2:]}" in kernel_needed and not any("torch" in n for n in kernel_needed)
 
 
 def test_stable_plugin_imports_only_torchs_c_shims(built):
-    """The stable-ABI wheel's libraries import nothing of torch but its C shims: no at::/c10::/torch:: symbol
-    that would tie it to one torch release."""
-    if wheel.inspect(built)["build_info"].get("abi") != "stable":
+    """The stable-ABI binding imports nothing of torch but its C shims: no at::/c10::/torch:: symbol that would tie
+    it to one torch release. The kernel libraries import nothing of torch at all."""
+    info = wheel.inspect(built)["build_info"]
+    if info.get("abi") != "stable":
         pytest.skip("a classic (per-release) wheel links torch's C++ API by design")
     report = symbols.audit_wheel(built)
-    assert set(report) == {os.path.basename(n) for n in wheel.inspect(built)["libraries"]}
-    for lib, kinds in report.items():
-        assert kinds.get("other", []) == [], f"{lib} imports symbols outside torch's stable C shims"
-        assert kinds["torch-shim"], lib
+    assert set(report) == set(build_info.library_names(info))
+    for lib in (info["library"], info["cuda_library"]):
+        if lib:
+            assert report[lib].get("other", []) == [], f"{lib} imports symbols outside torch's stable C shims"
+            assert report[lib]["torch-shim"], lib
+    for kern in info["kernels"].values():
+        kinds = report[kern["library"]]
+        assert "torch-shim" not in kinds and kinds.get("other", []) == [], (kern["library"], kinds)
 
 
 def test_abi3_tag_holds(built):
