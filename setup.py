@@ -73,8 +73,11 @@ if torch is not None:
         ABI = compat.abi_kind(torch.__version__, os.environ.get("PRERAST_ABI", ""))
     except ValueError as e:
         sys.exit(f"prerast: {e}")
-    # The binding's CUDA part needs a CUDA torch and CUDA's headers (no nvcc: it compiles no device code).
-    WITH_CUDA = not FORCE_CPU and torch.version.cuda is not None and CUDA_HOME is not None
+    # The binding's CUDA part needs a CUDA torch and CUDA's headers (no nvcc: it compiles no device code): a
+    # binding alone takes them from the nvidia-* wheel of torch's CUDA runtime where no toolkit is given; a build
+    # with the kernels needs the toolkit anyway.
+    CUDA_INCLUDE = build_env.cuda_include_dir(CUDA_HOME if "kernels" in PARTS else CUDA_HOME or "")
+    WITH_CUDA = not FORCE_CPU and torch.version.cuda is not None and CUDA_INCLUDE is not None
     CUDA_VERSION = torch.version.cuda if WITH_CUDA else None
 else:
     ABI = None
@@ -121,7 +124,7 @@ def binding_extensions(flags):
         cuda = CppExtension(
             "prerast._C_cuda", BINDING_SOURCES, extra_compile_args={"cxx": cuda_cxx}, py_limited_api=True
         )
-        cuda.include_dirs = include_paths() + [os.path.join(CUDA_HOME, "include")]
+        cuda.include_dirs = include_paths() + [CUDA_INCLUDE]
         exts.append(cuda)
     # The plugin registers ops through the dispatcher and never touches Python's C API, so it needs neither
     # libtorch_python nor a per-Python build: one abi3 binary serves every CPython.

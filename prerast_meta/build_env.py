@@ -108,6 +108,15 @@ def gencode_flags(archs):
     return flags
 
 
+def cuda_include_dir(cuda_home):
+    """The folder with cuda_runtime_api.h: the toolkit's include/ (cuda_home given), else ("" given) that of an
+    nvidia-* wheel next to torch (nvidia/cuda_runtime/include, nvidia/cu13/include); None where there is none."""
+    if cuda_home is None:
+        return None
+    candidates = [os.path.join(cuda_home, "include")] if cuda_home else nvidia_pip_include_dirs()
+    return next((d for d in candidates if os.path.isfile(os.path.join(d, "cuda_runtime_api.h"))), None)
+
+
 def nvidia_pip_include_dirs():
     """Include folders of the nvidia-* wheels installed next to torch (nvidia/cu13/include, nvidia/cublas/include...)."""
     dirs = []

@@ -37,7 +37,8 @@ class BuildSpec:
     #                                  "library": build_ext -b out_dir (the first-use build)
     parts: str = ""  # PRERAST_PARTS: "binding" or "kernels" (a part, for python -m ci merge); "" builds both
     abi: str = ""  # PRERAST_ABI: "stable", "classic"; "" lets setup.py choose for the torch
-    cuda_home: str = None  # the CUDA toolkit of a CUDA build; None builds the CPU library only
+    cuda_home: str = None  # the CUDA toolkit of a CUDA build; None builds the CPU library only (a binding part:
+    #                         the CUDA part still, for a CUDA torch, from the headers of its nvidia-* wheels)
     archs: tuple = ()  # GPU archs (PRERAST_CUDA_ARCH_LIST), fixed; () leaves the environment's
     plat: str = None  # the platform tag to repair to (auditwheel --plat); None: the tool's choice
     only_plat: bool = False  # exactly `plat` (auditwheel would otherwise pick an older manylinux)
@@ -72,6 +73,10 @@ def environment(spec, base=None):
     if spec.cuda_home:
         env["CUDA_HOME"] = spec.cuda_home
         env.pop("PRERAST_FORCE_CPU", None)
+    elif spec.parts == "binding":
+        # A binding's CUDA part needs no toolkit: CUDA's headers come from the CUDA torch's nvidia-* wheels.
+        for var in ("CUDA_HOME", "CUDA_PATH", "PRERAST_FORCE_CPU"):
+            env.pop(var, None)
     else:
         env["PRERAST_FORCE_CPU"] = "1"
     if spec.archs:

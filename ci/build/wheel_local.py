@@ -10,7 +10,8 @@ The parts, each built by the one build route (prerast_meta/build_wheel.py: pip w
 - the stable binding, with this interpreter's torch (>= 2.10; with CUDA, for its CUDA part);
 - a classic binding per --classic minor, with the PyPI torch the matrix builds that minor against (its lowest
   patch release, a CUDA build) installed once into .venv/ and shared into a build virtualenv.
-nvcc runs once per CUDA major; the bindings compile with the host compiler only. Then python -m ci merge writes
+nvcc runs once per CUDA major; the bindings compile with the host compiler only, their CUDA part with the CUDA
+headers of torch's nvidia-* wheels (no toolkit). Then python -m ci merge writes
 prerast-<version>-cp310-abi3-<plat>.whl into --out. A part whose inputs did not change is not built again
 (<work>/parts/<name>.stamp records the sources, torch and flags it was built from).
 """
@@ -136,7 +137,7 @@ def part_specs(archs, classic, cuda_majors, python=sys.executable):
     """[(name, BuildSpec)] of every part of the wheel. archs None: each toolkit's from the matrix."""
     common = {"source": ROOT, "out_dir": ""}
     specs = [("kernels-cpu", _route.BuildSpec(**common, python=python, parts="kernels"))]
-    homes = toolkits(sorted(set(cuda_majors) | ({"12"} if classic else set())))
+    homes = toolkits(cuda_majors)
     for major in cuda_majors:
         home = homes[major]
         kernel_archs = archs or matrix.cuda_archs(build_env.toolkit_version(home))
@@ -146,15 +147,10 @@ def part_specs(archs, classic, cuda_majors, python=sys.executable):
                 _route.BuildSpec(**common, python=python, parts="kernels", cuda_home=home, archs=kernel_archs),
             )
         )
-    # The bindings' CUDA part needs the headers of a toolkit of its torch's CUDA major, and no nvcc.
-    stable = _route.BuildSpec(
-        **common, python=python, parts="binding", abi="stable", cuda_home=build_env.find_cuda_home()
-    )
-    specs.append(("binding-stable", stable))
+    # A binding's CUDA part needs no toolkit: CUDA's headers come from the nvidia-* wheels of its CUDA torch.
+    specs.append(("binding-stable", _route.BuildSpec(**common, python=python, parts="binding", abi="stable")))
     for minor, release in sorted(classic.items(), key=lambda kv: compat.release(kv[0])):
-        spec = _route.BuildSpec(
-            **common, python=build_python(release), parts="binding", abi="classic", cuda_home=homes["12"]
-        )
+        spec = _route.BuildSpec(**common, python=build_python(release), parts="binding", abi="classic")
         specs.append((f"binding-pt{minor.replace('.', '')}", spec))
     return specs
 
