@@ -35,15 +35,35 @@ CORE = "tests/core/test_core_platforms.py::"
 ARM = "tests/builder/test_aarch64_wheel.py::"
 DEV_LOOP = "tests/builder/test_dev_loop.py::"
 LINT = "tests/builder/test_lint.py::"
+ONE_WHEEL = "tests/builder/test_one_wheel.py::"
 GUIDES_FIX = "tests/docs/test_guides.py::test_installing_shows_the_fix_commands_the_loader_prints"
 
 HOW = {
     "bash ci/quickstart.sh": {
         "syntax": True,
-        "ci": ("ci/test.sh", "ci wheel build"),
+        "ci": ("ci/test.sh", "ci wheel-local"),
         "test": "tests/builder/test_runtime_wheel.py::test_wheel_renders_without_compiler",
     },
     "bash ci/test.sh": {"ci": (".ci/run", "bash ci/test.sh")},
+    "pip install prerast": {"test": ONE_WHEEL + "test_the_wheel_serves_this_torch"},
+    ".venv/build/bin/python -m ci wheel-local --archs 8.0 --classic 2.4 --out dist": {
+        "help": "python3.11 -m ci wheel-local --help",
+        "ci": ("ci/test.sh", "ci wheel-local --archs"),
+        "test": ONE_WHEEL + "test_one_wheel_carries_every_part",
+    },
+    "python3.11 -m ci merge --out dist/merged build/wheel-local/parts/*/prerast-*.whl": {
+        "help": "python3.11 -m ci merge --help",
+        "test": ONE_WHEEL + "test_one_wheel_carries_every_part",
+    },
+    "python3.11 -m ci merge --slim --out dist/slim build/wheel-local/parts/binding-pt24/*.whl "
+    "build/wheel-local/parts/kernels-cpu/*.whl build/wheel-local/parts/kernels-cu12/*.whl": {
+        "help": "python3.11 -m ci merge --help",
+        "test": ONE_WHEEL + "test_a_slim_wheel_serves_the_torch_it_names",
+    },
+    "python3.11 -m ci toolkit --cuda 12.4": {
+        "help": "python3.11 -m ci toolkit --help",
+        "test": "tests/builder/test_toolkit_debian.py::test_toolkit_has_nvidias_layout_and_builds_the_archs",
+    },
     "bash ci/test.sh --quick": {
         "ci": ("ci/test.sh", "-m ci dev --cpu --"),
         "test": "tests/builder/test_quick_loop.py::test_quick_runs_the_unmarked_tests_in_place",
