@@ -301,6 +301,21 @@ def _describe_build(b):
     )
 
 
+def _describe_parts(b):
+    """What a merged wheel was made of (python -m ci merge records each part), one line per part."""
+    lines = []
+    for p in b.get("parts") or []:
+        if p.get("kind") == "binding":
+            what = f"binding for {p['torch']}, built with torch {p['torch_version']}"
+        else:
+            what = "kernels " + ", ".join(
+                k + (f" (CUDA {v['cuda_version']}, archs {' '.join(v['cuda_archs'])})" if v["cuda_version"] else "")
+                for k, v in sorted(p.get("kernels", {}).items())
+            )
+        lines.append(f"part:     {what}: {p['wheel']}, SHA-256 {p['sha256'][:16]}..., {p['size']} bytes")
+    return lines
+
+
 def format_text(r):
     run, plugin, sb = r["running"], r["plugin"], r["source_build"]
     where = {"bundled": "the package", "cache": "the build cache", "built": "the build cache (built just now)"}
@@ -312,6 +327,7 @@ def format_text(r):
             f"          {plugin['fits']}",
             f"          CUDA kernels {plugin['cuda_kernels']}",
         ]
+        lines += [f"          {line}" for line in _describe_parts(plugin["build_info"])]
         if plugin["source"] != "bundled":
             lines.append("          the package's own plugin does not fit: " + "; ".join(r["bundled"]["problems"]))
     else:

@@ -259,3 +259,22 @@ def test_a_torch_no_part_serves_is_told_what_the_wheel_carries(built, tmp_path):
     chosen, reasons = build_info.choose(info, run)
     assert reasons == [] and chosen["abi"] == "classic"
     assert "built for CUDA 13.x but torch 2.4.1+cu118 runs CUDA 11.8" in compat.cuda_skip_reason(chosen, run)
+
+
+def test_doctor_names_every_part(venvs, built, tmp_path):
+    """`python -m prerast doctor` in the torch 2.4.1 venv: the classic binding and the CUDA 12 kernels chosen, and
+    every part the wheel was merged from, with its digest."""
+    venv = venvs["torch==2.4.1"]
+    home = tmp_path / "home"
+    (home / "tmp").mkdir(parents=True)
+    env = runtime_env(venv, str(home))
+    run = [os.path.join(venv, "bin", "python"), "-m", "prerast", "doctor"]
+    text = subprocess.run(run, capture_output=True, text=True, env=env, cwd=str(home), timeout=300)
+    report = json.loads(subprocess.run(run + ["--json"], capture_output=True, text=True, env=env, timeout=300).stdout)
+    info = report["plugin"]["build_info"]
+    assert info["abi"] == "classic" and info["cuda_kernels"] == "cu12", info
+    _, parts = built
+    assert sorted(p["wheel"] for p in info["parts"]) == sorted(os.path.basename(p) for p in parts.values())
+    assert text.stdout.count("part:     ") == len(parts), text.stdout
+    assert "part:     binding for torch 2.4.x, built with torch 2.4.0" in text.stdout, text.stdout
+    assert "part:     kernels cu12 (CUDA 12.4, archs " in text.stdout, text.stdout
