@@ -20,6 +20,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import sys
 import zipfile
 
@@ -100,15 +101,35 @@ def binding_order(part):
     return (0, ()) if compat.is_stable(part.info) else (1, compat.release(part.info["torch_version"]))
 
 
+MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
+
+
+def tag_family(tags):
+    """What parts must share: 'cp310-abi3-manylinux_2_28_x86_64' -> 'cp310-abi3-manylinux_*_x86_64' (the glibc a
+    part needs may differ: the merged wheel needs the newest), any other tag as it is."""
+    m = MANYLINUX.search(tags)
+    return tags[: m.start()] + f"manylinux_*_{m.group(3)}" if m else tags
+
+
+def merged_tags(parts):
+    """The tags of the merged wheel: the parts' own, with the newest manylinux glibc any part needs."""
+
+    def level(tags):
+        m = MANYLINUX.search(tags)
+        return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+    return max((p.tags for p in parts), key=level)
+
+
 def check_alike(parts):
-    """Refuse parts of different versions, platform tags or sources."""
+    """Refuse parts of different versions, platforms (Python, ABI and platform tags) or sources."""
     first = parts[0]
     for p in parts[1:]:
         if compat.base_version(p.version) != compat.base_version(first.version):
             raise MergeRefused(
                 f"{p.name} is prerast {p.version}, {first.name} is {first.version}: parts of one version only"
             )
-        if p.tags != first.tags:
+        if tag_family(p.tags) != tag_family(first.tags):
             raise MergeRefused(
                 f"{p.name} is tagged {p.tags}, {first.name} {first.tags}: parts of one platform tag only"
             )
@@ -226,7 +247,7 @@ def merge(paths, out_dir, slim=False):
             members.setdefault(name, data)  # the Python package and shipped sources: the first binding's copy
     info["libraries"] = {n: integrity.stamp_bytes(members["prerast/" + n]) for n in sorted(set(lib_names(info)))}
     members[INFO] = json.dumps(info, indent=2, sort_keys=True).encode()
-    return write_wheel(bindings[0], version, members, out_dir)
+    return write_wheel(bindings[0], version, members, out_dir, merged_tags(parts))
 
 
 def lib_names(info):
@@ -235,8 +256,9 @@ def lib_names(info):
     return [n for n in names + [k["library"] for k in info["kernels"].values()] if n]
 
 
-def write_wheel(primary, version, members, out_dir):
-    """The wheel of members with the primary part's dist-info, renamed to `version`, and a fresh RECORD."""
+def write_wheel(primary, version, members, out_dir, tags):
+    """The wheel of members with the primary part's dist-info, renamed to `version` and tagged `tags`, and a fresh
+    RECORD."""
     old_dist = next(n.split("/")[0] for n in primary.members if n.split("/")[0].endswith(".dist-info"))
     dist = f"prerast-{version}.dist-info"
     for name, data in primary.members.items():
@@ -251,7 +273,7 @@ def write_wheel(primary, version, members, out_dir):
     record = "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in sorted(members.items()))
     members[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()
     os.makedirs(out_dir, exist_ok=True)
-    out = os.path.join(out_dir, f"prerast-{version}-{primary.tags}.whl")
+    out = os.path.join(out_dir, f"prerast-{version}-{tags}.whl")
     tmp = out + ".part"
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         # RECORD last, the dist-info after the package, as wheel writers order them.

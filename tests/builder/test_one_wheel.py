@@ -13,6 +13,7 @@ models); the CUDA kernels must be registered exactly when torch is a CUDA build 
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -232,6 +233,13 @@ def test_damaged_or_foreign_parts_are_refused(built, tmp_path):
         shutil.copy(parts["kernels-cu12"], other)
         with pytest.raises(_merge.MergeRefused, match=what):
             _merge.merge(good + [other], str(tmp_path))
+    # Parts repaired to different manylinux levels (auditwheel picks the oldest each one's symbols allow): the
+    # merged wheel needs the newest glibc of them.
+    older = str(tmp_path / re.sub(r"manylinux_\d+_\d+", "manylinux_2_17", os.path.basename(parts["kernels-cu12"])))
+    shutil.copy(parts["kernels-cu12"], older)
+    level = re.search(r"manylinux_\d+_\d+", os.path.basename(parts["binding-stable"])).group(0)
+    merged = _merge.merge(good + [older], str(tmp_path / "levels"))
+    assert level in os.path.basename(merged) or "manylinux_2_17" in os.path.basename(parts["binding-stable"])
     with pytest.raises(_merge.MergeRefused, match="no part carries the CPU kernel library"):
         _merge.merge([parts["binding-stable"], parts["kernels-cu12"]], str(tmp_path))
     with pytest.raises(_merge.MergeRefused, match="both carry the cpu kernel library"):
