@@ -269,6 +269,8 @@ def write_wheel(primary, version, members, out_dir, tags):
                 f"Version: {version}" if line.startswith("Version: ") else line for line in data.decode().split("\n")
             ]
             data = "\n".join(lines).encode()
+        if name.endswith("/WHEEL"):
+            data = data.decode().replace(f"Tag: {primary.tags}", f"Tag: {tags}").encode()
         members[dist + name[len(old_dist) :]] = data
     record = "".join(f"{n},{record_hash(d)},{len(d)}\n" for n, d in sorted(members.items()))
     members[f"{dist}/RECORD"] = (record + f"{dist}/RECORD,,\n").encode()

@@ -239,7 +239,10 @@ def test_damaged_or_foreign_parts_are_refused(built, tmp_path):
     shutil.copy(parts["kernels-cu12"], older)
     level = re.search(r"manylinux_\d+_\d+", os.path.basename(parts["binding-stable"])).group(0)
     merged = _merge.merge(good + [older], str(tmp_path / "levels"))
-    assert level in os.path.basename(merged) or "manylinux_2_17" in os.path.basename(parts["binding-stable"])
+    assert f"-{level}_" in os.path.basename(merged)
+    with zipfile.ZipFile(merged) as z:
+        wheel_file = z.read(f"prerast-{prerast.__version__.split('+')[0]}.dist-info/WHEEL").decode()
+    assert f"Tag: cp310-abi3-{level}_x86_64" in wheel_file, wheel_file
     with pytest.raises(_merge.MergeRefused, match="no part carries the CPU kernel library"):
         _merge.merge([parts["binding-stable"], parts["kernels-cu12"]], str(tmp_path))
     with pytest.raises(_merge.MergeRefused, match="both carry the cpu kernel library"):
