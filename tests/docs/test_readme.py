@@ -48,7 +48,7 @@ HOW = {
     "pip install prerast": {"test": ONE_WHEEL + "test_the_wheel_serves_this_torch"},
     ".venv/build/bin/python -m ci wheel-local --archs 8.0 --classic 2.4 --out dist": {
         "help": "python3.11 -m ci wheel-local --help",
-        "ci": ("ci/test.sh", "ci wheel-local --archs"),
+        "ci": ("ci/test.sh", "ci wheel-local --archs"),  # with --classic 2.4.1: 2.4 takes the matrix's 2.4.0
         "test": ONE_WHEEL + "test_one_wheel_carries_every_part",
     },
     "python3.11 -m ci merge --out dist/merged build/wheel-local/parts/*/prerast-*.whl": {
