@@ -69,8 +69,29 @@ def nvcc_command(ext, source, obj, msvc):
     return launcher + [nvcc, "-c", source, "-o", obj, "-std=c++17", *host, *ext.nvcc_flags]
 
 
+def dependencies(depfile):
+    """The files a make-style depfile (gcc -MMD, nvcc -MD) says an object was built from."""
+    with open(depfile) as f:
+        text = f.read().replace("\\\n", " ")
+    return [p for p in text.partition(":")[2].split() if p != "\\"]
+
+
+def up_to_date(obj, command):
+    """Was obj built by this very command from sources none of which changed since? (The dev loop rebuilds with
+    --force: only what changed recompiles, as ninja does for the bindings.)"""
+    try:
+        with open(obj + ".cmd") as f:
+            if f.read() != command:
+                return False
+        built = os.path.getmtime(obj)
+        return all(os.path.getmtime(dep) <= built for dep in dependencies(obj + ".d"))
+    except OSError:
+        return False
+
+
 def compile_objects(cmd, ext, compiler):
-    """Objects of every source of ext, compiled in parallel; returns their paths in source order."""
+    """Objects of every source of ext, compiled in parallel where not up to date; returns their paths in source
+    order."""
     msvc = is_msvc(compiler)
     obj_suffix = ".obj" if msvc else ".o"
     jobs = []
@@ -81,22 +102,27 @@ def compile_objects(cmd, ext, compiler):
 
     def one(job):
         source, obj = job
+        depfile = [] if msvc else ["-MD" if source.endswith(".cu") else "-MMD", "-MF", obj + ".d"]
         if source.endswith(".cu"):
-            command = nvcc_command(ext, source, obj, msvc)
-            print(" ".join(command), flush=True)
+            command = nvcc_command(ext, source, obj, msvc) + depfile
+        else:
+            postargs = [std_flag(compiler), *ext.cxx_flags, *depfile]
+            command = compiler.compiler_so + [source, *postargs]
+        record = " ".join(command)
+        if not msvc and up_to_date(obj, record):
+            return obj
+        if source.endswith(".cu"):
+            print(record, flush=True)
             done = subprocess.run(command)
             if done.returncode != 0:
                 raise RuntimeError(f"nvcc failed on {source} (exit code {done.returncode})")
         else:
-            compiler.compile(
-                [source],
-                output_dir=cmd.build_temp,
-                extra_postargs=[std_flag(compiler), *ext.cxx_flags],
-                depends=ext.depends,
-            )
+            compiler.compile([source], output_dir=cmd.build_temp, extra_postargs=postargs, depends=ext.depends)
             built = compiler.object_filenames([source], output_dir=cmd.build_temp)[0]
             if os.path.abspath(built) != os.path.abspath(obj):
                 os.replace(built, obj)
+        with open(obj + ".cmd", "w") as f:
+            f.write(record)
         return obj
 
     workers = max(1, min(len(jobs), os.cpu_count() or 1))

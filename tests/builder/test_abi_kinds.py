@@ -17,10 +17,16 @@ pytestmark = pytest.mark.wheel
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# Loads one plugin library and prints its schemas and what a few bad raw calls raise.
+# Loads one binding (its CPU part) with a CPU kernel library, as the loader does (ctypes hands the binding the
+# kernels' table), and prints its schemas and what a few bad raw calls raise.
 PROBE = r"""
-import json, sys, torch
+import ctypes, json, sys, torch
+kernels = ctypes.CDLL(sys.argv[2])
+kernels.prerast_kernel_table.restype = ctypes.c_void_p
 torch.ops.load_library(sys.argv[1])
+attach = ctypes.CDLL(sys.argv[1]).prerast_attach_kernels
+attach.restype, attach.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
+assert attach(kernels.prerast_kernel_table()) is None
 schemas = sorted(str(s) for s in torch._C._jit_get_all_schemas() if s.name.startswith("prerast::"))
 pos = torch.tensor([[[-1.0, -1.0, 0.0, 1.0], [1.0, -1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0]]])
 tri = torch.tensor([[0, 1, 2]], dtype=torch.int32)
@@ -46,15 +52,15 @@ print(json.dumps({"schemas": schemas, "raised": raised, "covered": int((rast[...
 """
 
 
-def probe(library):
-    out = subprocess.run([sys.executable, "-c", PROBE, library], capture_output=True, text=True)
+def probe(library, kernels):
+    out = subprocess.run([sys.executable, "-c", PROBE, library, kernels], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
 
 
 @pytest.fixture(scope="module")
 def other_kind(tmp_path_factory):
-    """The CPU library of the kind that is not installed, built from the same sources."""
+    """The binding (CPU part) of the kind that is not installed, built from the same sources, with its kernels."""
     installed = _loader.require()
     kind = "classic" if installed.get("abi") == "stable" else "stable"
     if kind == "stable" and compat.release(torch.__version__)[:2] < compat.STABLE_FLOOR:
@@ -81,12 +87,13 @@ def other_kind(tmp_path_factory):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     with open(work / "lib" / "prerast" / "_build_info.json") as f:
         assert json.load(f)["abi"] == kind
-    return kind, str(work / "lib" / "prerast" / "_C.abi3.so")
+    return kind, str(work / "lib" / "prerast" / "_C.abi3.so"), str(work / "lib" / "prerast" / "_kernels_cpu.abi3.so")
 
 
 def test_same_ops_same_schemas_same_refusals(other_kind):
-    kind, library = other_kind
-    mine, theirs = probe(_loader.require()["path"]), probe(library)
+    kind, library, kernels = other_kind
+    installed = _loader.require()
+    mine, theirs = probe(installed["path"], installed["kernel_path"]), probe(library, kernels)
     assert f"abi={kind}" in theirs["info"] and f"abi={kind}" not in mine["info"]
     assert mine["schemas"] == theirs["schemas"] and len(mine["schemas"]) == 12
     assert mine["covered"] == theirs["covered"] > 0

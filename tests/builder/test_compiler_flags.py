@@ -123,6 +123,8 @@ print(json.dumps([{"name": e.name, "compile": flags(e), "link": e.extra_link_arg
 def setup_extensions(platform, cuda, tmp_path, **env):
     cuda_home = tmp_path / "cuda"
     (cuda_home / "bin").mkdir(parents=True, exist_ok=True)
+    (cuda_home / "include").mkdir(exist_ok=True)
+    (cuda_home / "include" / "cuda_runtime_api.h").write_text("")  # the CUDA part's headers
     environ = {
         k: v
         for k, v in os.environ.items()

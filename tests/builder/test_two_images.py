@@ -270,6 +270,8 @@ def test_racing_first_uses_build_once(race):
     with open(os.path.join(entry, "_build_info.json")) as f:
         info = json.load(f)
     libraries = ["_C.abi3.so"] + (["_C_cuda.abi3.so"] if info["cuda_library"] else [])
+    libraries += [k["library"] for k in info["kernels"].values()]  # the CPU kernels, and the CUDA ones of a CUDA build
+    assert "_kernels_cpu.abi3.so" in libraries
     assert sorted(os.listdir(entry)) == sorted(libraries + ["_build_info.json", "build.log"])
     assert info["source_hash"] == _sources.digest(ROOT)
     assert all(r["lit"] > 0 for r in results)

@@ -46,7 +46,10 @@ def test_cuda_plugin_in_a_cpu_torch_loads_the_cpu_ops_and_says_so(tmp_path):
     # A stable CUDA wheel serves a CPU-only torch too: its CUDA library is not loaded, and doctor says why.
     if _loader.require().get("abi") != "stable" or not _loader.require().get("cuda_path"):
         pytest.skip("needs the stable CUDA plugin")
-    path = copy_package(tmp_path, cuda_version="12.6")
+    # Its kernels for one CUDA major only, 12 (the library of the installed build, recorded as CUDA 12.6).
+    kernels = _loader.require()["kernels"]
+    cuda = kernels[max((k for k in kernels if k != "cpu"), key=lambda k: int(k[2:]))]
+    path = copy_package(tmp_path, kernels={"cpu": kernels["cpu"], "cu12": dict(cuda, cuda_version="12.6")})
     out, report = doctor(path, "--json")
     assert report["plugin"]["loaded"], out.stderr
     if torch.version.cuda and torch.version.cuda.split(".")[0] != "12":

@@ -314,6 +314,7 @@ def test_forced_install_of_a_windows_wheel_is_a_mismatch_error(tmp_path):
         library="_C.pyd",
         cuda_library=None,
         kernels={"cpu": {"library": "_kernels_cpu.pyd"}},
+        bindings=[],
         libraries={"_C.pyd": None, "_kernels_cpu.pyd": None},
     )
     with open(info_path, "w") as f:

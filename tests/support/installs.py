@@ -11,7 +11,7 @@ import torch
 
 import prerast
 from prerast import _cache, _loader
-from prerast_meta import integrity as _integrity, sources as _sources
+from prerast_meta import build_info, integrity as _integrity, sources as _sources
 
 # Variables of the test environment that would change what a subprocess loads or builds.
 PRERAST_VARS = ("PRERAST_BUILD_ON_MISMATCH", "PRERAST_CACHE_DIR", "PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
@@ -31,6 +31,8 @@ def copy_package(dest, **overrides):
     with open(info_path) as f:
         info = json.load(f)
     info.update(overrides)
+    if any(k in build_info.BINDING_KEYS for k in overrides) and "bindings" not in overrides:
+        info["bindings"] = []  # a package of that one binding (the one wheel's others would serve instead)
     with open(info_path, "w") as f:
         json.dump(info, f)
     return str(dest)
