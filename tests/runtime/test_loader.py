@@ -13,7 +13,7 @@ import torch
 import prerast
 from installs import restamp
 from prerast import _loader
-from prerast_meta import compat
+from prerast_meta import build_info, compat
 
 
 def copy_package(tmp_path, **overrides):
@@ -25,6 +25,8 @@ def copy_package(tmp_path, **overrides):
     shutil.copytree(meta, tmp_path / "prerast_meta", ignore=shutil.ignore_patterns("__pycache__"))
     info = json.loads((dst / "_build_info.json").read_text())
     info.update(overrides)
+    if any(k in build_info.BINDING_KEYS for k in overrides):
+        info["bindings"] = []  # a package of that one binding (the one wheel's others would serve instead)
     (dst / "_build_info.json").write_text(json.dumps(info))
     return tmp_path
 
