@@ -5,7 +5,9 @@
 # compute-sanitizer when it is installed. Writes its logs to ${GPU_CHECK_OUT:-gpu-check}/. Every step after the
 # build fits what is left of GPU_CHECK_SECONDS (480 by default, counted from the start), so the whole check ends
 # inside a lease of that length, with the most important steps first.
-# PRERAST_WHEEL=path installs that wheel instead of building one (a stable-ABI wheel built elsewhere).
+# PRERAST_WHEEL=path installs that wheel instead of building one: a stable-ABI wheel built elsewhere, or the one
+# wheel of `python -m ci wheel-local` (its kernels of torch's CUDA major are the ones checked). The wheel built here
+# carries the binding and the kernel libraries of this toolkit's CUDA major, as the one wheel does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(mkdir -p "${GPU_CHECK_OUT:-gpu-check}" && cd "${GPU_CHECK_OUT:-gpu-check}" && pwd)
