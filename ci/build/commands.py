@@ -1,4 +1,4 @@
-"""The commands about what this machine builds: `matrix` (the cells; --local: which are buildable here, and why
+"""The commands about what this machine builds: `matrix` (the cells and the parts of each target's wheel; --local: which are buildable here, and why
 not), `build` (build, repair and smoke-test cells) and `summary` (the table of the cells built so far).
 
     python -m ci matrix --local
@@ -18,39 +18,77 @@ from ci import matrix
 from ci.build import buildable, cells as builder, summary, tools
 from ci.build.cells import DEFAULT_DOWNLOADS, DEFAULT_OUT, DEFAULT_WORK
 from ci.build.progress import clock, log
+from ci.matrix import parts
+
+
+def part_lines(selected):
+    """The parts of `selected` (ci/matrix/parts.py), then the wheels each target's merge makes of them."""
+    width = max((len(p.id) for p in selected), default=12)
+    lines = ["", "parts (one wheel job each; merged per target):"]
+    for p in selected:
+        flags = ("published" if p.published else "unpublished") + (", pr" if p.pr else "")
+        lines.append(f"{p.id:{width}} {p.target.name:14} {p.describe()}  [{flags}]")
+    for name, group in parts.by_target(selected).items():
+        wheels = parts.merges(group)
+        slim = ", ".join(f"+{m.local_tag}" for m in wheels if m.slim) or "none"
+        lines.append(f"{name}: {wheels[0].wheel_name('<version>')} of {len(group)} parts; slim wheels: {slim}")
+    return lines
 
 
 def matrix_main(argv=None):
-    m = argparse.ArgumentParser(prog="python -m ci matrix", description="The cells of ci/matrix.toml.")
+    m = argparse.ArgumentParser(
+        prog="python -m ci matrix", description="The cells of ci/matrix.toml and the parts their wheels are made of."
+    )
     m.add_argument("--published", action="store_true")
     m.add_argument("--pr", action="store_true", help="only the cells built on pull requests")
     m.add_argument("--local", action="store_true", help="say which cells this machine can build")
     m.add_argument("--python", default="3.11")
     m.add_argument("--json", action="store_true")
     a = m.parse_args(argv)
-    cells = matrix.select(matrix.load(), published=a.published, pr=a.pr)
+    all_cells = matrix.load()
+    cells = matrix.select(all_cells, published=a.published, pr=a.pr)
+    selected = parts.select(parts.load(cells=all_cells), published=a.published, pr=a.pr)
     if a.json:
         print(
             json.dumps(
-                [
-                    {
-                        "id": c.id,
-                        "kind": c.kind,
-                        "torch": c.torch,
-                        "platform": c.platform,
-                        "pythons": list(c.pythons),
-                        "archs": list(c.archs),
-                        "published": c.published,
-                        "pr": c.pr,
-                        "local_tag": c.local_tag,
-                        "serves": [f"{r}+{p}" for r, p in c.serves],
-                        "target": c.target.name,
-                        "os": c.target.os,
-                        "machine": c.target.machine,
-                        "platform_tag": c.target.plat,
-                    }
-                    for c in cells
-                ],
+                {
+                    "cells": [
+                        {
+                            "id": c.id,
+                            "kind": c.kind,
+                            "torch": c.torch,
+                            "platform": c.platform,
+                            "pythons": list(c.pythons),
+                            "archs": list(c.archs),
+                            "published": c.published,
+                            "pr": c.pr,
+                            "local_tag": c.local_tag,
+                            "serves": [f"{r}+{p}" for r, p in c.serves],
+                            "target": c.target.name,
+                            "os": c.target.os,
+                            "machine": c.target.machine,
+                            "platform_tag": c.target.plat,
+                        }
+                        for c in cells
+                    ],
+                    "parts": [
+                        {
+                            "id": p.id,
+                            "kind": p.kind,
+                            "target": p.target.name,
+                            "runner": p.target.runner,
+                            "compute": p.compute or None,
+                            "abi": p.abi or None,
+                            "toolkit": p.cuda or None,
+                            "nvcc": p.nvcc,
+                            "archs": list(p.archs),
+                            "torch": p.cell.torch_build if p.cell else None,
+                            "published": p.published,
+                            "pr": p.pr,
+                        }
+                        for p in selected
+                    ],
+                },
                 indent=2,
             )
         )
@@ -68,6 +106,7 @@ def matrix_main(argv=None):
         print(line)
         tag = f"+{c.local_tag}" if c.local_tag else "no local tag"
         print(f"{'':{width}} {c.wheel_name('<version>')}: {tag}, serves {c.serves_text()} on {c.target.describe()}")
+    print("\n".join(part_lines(selected)))
     return 0
 
 

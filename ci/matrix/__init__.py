@@ -62,6 +62,7 @@ class Target:
     image: str = ""  # manylinux image (Linux): the target's manylinux policy
     toolkit: str = ""  # NVIDIA's repository (Linux) or redistributable archives (Windows) of its CUDA toolkit
     archs: tuple = ()  # ((CUDA version, (arch, ...)), ...) where they differ from [cuda."X"]
+    kernels: tuple = ()  # ((CUDA major, toolkit version), ...) where they differ from [kernels] cuda
     cross: str = ""  # the machine that cross-builds it (python -m ci cross), "" if built natively only
 
     @property
@@ -168,6 +169,7 @@ def _load_targets(data):
             image=t.get("image", ""),
             toolkit=t.get("toolkit", ""),
             archs=tuple((v, tuple(a)) for v, a in sorted(t.get("archs", {}).items())),
+            kernels=tuple(sorted(t.get("kernels", {}).items())),
             cross=t.get("cross", ""),
         )
     default = data["policy"].get("default_target")
