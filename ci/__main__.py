@@ -13,7 +13,8 @@ import sys
 COMMANDS = {
     "matrix": (
         "ci.build.commands:matrix_main",
-        "list the cells of ci/matrix.toml (--local: which this machine can build, and why not)",
+        "list the cells of ci/matrix.toml and the parts of each target's wheel (--local: which cells this machine can "
+        "build, and why not)",
     ),
     "build": (
         "ci.build.commands:build_main",
@@ -27,13 +28,20 @@ COMMANDS = {
         "ci.build.merge:main",
         "combine part wheels (bindings, kernel libraries) into one wheel: --out DIR [--slim] PARTS...",
     ),
+    "merge-target": (
+        "ci.build.merge_target:main",
+        "one target's wheels from its part wheels: the one wheel and the slim ones (the workflow's merge job)",
+    ),
     "summary": ("ci.build.commands:summary_main", "the summary table of the cells built so far (dist/cells)"),
     "index": ("ci.publish.index:main", "find-links pages and a PEP 503 index from a folder of wheels"),
     "cibw-env": (
         "ci.matrix.cibw:env_main",
-        "the cibuildwheel environment of one cell (the CI workflow appends it to $GITHUB_ENV)",
+        "the cibuildwheel environment of one part (the CI workflow appends it to $GITHUB_ENV)",
     ),
-    "gh-matrix": ("ci.matrix.cibw:gh_matrix_main", "the CI workflow's job matrix, as JSON"),
+    "gh-matrix": (
+        "ci.matrix.cibw:gh_matrix_main",
+        "the CI workflow's job matrix, as JSON: the parts' wheel jobs, or (--jobs targets) the merge and smoke jobs",
+    ),
     "toolkit-redist": (
         "ci.toolkit.redist:main",
         "a Windows CUDA cell's toolkit from NVIDIA's redistributable archives (into its CUDA_HOME)",
@@ -44,7 +52,7 @@ COMMANDS = {
     ),
     "pin-torch": (
         "ci.matrix.cibw:pin_torch_main",
-        "write the cell's torch pin to $PIP_CONSTRAINT (cibuildwheel's before-all on Windows and macOS)",
+        "write the part's torch pin to $PIP_CONSTRAINT (cibuildwheel's before-all on Windows and macOS)",
     ),
     "msvc-env": (
         "ci.toolkit.msvc_env:main",
@@ -69,7 +77,7 @@ COMMANDS = {
     ),
     "publish-plan": (
         "ci.publish.plan:plan_main",
-        "which targets of a tag run publish (every cell of the target passed), the summary and notes",
+        "which targets of a tag run publish (every part of the target built and merged), the summary and notes",
     ),
     "pypi-dir": (
         "ci.publish.plan:pypi_main",

@@ -1,12 +1,15 @@
-"""The CUDA toolkit of a Windows cell, from NVIDIA's redistributable archives. Standard library only.
+"""The CUDA toolkit of a Windows part, from NVIDIA's redistributable archives. Standard library only.
 
-    python -m ci toolkit-redist --cell 2.14.1+cu130-windows-amd64     # into .cibw/cuda-13.0: the cell's CUDA_HOME
-    python -m ci toolkit-redist --cell CELL --out DIR --root URL-OR-FOLDER --release 13.0.2
+    python -m ci toolkit-redist --part kernels-cu13-windows-amd64     # into .cibw/cuda-13.0: the part's CUDA_HOME
+    python -m ci toolkit-redist --part PART --out DIR --root URL-OR-FOLDER --release 13.0.2
+
+A Windows part with a toolkit (ci/matrix/parts.py: `cuda`) is a CUDA kernels part, whose nvcc it is, or the stable
+binding of a CUDA torch, which compiles with its headers only (Windows torch brings no nvidia-* wheels).
 
 NVIDIA publishes the components of each CUDA release as archives under one root (the target's `toolkit` in
 ci/matrix.toml), described by redistrib_<release>.json: per component (cuda_nvcc, cuda_cudart, ...) and platform
 (windows-x86_64, linux-x86_64, linux-sbsa) the archive's relative_path and sha256. This takes the newest release
-of the cell's CUDA version that the root lists (or --release), the components of [toolkit].packages under their
+of the part's CUDA version that the root lists (or --release), the components of [toolkit].packages under their
 redist names (cuda-nvcc -> cuda_nvcc, cuda-cudart-devel -> cuda_cudart), checks each archive's SHA-256 and unpacks
 it without its top folder, so that the components merge into one toolkit tree (bin/nvcc.exe, include/, lib/x64/).
 The root may be a URL, a file:// URL or a folder (the tests' fake redist).
@@ -196,29 +199,29 @@ def install(root, cuda, packages, platform, out, release=None, log=print):
 
 def main(argv=None):
     from ci import matrix
-    from ci.matrix import cibw
+    from ci.matrix import cibw, parts
 
     p = argparse.ArgumentParser(
         prog="python -m ci toolkit-redist", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--cell", required=True, help="a CUDA cell, e.g. 2.14.1+cu130-windows-amd64")
-    p.add_argument("--out", help="the toolkit folder (default: the cell's CUDA_HOME, python -m ci cibw-env)")
-    p.add_argument("--root", help="redist URL or folder (default: the cell's target's toolkit)")
-    p.add_argument("--release", help="exact CUDA release, e.g. 13.0.2 (default: the newest of the cell's CUDA)")
+    p.add_argument("--part", required=True, help="a part with a CUDA toolkit, e.g. kernels-cu13-windows-amd64")
+    p.add_argument("--out", help="the toolkit folder (default: the part's CUDA_HOME, python -m ci cibw-env)")
+    p.add_argument("--root", help="redist URL or folder (default: the part's target's toolkit)")
+    p.add_argument("--release", help="exact CUDA release, e.g. 13.0.2 (default: the newest of the part's CUDA)")
     a = p.parse_args(argv)
     try:
-        cell = matrix.find(a.cell)
-        if not cell.cuda:
-            raise RedistError(f"cell {cell.id} is a CPU cell: it needs no CUDA toolkit")
-        platform = REDIST_PLATFORM.get((cell.target.os, cell.target.machine.lower()))
-        root = a.root or cell.target.toolkit
-        if platform is None or not (a.root or cell.target.os == "windows"):
+        part = parts.find(a.part)
+        if not part.cuda:
+            raise RedistError(f"part {part.id} needs no CUDA toolkit")
+        platform = REDIST_PLATFORM.get((part.target.os, part.target.machine.lower()))
+        root = a.root or part.target.toolkit
+        if platform is None or not (a.root or part.target.os == "windows"):
             raise RedistError(
-                f"cell {cell.id}: its target {cell.target.name} installs CUDA from {root}, not from "
+                f"part {part.id}: its target {part.target.name} installs CUDA from {root}, not from "
                 "NVIDIA's redist archives (give --root to use them anyway)"
             )
-        out = a.out or cibw.redist_toolkit_dir(cell)
-        record = install(root, cell.cuda, matrix.toolkit()["packages"], platform, out, a.release)
+        out = a.out or cibw.redist_toolkit_dir(part)
+        record = install(root, part.cuda, matrix.toolkit()["packages"], platform, out, a.release)
     except (RedistError, matrix.MatrixError) as e:
         print(f"toolkit-redist: {e}", file=sys.stderr)
         return RedistError.exit_code

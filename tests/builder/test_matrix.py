@@ -13,10 +13,11 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix  # noqa: E402
-from ci.matrix import cibw
+from ci.matrix import cibw, parts
 from prerast_meta import build_env, compat  # noqa: E402
 
 CELLS = matrix.load()
+PARTS = parts.load()
 RAW = tomllib.load(open(matrix.MATRIX_FILE, "rb"))
 
 
@@ -112,9 +113,9 @@ def test_every_pull_request_cell_is_a_published_build():
     assert pr and all(c.platform in published[matrix.minor(c.torch)] for c in pr)
 
 
-def test_cuda_tables_are_the_ones_the_cells_use():
-    used = {c.cuda for c in CELLS if c.cuda}
-    assert used == set(RAW["cuda"]), "a [cuda] table no cell uses, or the reverse"
+def test_cuda_tables_are_the_ones_the_cells_and_the_kernel_parts_use():
+    used = {c.cuda for c in CELLS if c.cuda} | {p.toolkit for p in PARTS if p.toolkit}
+    assert used == set(RAW["cuda"]), "a [cuda] table no cell or kernels part uses, or the reverse"
 
 
 def test_releases_below_2_10_are_built_at_their_lowest_patch():
@@ -415,8 +416,12 @@ def to_toml(data):
             lines += [
                 f"{quoted(k)} = {value(v)}"
                 for k, v in table.items()
-                if not isinstance(v, list) or not v or not isinstance(v[0], dict)
+                if not isinstance(v, dict) and (not isinstance(v, list) or not v or not isinstance(v[0], dict))
             ]
+            for sub, rows in table.items():  # [kernels] cuda = {"12" = "12.8"}: written as [kernels.cuda]
+                if isinstance(rows, dict):
+                    lines.append(f"[{key}.{sub}]")
+                    lines += [f'"{k}" = {value(v)}' for k, v in rows.items()]
             for sub, rows in table.items():
                 if isinstance(rows, list) and rows and isinstance(rows[0], dict):
                     for row in rows:
@@ -425,32 +430,71 @@ def to_toml(data):
     return "\n".join(lines) + "\n"
 
 
-def test_cibuildwheel_environment_of_a_cell():
-    for cell in (matrix.find("2.14.1+cu130"), matrix.find("2.4+cu124"), matrix.find("2.13.0+cpu")):
-        env = cibw.environment(cell, workspace="/w")
-        assert env["CIBW_BUILD"].split() == [f"cp{p.replace('.', '')}-manylinux_x86_64" for p in cell.pythons]
-        inner = dict(re.findall(r'(\w+)="([^"]*)"', env["CIBW_ENVIRONMENT"]))
-        requirement, extra = cell.torch_requirement()
-        assert inner["PRERAST_TORCH_REQUIREMENT"] == requirement
-        assert inner.get("PIP_EXTRA_INDEX_URL") == (extra[1] if extra else None)
-        assert (inner.get("PRERAST_CUDA_ARCH_LIST") or None) == (cell.arch_list() or None)
-        if cell.cuda:
-            assert inner["CUDA_HOME"].endswith(cell.cuda) and f"gcc-toolset-{cell.host_gcc}" in inner["CXX"]
-            assert f"cuda-nvcc-{cell.cuda.replace('.', '-')}" in inner["PRERAST_TOOLKIT_PACKAGES"].split()
+def inner_env(part, workspace="/w"):
+    return dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(part, workspace=workspace)["CIBW_ENVIRONMENT"]))
 
 
-def test_github_matrix_lists_the_selected_cells():
-    out = subprocess.run(
-        [sys.executable, "-m", "ci", "gh-matrix", "--pr"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout
+def test_cibuildwheel_environment_of_a_part():
+    for part in PARTS:
+        env, inner = cibw.environment(part, workspace="/w"), inner_env(part)
+        assert env["CIBW_BUILD"] == part.target.identifier(part.python)  # one build: the part is cp310-abi3
+        assert env["CIBW_TEST_SKIP"] == "*"  # a part does not run alone: the merged wheel is smoke-tested
+        assert inner["PRERAST_PART"] == part.id and inner["PRERAST_PARTS"] == part.kind
+        assert inner.get("PRERAST_ABI") == (part.abi or None)
+        if part.cell:
+            requirement, extra = part.cell.torch_requirement()
+            assert inner["PRERAST_TORCH_REQUIREMENT"] == requirement and "CIBW_BEFORE_BUILD" not in env
+            assert inner.get("PIP_EXTRA_INDEX_URL") == (extra[1] if extra else None)
+        else:
+            assert not {"PRERAST_TORCH_REQUIREMENT", "PIP_CONSTRAINT", "PIP_EXTRA_INDEX_URL"} & set(inner)
+            assert env["CIBW_BEFORE_BUILD"].split()[-1].endswith("requirements-cell.txt")  # and no torch after it
+        assert (inner.get("PRERAST_CUDA_ARCH_LIST") or None) == (part.arch_list() or None)
+        assert ("PRERAST_FORCE_CPU" in inner) == (part.kind == "kernels" and not part.nvcc)
+        if part.target.os == "linux":
+            assert ("CUDA_HOME" in inner) is part.nvcc  # a binding's CUDA headers: its torch's nvidia-* wheels
+        if part.nvcc and part.target.os == "linux":
+            assert (
+                inner["CUDA_HOME"] == f"/usr/local/cuda-{part.toolkit}"
+                and f"gcc-toolset-{part.host_gcc}" in inner["CXX"]
+            )
+            assert f"cuda-nvcc-{part.toolkit.replace('.', '-')}" in inner["PRERAST_TOOLKIT_PACKAGES"].split()
+
+
+def test_a_kernels_part_pins_no_torch():
+    """A kernels part compiles no torch code: no torch in its build environment (pip would download a CUDA torch of
+    GBs for nothing), except macOS's, where delocate wants torch's lib folder for every wheel it repairs
+    (prerast_meta/repair.py, tool_env): the small CPU torch, for the repair only."""
+    for part in (p for p in PARTS if p.kind == "kernels"):
+        inner = inner_env(part)
+        if part.target.repair != "delocate":
+            assert part.cell is None and "PRERAST_TORCH_REQUIREMENT" not in inner, part.id
+        else:
+            assert part.torch_for_repair and part.cell.platform == "cpu" and part.cell.target == part.target
+    # Can fail: the environment of a binding pins its torch.
+    assert "PRERAST_TORCH_REQUIREMENT" in inner_env(parts.find("binding-pt24", PARTS))
+
+
+def test_github_matrix_lists_the_selected_parts_and_targets():
     import json
 
-    jobs = json.loads(out)["include"]
-    assert [j["cell"] for j in jobs] == [c.id for c in CELLS if c.pr]
+    def gh_matrix(*args):
+        return json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "ci", "gh-matrix", *args], cwd=ROOT, capture_output=True, text=True, check=True
+            ).stdout
+        )["include"]
+
+    jobs = gh_matrix("--pr")
+    assert [j["part"] for j in jobs] == [p.id for p in PARTS if p.pr]
     assert all(
-        set(j) == {"cell", "torch", "platform", "pythons", "target", "os", "runner", "cuda", "ccache", "timeout"}
-        for j in jobs
+        set(j) == {"part", "kind", "target", "os", "runner", "cuda", "ccache", "timeout", "artifact"} for j in jobs
     )
+    targets = gh_matrix("--published", "--jobs", "targets")
+    assert [r["target"] for r in targets] == list(matrix.targets())
+    for row in targets:
+        assert row["parts"].split() == [p.id for p in PARTS if p.published and p.target.name == row["target"]]
+        assert row["runner"] == matrix.targets()[row["target"]].runner
+        assert row["smoke_torch"] == "torch===2.14.1"  # PyPI's build of the stable binding's torch
 
 
 def test_toolkit_installs_only_what_the_plugin_compiles_and_links():
@@ -470,12 +514,15 @@ def test_headers_of_the_nvidia_wheels_next_to_torch_are_found(tmp_path, monkeypa
     assert found == ["nvidia/cu13/include", "nvidia/cublas/include", "nvidia/cusparse/include"]
 
 
-def test_timeouts_leave_room_for_every_cell():
-    for cell in CELLS:
-        minutes = cibw.timeout_minutes(cell)
-        assert 2 * cibw.expected_minutes(cell) <= minutes <= 360 and minutes % 5 == 0
-    biggest = max(CELLS, key=cibw.expected_minutes)
-    assert biggest.cuda and cibw.timeout_minutes(biggest) > 30  # the old fixed timeout did not fit a CUDA cell
+def test_timeouts_leave_room_for_every_part():
+    for part in PARTS:
+        minutes = cibw.timeout_minutes(part)
+        assert 2 * cibw.expected_minutes(part) <= minutes <= 360 and minutes % 5 == 0
+    # The old fixed timeout fitted no CUDA build; more archs and a CUDA torch to fetch take longer.
+    assert max(cibw.timeout_minutes(p) for p in PARTS) > 30
+    cu13, cpu = parts.find("kernels-cu13", PARTS), parts.find("kernels-cpu", PARTS)
+    assert cibw.expected_minutes(cu13) > cibw.expected_minutes(parts.find("kernels-cu12-linux-aarch64", PARTS))
+    assert cibw.expected_minutes(cpu) < cibw.expected_minutes(parts.find("binding-stable", PARTS))
 
 
 def _table_rows(path, heading):

@@ -113,14 +113,19 @@ def test_tool_of_a_platform_tag():
 def test_pin_torch_writes_the_constraint_file(tmp_path, capsys):
     path = tmp_path / ".cibw" / "constraints.txt"
     env = {
-        "PRERAST_CELL": "2.14.1+cpu-macos-arm64",
+        "PRERAST_PART": "binding-stable-macos-arm64",
         "PRERAST_TORCH_REQUIREMENT": "torch===2.14.1",
         "PIP_CONSTRAINT": str(path),
     }
     assert cibw.pin_torch_main([], env) == 0
     assert path.read_text() == "torch===2.14.1\n"
     assert cibw.pin_torch_main([], {"PIP_CONSTRAINT": str(path)}) == 2
-    assert "PRERAST_CELL, PRERAST_TORCH_REQUIREMENT not set" in capsys.readouterr().err
+    assert "PRERAST_PART not set" in capsys.readouterr().err
+    # A part without torch (a Windows kernels part) pins nothing; a torch without its constraint file is refused.
+    path.unlink()
+    assert cibw.pin_torch_main([], {"PRERAST_PART": "kernels-cpu-windows-amd64", "PIP_CONSTRAINT": str(path)}) == 0
+    assert not path.exists() and "no torch" in capsys.readouterr().out
+    assert cibw.pin_torch_main([], dict(env, PIP_CONSTRAINT="")) == 2
 
 
 def test_smoke_runtime_on_windows_keeps_the_system_folder_and_moves_home_and_temp(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix
-from ci.matrix import cibw
+from ci.matrix import cibw, parts
 from ci.toolkit import redist  # noqa: E402
 
 PLATFORM = "windows-x86_64"
@@ -130,25 +130,28 @@ def test_a_missing_component_a_bad_checksum_and_an_escaping_member_are_refused(t
         redist.releases(str(tmp_path / "nowhere"))
 
 
-def test_the_command_unpacks_a_windows_cells_toolkit_where_its_cuda_home_is(tmp_path, capsys, monkeypatch):
+def test_the_command_unpacks_a_windows_parts_toolkit_where_its_cuda_home_is(tmp_path, capsys, monkeypatch):
     root = make_root(tmp_path)
     monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path / "ws"))
-    cell = matrix.find("2.14.1+cu130-windows-amd64")
-    assert redist.main(["--cell", cell.id, "--root", root.as_uri()]) == 0
-    home = pathlib.Path(cibw.redist_toolkit_dir(cell))
+    part = parts.find("kernels-cu13-windows-amd64")
+    assert redist.main(["--part", part.id, "--root", root.as_uri()]) == 0
+    home = pathlib.Path(cibw.redist_toolkit_dir(part))
     assert capsys.readouterr().out.splitlines()[-1] == str(home)
     assert (home / "bin" / "nvcc.exe").exists() and home == tmp_path / "ws" / ".cibw" / "cuda-13.0"
-    inner = cibw.environment(cell)["CIBW_ENVIRONMENT"]
+    inner = cibw.environment(part)["CIBW_ENVIRONMENT"]
     assert f'CUDA_HOME="{home.as_posix()}"' in inner
+    # The stable binding of the CUDA 13 torch compiles with the same toolkit's headers, in the same folder.
+    assert cibw.redist_toolkit_dir(parts.find("binding-stable-windows-amd64")) == str(home.as_posix())
     # The default root is the target's: NVIDIA's redist.
-    assert cell.target.toolkit == "https://developer.download.nvidia.com/compute/cuda/redist"
+    assert part.target.toolkit == "https://developer.download.nvidia.com/compute/cuda/redist"
 
 
-def test_the_command_refuses_cpu_and_linux_cells(tmp_path, capsys):
+def test_the_command_refuses_parts_without_a_toolkit_and_linux_parts(tmp_path, capsys):
     root = make_root(tmp_path)
-    assert redist.main(["--cell", "2.14.1+cpu-macos-arm64", "--root", str(root), "--out", str(tmp_path / "o")]) == 1
-    assert "CPU cell: it needs no CUDA toolkit" in capsys.readouterr().err
-    assert redist.main(["--cell", "2.14.1+cu130", "--out", str(tmp_path / "o")]) == 1
+    out = str(tmp_path / "o")
+    assert redist.main(["--part", "kernels-cpu-windows-amd64", "--root", str(root), "--out", out]) == 1
+    assert "needs no CUDA toolkit" in capsys.readouterr().err
+    assert redist.main(["--part", "kernels-cu13", "--out", out]) == 1
     assert "not from NVIDIA's redist archives" in capsys.readouterr().err
-    assert redist.main(["--cell", "2.99+cu130", "--out", str(tmp_path / "o")]) == 1
-    assert "no cell" in capsys.readouterr().err
+    assert redist.main(["--part", "kernels-cu99", "--out", out]) == 1
+    assert "no part" in capsys.readouterr().err
