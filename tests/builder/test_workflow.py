@@ -1,8 +1,10 @@
 """The CI workflow and the cibuildwheel configuration agree with ci/matrix.toml: actionlint accepts the workflow,
-the workflow takes its job list from the matrix file (it names no cell itself), and cibuildwheel, given each cell's
-environment, prints exactly that cell's build identifiers."""
+the workflow takes its job lists from the matrix file (it names no cell or part itself), cibuildwheel, given each
+part's environment, builds exactly that part once and tests nothing, and each target's wheels go from its parts'
+artifacts through its merge and smoke jobs to the publishing jobs."""
 
 import dataclasses
+import fnmatch
 import os
 import re
 import shutil
@@ -15,12 +17,13 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix  # noqa: E402
-from ci.matrix import cibw
+from ci.matrix import cibw, parts
 from ci.repair import check
 from prerast_meta import compat  # noqa: E402
 
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
 CELLS = matrix.load()
+PARTS = parts.load()
 PYPROJECT = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))
 
 
@@ -43,12 +46,12 @@ def test_actionlint_would_catch_a_broken_workflow(tmp_path):
     # The check above can fail: the same workflow with a typo in an expression is refused.
     broken = tmp_path / ".github" / "workflows"
     broken.mkdir(parents=True)
-    text = open(WORKFLOW).read().replace("needs.matrix.outputs.cells", "needs.matrix.outputs.cellz")
+    text = open(WORKFLOW).read().replace("needs.matrix.outputs.parts", "needs.matrix.outputs.partz")
     (broken / "wheels.yml").write_text(text)
     out = subprocess.run(
         [tool("actionlint"), "-no-color", str(broken / "wheels.yml")], capture_output=True, text=True, cwd=tmp_path
     )
-    assert out.returncode != 0 and "cellz" in out.stdout
+    assert out.returncode != 0 and "partz" in out.stdout
 
 
 def jobs():
@@ -73,6 +76,13 @@ def wheel_jobs():
     return {name for name, job in jobs().items() if "cibuildwheel" in runs(job)}
 
 
+def making_jobs():
+    """The jobs a target's wheels come through: the part builds, the merge, the smoke test."""
+    return wheel_jobs() | {
+        name for name, job in jobs().items() if "python -m ci merge-target" in runs(job) or "wheel smoke" in runs(job)
+    }
+
+
 def test_release_upload_has_no_environment_and_pages_runs_after_every_wheel_job():
     all_jobs = jobs()
     (release,) = [n for n, j in all_jobs.items() if "python -m ci release-upload" in runs(j)]
@@ -80,8 +90,9 @@ def test_release_upload_has_no_environment_and_pages_runs_after_every_wheel_job(
     assert release != pages
     assert "environment" not in all_jobs[release]  # github-pages refuses tag refs by default
     assert all_jobs[pages]["environment"]["name"] == "github-pages"
-    assert wheel_jobs() and wheel_jobs() | {release} <= needs(all_jobs[pages])
-    assert wheel_jobs() <= needs(all_jobs[release])
+    assert making_jobs() == {"wheel", "merge", "smoke"}
+    assert making_jobs() | {release} <= needs(all_jobs[pages])
+    assert making_jobs() <= needs(all_jobs[release])
     for name in (release, pages):  # the conditions themselves: tests/builder/test_publish.py
         assert "startsWith(github.ref, 'refs/tags/v')" in all_jobs[name]["if"]
     assert all_jobs[pages]["concurrency"]["cancel-in-progress"] is False  # deploys queue, each merging the last
@@ -135,13 +146,12 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
         assert job["timeout-minutes"] == "${{ matrix.timeout }}"
         (upload,) = uses(job, "actions/upload-artifact")
         assert upload["with"]["overwrite"] is True
-        for part in ("torch", "platform", "target"):
-            assert "${{ matrix.%s }}" % part in upload["with"]["name"]
+        assert upload["with"]["name"] == "${{ matrix.artifact }}"  # part-<target>-<part>: artifact_names_flow
         (cache,) = uses(job, "actions/cache/restore")
-        assert cache["if"] == "matrix.os == 'linux' && matrix.ccache"  # the cells whose build goes through ccache
+        assert cache["if"] == "matrix.os == 'linux' && matrix.ccache"  # the parts whose build goes through ccache
         key, restore = cache["with"]["key"], cache["with"]["restore-keys"]
         assert "github.sha" not in key and "run_id" not in key and key.startswith(restore)
-        assert "${{ matrix.cell }}" in restore
+        assert "${{ matrix.part }}" in restore
         (save,) = uses(job, "actions/cache/save")
         assert save["with"] == {"path": cache["with"]["path"], "key": key}
         assert save["if"] == cache["if"] + " && github.event_name == 'schedule'"
@@ -160,50 +170,55 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
             "/usr/local/share/boost",
         ):
             assert path in clean_up
-    env = cibw.environment(matrix.find("2.14.1+cu130"))["CIBW_ENVIRONMENT"]
+    env = cibw.environment(parts.find("kernels-cu13", PARTS))["CIBW_ENVIRONMENT"]
     assert 'CCACHE_MAXSIZE="' in env
 
 
-def test_smoke_tests_run_under_the_oldest_and_newest_python(monkeypatch):
-    """cibuildwheel's own option parser, given each cell's environment: every Python of the cell is built (the
-    abi3 wheel once, then found again), the smoke test runs under the first and last only."""
+def test_each_part_is_built_once_and_tested_never(monkeypatch):
+    """cibuildwheel's own option parser, given each part's environment: the part's one build identifier is built
+    (its wheel is cp310-abi3 whatever Python builds it), its test is skipped (a part does not run alone: the smoke
+    job tests the merged wheel), and a part without torch installs none before its build."""
     options = pytest.importorskip("cibuildwheel.options")
     monkeypatch.chdir(ROOT)
-    seen = set()
-    for cell in CELLS:
-        env = cibw.environment(cell)
-        args = dataclasses.replace(options.CommandLineArguments.defaults(), platform=cell.target.os)
-        parsed = options.compute_options(cell.target.os, args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
-        ids = cell.build_identifiers()
-        assert [i for i in ids if parsed.globals.build_selector(i)] == ids
-        tested = [p for p, i in zip(cell.pythons, ids) if parsed.globals.test_selector(i)]
-        assert tested == [cell.pythons[0], cell.pythons[-1]] == list(cibw.smoke_pythons(cell))
-        seen.add(len(cell.pythons))
-    assert seen >= {3, 4}  # cells with three and with four Pythons
+    for part in PARTS:
+        env = cibw.environment(part)
+        args = dataclasses.replace(options.CommandLineArguments.defaults(), platform=part.target.os)
+        parsed = options.compute_options(part.target.os, args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
+        identifier = part.target.identifier(part.python)
+        others = [part.target.identifier(p) for p in ("3.11", "3.12", "3.13")]
+        assert parsed.globals.build_selector(identifier) and not any(map(parsed.globals.build_selector, others))
+        assert not parsed.globals.test_selector(identifier), part.id
+        before = parsed.build_options(identifier).before_build
+        assert before.split()[-1] == ("torch" if part.cell else "{project}/ci/requirements-cell.txt"), (part.id, before)
 
 
-def test_job_model_counts_a_cuda_torch_per_smoke_tested_python():
-    cell = matrix.find("2.14.1+cu130")
-    every, two = cibw.expected_minutes(cell, len(cell.pythons)), cibw.expected_minutes(cell)
-    skipped = len(cell.pythons) - 2
-    assert every - two == pytest.approx(skipped * (cibw.MINUTES["torch_cuda"] - cibw.MINUTES["python_skipped"]))
-    published = matrix.select(CELLS, published=True)
-    assert cibw.runner_minutes(published) < cibw.runner_minutes(published, smoke_every_python=True)
-    assert all(
-        job["timeout"] >= 2 * cibw.expected_minutes(c) for c, job in zip(CELLS, cibw.github_matrix(CELLS)["include"])
+def test_job_model_counts_a_toolkit_a_torch_and_the_archs_of_each_part():
+    m = cibw.MINUTES
+    cpu, cu13 = parts.find("kernels-cpu", PARTS), parts.find("kernels-cu13", PARTS)
+    assert cibw.expected_minutes(cu13) - cibw.expected_minutes(cpu) == pytest.approx(
+        m["toolkit"] + 1 + m["build_per_arch"] * len(cu13.archs) - m["build_cpu"]
     )
+    stable, pt24 = parts.find("binding-stable", PARTS), parts.find("binding-pt24", PARTS)
+    assert (
+        cibw.expected_minutes(stable)
+        == cibw.expected_minutes(pt24)
+        == m["setup"] + m["torch_cuda"] + 2 * m["build_cpu"]
+    )
+    rows = cibw.github_matrix(PARTS)["include"]
+    assert all(job["timeout"] >= 2 * cibw.expected_minutes(p) for p, job in zip(PARTS, rows))
+    assert cibw.runner_minutes(PARTS) == sum(cibw.expected_minutes(p) for p in PARTS)
 
 
 def test_ccache_where_the_build_uses_it_and_no_dnf_ccache():
-    by_id = {job["cell"]: job for job in cibw.github_matrix(CELLS)["include"]}
-    for cell in CELLS:
-        env = cibw.environment(cell)["CIBW_ENVIRONMENT"]
-        classic = matrix._vkey(cell.torch)[:2] < cibw.WRAPS_COMPILER_FROM
-        linux = cell.target.os == "linux"  # the container reaches the cache at /host; Windows, macOS: uncached
-        assert by_id[cell.id]["ccache"] is (linux and not (classic and not cell.cuda))
-        assert ("CCACHE_DIR=" in env) is by_id[cell.id]["ccache"]
-        # Older torch takes nvcc from PYTORCH_NVCC: the classic CUDA cells cache their CUDA objects through it.
-        assert (f'PYTORCH_NVCC="ccache /usr/local/cuda-{cell.cuda}/bin/nvcc"' in env) is bool(classic and cell.cuda)
+    by_id = {job["part"]: job for job in cibw.github_matrix(PARTS)["include"]}
+    for part in PARTS:
+        env = cibw.environment(part)["CIBW_ENVIRONMENT"]
+        linux = part.target.os == "linux"  # the container reaches the cache at /host; Windows, macOS: uncached
+        # The kernel libraries put ccache in front of gcc and nvcc themselves; torch from 2.13 does so for a binding.
+        wraps = part.kind == "kernels" or matrix._vkey(part.cell.torch)[:2] >= cibw.WRAPS_COMPILER_FROM
+        assert by_id[part.id]["ccache"] is (linux and wraps)
+        assert ("CCACHE_DIR=" in env) is by_id[part.id]["ccache"]
+        assert "PYTORCH_NVCC" not in env  # no binding runs nvcc
     assert {False, True} == {job["ccache"] for job in by_id.values()}
     setup = open(os.path.join(ROOT, "ci", "manylinux_setup.sh")).read()
     assert not any("dnf" in line and "ccache" in line for line in setup.splitlines() if not line.startswith("#"))
@@ -270,7 +285,10 @@ def runner_label_problems(text):
     problems = matrix.retired_runners({tool_runner: ["[policy] tool_runner"]})
     for name, job in yaml.safe_load(text)["jobs"].items():
         on = job["runs-on"]
-        if on != ("${{ matrix.runner }}" if "cibuildwheel" in runs(job) else tool_runner):
+        # A job on its row's runner must take its rows from the matrix job (gh-matrix: each row's target's runner).
+        rows = str(job.get("strategy", {}).get("matrix", ""))
+        from_matrix = re.fullmatch(r"\$\{\{ fromJSON\(needs\.matrix\.outputs\.(parts|targets)\) \}\}", rows)
+        if on != tool_runner and not (on == "${{ matrix.runner }}" and from_matrix):
             problems.append(f"job {name} runs on {on}")
     rest = "\n".join(line for line in text.splitlines() if line.strip() != f"runs-on: {tool_runner}")
     problems += [f"runner label {label} in the text" for label in RUNNER_LABEL.findall(rest)]
@@ -289,14 +307,23 @@ def test_runner_labels_come_from_the_matrix_file():
         "runner label macos-14 in the text",
         "runner label ubuntu-22.04 in the text",
     ]
+    # Can fail: a job on a row's runner whose rows are not the matrix job's (the release job has none).
+    release = text.split("\n  release:\n", 1)
+    broken = (
+        release[0] + "\n  release:\n" + release[1].replace("runs-on: ubuntu-24.04", "runs-on: ${{ matrix.runner }}", 1)
+    )
+    assert runner_label_problems(broken) == ["job release runs on ${{ matrix.runner }}"]
 
 
 def test_workflow_matrix_comes_from_the_matrix_file():
     text = open(WORKFLOW).read()
-    assert "python -m ci gh-matrix" in text and "fromJSON(needs.matrix.outputs.cells)" in text
-    assert "python -m ci cibw-env" in text
+    assert "python -m ci gh-matrix" in text and "fromJSON(needs.matrix.outputs.parts)" in text
+    assert "fromJSON(needs.matrix.outputs.targets)" in text and "--jobs targets" in text
+    assert "python -m ci cibw-env --part" in text
     for cell in CELLS:  # no cell, torch release or CUDA platform is spelled out in the workflow
         assert cell.id not in text and f"torch=={cell.torch}" not in text
+    for part in PARTS:  # nor a part or a target
+        assert part.id not in text and part.target.name not in text
     assert not re.search(r"\bcu1\d\d\b", text)
 
 
@@ -314,20 +341,19 @@ def identifiers(env_overrides, platform="linux"):
     return out.stdout.split()
 
 
-def test_cibuildwheel_builds_exactly_each_cells_pythons():
-    """cibuildwheel --print-build-identifiers --platform <the target's os>, given the cell's environment, prints
-    exactly the cell's identifiers for its target (cp310-manylinux_aarch64, cp310-win_amd64, cp310-macosx_arm64)."""
+def test_cibuildwheel_builds_exactly_each_parts_identifier():
+    """cibuildwheel --print-build-identifiers --platform <the target's os>, given the part's environment, prints
+    exactly the part's one identifier for its target (cp310-manylinux_aarch64, cp310-win_amd64, cp310-macosx_arm64)."""
     seen = set()
-    for cell in CELLS:
-        if (cell.pythons, cell.target.name) in seen:  # cells with the same Pythons and target get the same answer
+    for part in PARTS:
+        if (part.python, part.target.name) in seen:  # parts of the same Python and target get the same answer
             continue
-        seen.add((cell.pythons, cell.target.name))
-        env = cibw.environment(cell)
-        got = identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}, cell.target.os)
-        assert got == cell.build_identifiers()
-        assert all(i.endswith(IDENTIFIER_SUFFIX[cell.target.name]) for i in got)
-    assert len({p for p, _ in seen}) >= 2  # releases with different Pythons (2.4: up to 3.12, 2.15: from 3.11)
-    assert {t for _, t in seen} == set(matrix.targets())  # every target has a cell
+        seen.add((part.python, part.target.name))
+        env = cibw.environment(part)
+        got = identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}, part.target.os)
+        assert got == [part.target.identifier(part.python)]
+        assert got[0].endswith(IDENTIFIER_SUFFIX[part.target.name])
+    assert {t for _, t in seen} == set(matrix.targets())  # every target has a part
 
 
 IDENTIFIER_SUFFIX = {
@@ -338,9 +364,9 @@ IDENTIFIER_SUFFIX = {
 }
 
 
-def test_a_cell_environment_for_another_target_selects_nothing():
-    # The check above can fail: the Windows cell's CIBW_BUILD with Linux's --platform builds nothing of it.
-    env = cibw.environment(matrix.find("2.14.1+cu130-windows-amd64"))
+def test_a_part_environment_for_another_target_selects_nothing():
+    # The check above can fail: the Windows part's CIBW_BUILD with Linux's --platform builds nothing of it.
+    env = cibw.environment(parts.find("kernels-cu13-windows-amd64", PARTS))
     env = {k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}
     out = subprocess.run(
         [tool("cibuildwheel"), "--print-build-identifiers", "--platform", "linux"],
@@ -354,11 +380,11 @@ def test_a_cell_environment_for_another_target_selects_nothing():
 
 def test_cibuildwheel_config_follows_the_matrix_policy():
     cfg = PYPROJECT["tool"]["cibuildwheel"]
-    target = CELLS[0].target
-    # Every platform value comes from the matrix, through the cell's environment; none is repeated here.
+    target = PARTS[0].target
+    # Every platform value comes from the matrix, through the part's environment; none is repeated here.
     assert not {"build", "archs"} & set(cfg) and not [k for k in cfg if k.endswith("-image")]
     assert target.machine not in open(os.path.join(ROOT, "pyproject.toml")).read()
-    env = cibw.environment(CELLS[0])
+    env = cibw.environment(PARTS[0])
     assert env["CIBW_ARCHS"] == target.machine
     assert env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] == target.image
     assert "--no-build-isolation" in cfg["build-frontend"]["args"]
@@ -421,10 +447,10 @@ def test_cibuildwheel_commands_work_from_any_drive_and_shell(tmp_path):
     for name in ("repair-wheel-command", "test-command", "windows.before-all"):
         line = helpers.prepare_command(commands[name], project=ROOT, wheel="--help", dest_dir=str(tmp_path))
         argv = [sys.executable] + line.split()[1:] + ["--help"]
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PRERAST_CELL")}
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PRERAST_PART")}
         out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
-        if name == "windows.before-all":  # pin-torch reads its cell from the environment only
-            assert out.returncode == 2 and "pin-torch: PRERAST_CELL" in out.stderr, out.stderr
+        if name == "windows.before-all":  # pin-torch reads its part from the environment only
+            assert out.returncode == 2 and "pin-torch: PRERAST_PART" in out.stderr, out.stderr
         else:
             assert out.returncode == 0 and "usage: python -m ci" in out.stdout, out.stderr
     matrix_list = subprocess.run(
@@ -493,7 +519,7 @@ def test_guide_names_the_repository_settings_a_tag_release_needs():
 
 # Per-target checks of the wheel job. Each is a function of the workflow's text returning what is wrong, so that a
 # test can show it failing on a broken copy of the workflow.
-ROWS = cibw.github_matrix(CELLS)["include"]
+ROWS = cibw.github_matrix(PARTS)["include"]
 
 
 def wheel_job(text):
@@ -536,36 +562,40 @@ def per_os_step_problems(text, rows=ROWS):
         script = "\n".join(s.get("run", "") for s in steps_of(job, row))
         linux, windows = row["os"] == "linux", row["os"] == "windows"
         if ("docker image prune" in script) is not linux:
-            problems.append(f"{row['cell']}: disk clean-up with docker {'missing' if linux else 'on ' + row['os']}")
+            problems.append(f"{row['part']}: disk clean-up with docker {'missing' if linux else 'on ' + row['os']}")
         if ("actions/cache/restore@v5" in names) is not (linux and row["ccache"]):
-            problems.append(f"{row['cell']}: compiler cache step wrong")
+            problems.append(f"{row['part']}: compiler cache step wrong")
         # The cache is saved by the weekly run only (on the default branch, visible to every pull request).
         for event in ("pull_request", "push", "workflow_dispatch", "schedule"):
             saves = "actions/cache/save@v5" in {s.get("uses", "") for s in steps_of(job, row, event)}
             if saves is not (linux and row["ccache"] and event == "schedule"):
-                problems.append(f"{row['cell']}: compiler cache {'saved' if saves else 'not saved'} on {event}")
+                problems.append(f"{row['part']}: compiler cache {'saved' if saves else 'not saved'} on {event}")
         if any(n.startswith("actions/cache@") for n in names):
-            problems.append(f"{row['cell']}: actions/cache saves from every run")
+            problems.append(f"{row['part']}: actions/cache saves from every run")
         if ('python -m ci msvc-env >> "$GITHUB_ENV"' in script) is not windows or any("msvc" in n for n in names):
-            problems.append(f"{row['cell']}: MSVC step wrong")
+            problems.append(f"{row['part']}: MSVC step wrong")
         if ("python -m ci toolkit-redist" in script) is not (windows and bool(row["cuda"])):
-            problems.append(f"{row['cell']}: redist toolkit step wrong")
+            problems.append(f"{row['part']}: redist toolkit step wrong")
         if "python -m cibuildwheel" not in script:
-            problems.append(f"{row['cell']}: does not build")
+            problems.append(f"{row['part']}: does not build")
     return problems
+
+
+def expand(template, row):
+    """A step's `${{ matrix.X }}` text as GitHub fills it in for one matrix row."""
+    return re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), template)
 
 
 def artifact_names(text):
     (upload,) = uses(wheel_job(text), "actions/upload-artifact")
-    template = upload["with"]["name"]
-    return [re.sub(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", lambda m: str(row[m.group(1)]), template) for row in ROWS]  # noqa: B023
+    return [expand(upload["with"]["name"], row) for row in ROWS]
 
 
-def test_job_rows_name_each_cells_target_runner_and_os():
-    for cell, row in zip(CELLS, ROWS):
-        assert row["cell"] == cell.id
-        assert (row["target"], row["os"], row["runner"]) == (cell.target.name, cell.target.os, cell.target.runner)
-        assert row["cuda"] == (cell.cuda or "")
+def test_job_rows_name_each_parts_target_runner_and_os():
+    for part, row in zip(PARTS, ROWS):
+        assert row["part"] == part.id and row["kind"] == part.kind
+        assert (row["target"], row["os"], row["runner"]) == (part.target.name, part.target.os, part.target.runner)
+        assert row["cuda"] == part.cuda
     assert {r["os"] for r in ROWS} == {"linux", "windows", "macos"}
     text = open(WORKFLOW).read()
     assert runner_and_os_problems(text) == []
@@ -574,11 +604,14 @@ def test_job_rows_name_each_cells_target_runner_and_os():
     assert runner_and_os_problems(broken) == ["runs-on is ubuntu-24.04", "cibuildwheel is not given the row's os"]
 
 
-def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
+def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_parts_with_a_toolkit():
     text = open(WORKFLOW).read()
-    windows_cuda = next(r for r in ROWS if r["os"] == "windows" and r["cuda"])
-    # The matrix has no Windows CPU cell; a row like one it could gain shows the toolkit step skips it.
-    rows = ROWS + [dict(windows_cuda, cell="2.14.1+cpu-windows-amd64", platform="cpu", cuda="")]
+    rows = ROWS
+    assert {r["part"] for r in rows if r["os"] == "windows" and r["cuda"]} == {
+        "kernels-cu12-windows-amd64",
+        "kernels-cu13-windows-amd64",
+        "binding-stable-windows-amd64",  # the headers of its CUDA torch: Windows torch brings none
+    }
     assert per_os_step_problems(text, rows) == []
     assert {r["os"] for r in rows if r["ccache"]} == {"linux"}
     # Can fail: the clean-up unconditioned, the toolkit step on every Windows row, ccache on every OS.
@@ -587,51 +620,131 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_cuda_cells():
     ).replace("if: matrix.os == 'windows' && matrix.cuda != ''", "if: matrix.os == 'windows'")
     assert broken.count("if: matrix.os == 'linux'\n") == text.count("if: matrix.os == 'linux'\n") - 1
     found = per_os_step_problems(broken, rows)
-    assert "2.14.1+cu130-windows-amd64: disk clean-up with docker on windows" in found
-    assert "2.14.1+cpu-macos-arm64: disk clean-up with docker on macos" in found
-    assert "2.14.1+cpu-windows-amd64: redist toolkit step wrong" in found
+    assert "kernels-cu13-windows-amd64: disk clean-up with docker on windows" in found
+    assert "binding-stable-macos-arm64: disk clean-up with docker on macos" in found
+    assert "kernels-cpu-windows-amd64: redist toolkit step wrong" in found
     # Can fail: the compiler cache saved by every run (a pull request's entry, visible to no other one).
     every = text.replace(" && github.event_name == 'schedule'", "")
-    assert every != text and "2.14.1+cu130: compiler cache saved on pull_request" in per_os_step_problems(every, rows)
+    assert every != text and "kernels-cu13: compiler cache saved on pull_request" in per_os_step_problems(every, rows)
     # Can fail: the MSVC environment from the unmaintained action again, or on every OS.
     action = text.replace(
         '        run: python -m ci msvc-env >> "$GITHUB_ENV"\n', "        uses: ilammy/msvc-dev-cmd@v1\n"
     )
-    assert action != text and "2.14.1+cu130-windows-amd64: MSVC step wrong" in per_os_step_problems(action, rows)
+    assert action != text and "kernels-cu13-windows-amd64: MSVC step wrong" in per_os_step_problems(action, rows)
     everywhere = text.replace(
         "        if: matrix.os == 'windows'\n        run: python -m ci msvc-env", "        run: python -m ci msvc-env"
     )
-    assert everywhere != text and "2.14.1+cu130: MSVC step wrong" in per_os_step_problems(everywhere, rows)
-    assert not [p for p in found if "cu130-windows-amd64: redist" in p]  # the CUDA row was right all along
+    assert everywhere != text and "kernels-cu13: MSVC step wrong" in per_os_step_problems(everywhere, rows)
+    assert not [p for p in found if "cu13-windows-amd64: redist" in p]  # the CUDA row was right all along
 
 
-def test_macos_cells_build_no_cuda():
-    mac = [c for c in CELLS if c.target.os == "macos"]
-    assert mac and not any(c.cuda for c in mac)
-    for cell in mac:
-        inner = dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(cell)["CIBW_ENVIRONMENT"]))
-        assert inner["PRERAST_FORCE_CPU"] == "1" and "CUDA_HOME" not in inner and "PRERAST_CUDA" not in inner
-        assert inner["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and cell.target.plat == "macosx_11_0_arm64"
+def test_macos_parts_build_no_cuda():
+    mac = [p for p in PARTS if p.target.os == "macos"]
+    assert mac and not any(p.cuda for p in mac)
+    for part in mac:
+        inner = dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(part)["CIBW_ENVIRONMENT"]))
+        assert "CUDA_HOME" not in inner and "PRERAST_CUDA" not in inner
+        assert ("PRERAST_FORCE_CPU" in inner) == (part.kind == "kernels")
+        assert inner["MACOSX_DEPLOYMENT_TARGET"] == "11.0" and part.target.plat == "macosx_11_0_arm64"
 
 
-def test_windows_cuda_cells_point_cuda_home_at_the_redist_toolkit():
-    for cell in (c for c in CELLS if c.target.os == "windows"):
-        inner = dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(cell, workspace="D:\\a\\p")["CIBW_ENVIRONMENT"]))
+def test_windows_parts_with_a_toolkit_point_cuda_home_at_the_redist_toolkit():
+    for part in (p for p in PARTS if p.target.os == "windows"):
+        inner = dict(re.findall(r'(\w+)="([^"]*)"', cibw.environment(part, workspace="D:\\a\\p")["CIBW_ENVIRONMENT"]))
         assert inner["DISTUTILS_USE_SDK"] == "1" and "CC" not in inner and "CCACHE_DIR" not in inner
-        assert "\\" not in cibw.environment(cell, workspace="D:\\a\\p")["CIBW_ENVIRONMENT"]
-        if cell.cuda:
-            assert inner["CUDA_HOME"] == cibw.redist_toolkit_dir(cell, "D:\\a\\p") == f"D:/a/p/.cibw/cuda-{cell.cuda}"
+        assert "\\" not in cibw.environment(part, workspace="D:\\a\\p")["CIBW_ENVIRONMENT"]
+        if part.cuda:
+            assert inner["CUDA_HOME"] == cibw.redist_toolkit_dir(part, "D:\\a\\p") == f"D:/a/p/.cibw/cuda-{part.cuda}"
         else:
             assert "CUDA_HOME" not in inner and inner["PRERAST_FORCE_CPU"] == "1"
 
 
-def test_artifact_names_are_unique_per_cell():
+def test_artifact_names_are_unique_per_part():
     names = artifact_names(open(WORKFLOW).read())
     assert len(set(names)) == len(ROWS)
     assert all(re.fullmatch(r"[^\"\\/:<>|*?\r\n]+", n) for n in names)  # characters an artifact name may have
-    # Can fail: without the target, the cu130 cells of Linux x86-64, aarch64 and Windows collide.
-    broken = open(WORKFLOW).read().replace("-${{ matrix.platform }}-${{ matrix.target }}", "-${{ matrix.platform }}")
+    # Can fail: an artifact per target only, and the parts of a target collide.
+    broken = open(WORKFLOW).read().replace("name: ${{ matrix.artifact }}", "name: part-${{ matrix.target }}")
     assert len(set(artifact_names(broken))) < len(ROWS)
+
+
+TARGET_ROWS = cibw.target_matrix(PARTS)["include"]
+
+
+def artifact_flow_problems(text):
+    """Where a target's wheels do not go from its parts' artifacts through its merge and smoke jobs to the
+    publishing jobs: what each job downloads against what the job before it uploads, per target row."""
+    workflow = pytest.importorskip("yaml").safe_load(text)["jobs"]
+    problems = []
+    (merge_download,) = uses(workflow["merge"], "actions/download-artifact")
+    (merge_upload,) = uses(workflow["merge"], "actions/upload-artifact")
+    (smoke_download,) = uses(workflow["smoke"], "actions/download-artifact")
+    (smoke_upload,) = uses(workflow["smoke"], "actions/upload-artifact")
+    for row in TARGET_ROWS:
+        ours = {r["artifact"] for r in ROWS if r["target"] == row["target"]}
+        got = {
+            r["artifact"]
+            for r in ROWS
+            if fnmatch.fnmatch(r["artifact"], expand(merge_download["with"]["pattern"], row))
+        }
+        if got != ours:
+            problems.append(f"merge {row['target']} downloads {sorted(got)}")
+        if expand(smoke_download["with"].get("name", "?"), row) != expand(merge_upload["with"]["name"], row):
+            problems.append(f"smoke {row['target']} downloads another artifact than its merge uploads")
+    published = {expand(smoke_upload["with"]["name"], row) for row in TARGET_ROWS}
+    for job in ("release", "pypi", "pages"):
+        for step in uses(workflow[job], "actions/download-artifact"):
+            got = {a for a in published | {r["artifact"] for r in ROWS} if fnmatch.fnmatch(a, step["with"]["pattern"])}
+            if got != published:
+                problems.append(f"{job} downloads {sorted(got)}")
+    for job in ("merge", "smoke", "release", "pypi", "pages"):
+        for step in uses(workflow[job], "actions/download-artifact"):
+            if step["with"].get("run-id") != "${{ github.run_id }}" or "github-token" not in step["with"]:
+                problems.append(f"{job} downloads this attempt's artifacts only")
+    return problems
+
+
+def test_each_targets_wheels_go_from_its_parts_through_merge_and_smoke_to_publishing():
+    text = open(WORKFLOW).read()
+    assert artifact_flow_problems(text) == []
+    # Can fail: the merge of a target downloading every target's parts; publishing what merged, smoke-tested or not.
+    broken = text.replace("pattern: part-${{ matrix.target }}-*", "pattern: part-*").replace(
+        "pattern: wheels-*", "pattern: merged-*", 1
+    )
+    found = artifact_flow_problems(broken)
+    assert "merge linux-x86_64 downloads" in found[0] and len(found) == len(TARGET_ROWS) + 1
+    assert found[-1].startswith("release downloads []")
+
+
+def test_merge_job_merges_every_part_of_its_target_on_the_tool_runner():
+    all_jobs = jobs()
+    merge, smoke = all_jobs["merge"], all_jobs["smoke"]
+    assert merge["runs-on"] == matrix.policy()["tool_runner"] and "cibuildwheel" not in runs(merge)
+    assert "wheel" in needs(merge) and "merge" in needs(smoke)
+    for job in (merge, smoke):  # a target whose parts passed goes on when another target's part failed
+        assert job["if"] == "${{ !cancelled() && needs.matrix.result == 'success' }}"
+        assert job["strategy"]["fail-fast"] is False
+    assert 'python -m ci merge-target "$TARGET" ${SELECTION:+"$SELECTION"} --parts parts --out merged' in runs(merge)
+    (step,) = [s for s in merge["steps"] if "merge-target" in s.get("run", "")]
+    assert step["env"] == {"TARGET": "${{ matrix.target }}", "SELECTION": "${{ needs.matrix.outputs.selection }}"}
+
+
+def test_smoke_job_installs_the_one_wheel_next_to_pypis_torch_on_the_targets_runner(tmp_path):
+    smoke = jobs()["smoke"]
+    assert smoke["runs-on"] == "${{ matrix.runner }}"
+    (step,) = [s for s in smoke["steps"] if "wheel smoke" in s.get("run", "")]
+    assert step["env"] == {"SMOKE_TORCH": "${{ matrix.smoke_torch }}"}
+    lines = [line.strip() for line in step["run"].splitlines()]
+    assert lines[-2:] == [
+        'python -m ci wheel venv smoke-venv "$SMOKE_TORCH" numpy',
+        'python -m ci wheel smoke smoke-venv "$wheel" --png smoke.png',
+    ]
+    # The pick is the untagged one wheel among the target's merged wheels.
+    (tmp_path / "merged").mkdir()
+    for name in parts.target_wheels(PARTS, "0.2.0")["linux-x86_64"]:
+        (tmp_path / "merged" / name).write_bytes(b"")
+    out = subprocess.run(["bash", "-c", lines[0] + '\necho "$wheel"'], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == "merged/prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"
 
 
 # The wheels PyPI gets: tests/builder/test_publish.py (python -m ci pypi-dir).
@@ -641,15 +754,16 @@ def test_pages_install_the_linux_x86_64_wheel(tmp_path):
     (step,) = [s for s in jobs()["pages"]["steps"] if 'pip install --no-deps "$wheel"' in s.get("run", "")]
     pick = step["run"].splitlines()[2]  # wheel=$(find ...)
     assert pick.strip().startswith("wheel=$(find")
-    for cell in matrix.select(CELLS, published=True):
-        (tmp_path / "wheelhouse").mkdir(exist_ok=True)
-        (tmp_path / "wheelhouse" / cell.wheel_name("0.2.0")).write_bytes(b"")
+    (tmp_path / "wheelhouse").mkdir()
+    for names in parts.target_wheels(parts.select(PARTS, published=True), "0.2.0").values():
+        for name in names:
+            (tmp_path / "wheelhouse" / name).write_bytes(b"")
     # The step asks `python -m ci fact plat` for this machine's tag: the checkout's ci, with this Python.
     env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
     out = subprocess.run(
         ["bash", "-c", pick.strip() + '\necho "$wheel"'], cwd=tmp_path, capture_output=True, text=True, env=env
     )
-    assert os.path.basename(out.stdout.strip()) == matrix.find("2.14.1+cu130").wheel_name("0.2.0"), out.stderr
+    assert os.path.basename(out.stdout.strip()) == "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl", out.stderr
 
 
 def test_preflight_covers_the_cells_of_the_wheel_jobs():
