@@ -6,13 +6,19 @@
   <out>/simple/prerast/           a PEP 503 simple index of every wheel (pip install --index-url <root>/simple)
   <out>/manifest.json             what the pages list (file, url, sha256, pages); a later release merges into it
 
-A wheel is listed on the page of every torch build it serves: a stable-ABI wheel on the pages of every release
-from its floor on with its CUDA major (and CPU), a classic wheel on the pages of every patch release of its torch
-minor. One page lists the wheels of every platform (Linux x86-64 and aarch64, Windows, macOS) for that torch
-build: pip takes the one whose platform tag fits the machine it runs on. Which builds those are comes from the
-wheel itself (prerast/_build_info.json: its kind, the torch and CUDA it was built with; its file name: the
-platform) and the matrix's cell for it (ci/matrix/__init__.py); a wheel the matrix has no cell for is listed on the page
-of the torch it was built with. Standard library only.
+A wheel is listed on the page of every torch build it serves. One page lists the wheels of every platform (Linux
+x86-64 and aarch64, Windows, macOS) for that torch build: pip takes the one whose platform tag fits the machine it
+runs on. Which builds a wheel serves comes from the wheel itself (prerast/_build_info.json; its file name: the
+platform) and the torch builds the matrix's cells of its target serve (ci/matrix/__init__.py):
+- a wheel with kernel libraries (a merged wheel, a slim one, one build of the whole plugin) serves each of those
+  builds that one of its bindings serves (stable: every release from the floor on; classic: its torch minor) and
+  one of its kernel libraries computes for (cpu, or the build's CUDA major). The one wheel of a target is listed
+  on all of them: on Linux x86-64, classic 2.4-2.9 and every stable build, CUDA 12, CUDA 13 and CPU. A slim wheel
+  with CUDA kernels leaves the CPU builds to the slim CPU wheel (+cpu, +pt24cpu), which pip prefers there to the
+  untagged one wheel (a local version sorts after the public one), so that a CPU page installs the small file;
+- an older wheel of one torch build (no kernel libraries in its metadata) is on the pages of its matrix cell;
+- a wheel the matrix has no cell or target for is listed on the page of the torch it was built with.
+Standard library only.
 """
 
 import argparse
@@ -47,12 +53,43 @@ def page_name(torch_version, cuda_version):
     return compat.find_links_page(torch_version, compat.compute_platform(cuda_version))
 
 
+def _compute(platform):
+    """The kernel library a torch build of `platform` runs: 'cu126' -> 'cu12', 'cpu' -> 'cpu'."""
+    return "cpu" if platform == "cpu" else f"cu{matrix._cuda_major(platform)}"
+
+
+def _binding_serves(binding, torch_release):
+    """Does a binding (the top level of _build_info.json, or an entry of its `bindings`) serve this release?"""
+    if compat.is_stable(binding):
+        return compat.release(torch_release)[:2] >= compat.release(compat.floor(binding))[:2]
+    return compat.minor(torch_release) == compat.minor(binding["torch_version"])
+
+
+def served_pages(info, cells, target):
+    """The pages of a wheel with kernel libraries on `target`: the module docstring says which."""
+    if not info["kernels"] or not info.get("abi"):
+        raise ValueError("a part (a binding or kernel libraries alone) is no wheel to index: merge its target first")
+    bindings = [info] + list(info.get("bindings") or [])
+    tagged = "+" in (info.get("prerast_version") or "")
+    leave_cpu = tagged and any(k != "cpu" for k in info["kernels"])
+    builds = dict.fromkeys(build for c in cells if c.target == target for build in c.serves)
+    return [
+        compat.find_links_page(release, platform)
+        for release, platform in builds
+        if _compute(platform) in info["kernels"]
+        and any(_binding_serves(b, release) for b in bindings)
+        and not (leave_cpu and platform == "cpu")
+    ]
+
+
 def pages_for(info, cells=None, plat=None):
     """The find-links pages a wheel with build metadata `info` and platform tag `plat` belongs on: those of the
-    torch builds its matrix cell serves on its target (the wheel's OS and machine; pip picks by tag among the
-    wheels of every platform on one page)."""
+    torch builds it serves on its target (the wheel's OS and machine; pip picks by tag among the wheels of every
+    platform on one page)."""
     cells = matrix.load() if cells is None else cells
     target = matrix.target_of_tag(plat, among={c.target for c in cells}) if plat else None
+    if target and "kernels" in info:
+        return served_pages(info, cells, target)
     cell = matrix.cell_for_build(info, cells, target) if (target or not plat) else None
     if cell is None:
         return [page_name(info["torch_version"], info.get("cuda_version"))]

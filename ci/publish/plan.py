@@ -1,14 +1,16 @@
-"""Publish what passed: which targets of a tag run go out, from the wheels its jobs uploaded.
+"""Publish what passed: which targets of a tag run go out, from the wheels its smoke jobs uploaded.
 
     python -m ci publish-plan --wheels wheelhouse --selection published [--jobs jobs.json] [--run-url URL]
                               --out plan.json [--summary FILE] [--notes FILE]
     python -m ci pypi-dir --plan plan.json --wheels wheelhouse --out pypi
 
-A wheel job uploads its artifact only when it succeeded, so the wheels present are the cells that passed. A
-target (ci/matrix.toml [target.*]) publishes when every one of its selected cells passed: its wheels go out
-together and its manifest (ci/publish/release.py) is written once. The Linux x86-64 stable wheels are required: without
-them nothing publishes (they are the PyPI wheel most users get, and the documentation is built with one). The
-plan names each cell that did not publish with its job's link, for the run's summary and the release notes: a
+A target's wheels (ci/matrix/parts.py merges: the one wheel of all its parts and the slim ones) exist only when
+every part job of the target succeeded, its merge job merged them (it stops on a missing part) and its smoke job
+rendered with the one wheel: only then does the smoke job upload them. A target (ci/matrix.toml [target.*])
+publishes when every wheel the run's selection gives it is present: its wheels go out together and its manifest
+(ci/publish/release.py) is written once. The default target's wheels (Linux x86-64) are required: without them
+nothing publishes (the PyPI wheel most users get, and the documentation is built with it). The plan names each
+target that did not publish with its failed jobs and their links, for the run's summary and the release notes: a
 re-run of the failed jobs then completes the release.
 """
 
@@ -20,6 +22,7 @@ import shutil
 import sys
 
 from ci import matrix
+from ci.matrix import parts as _parts
 from ci.publish import release
 
 SELECTIONS = {"published": {"published": True}, "pr": {"pr": True}, "all": {}}
@@ -34,19 +37,24 @@ class PlanError(Exception):
     """Nothing can be published; the message says why and what to do."""
 
 
-def job_name(cell):
-    """The wheel job's name in the run (wheels.yml: name: torch {torch} {platform} {target})."""
-    return f"torch {cell.torch} {cell.platform} {cell.target.name}"
+def job_names(target_parts):
+    """The run's jobs that make one target's wheels, as wheels.yml names them: a wheel job per part, the target's
+    merge and smoke jobs."""
+    target = target_parts[0].target.name
+    return [f"part {p.id}" for p in target_parts] + [f"merge {target}", f"smoke {target}"]
 
 
-def cell_of_wheel(name, cells):
-    """The cell among `cells` whose wheel the file `name` is (by target, from its platform tag, and local version
-    tag), or None. The manylinux level is not compared: a wheel built here may carry a newer one."""
+def target_of_wheel(name, targets=None):
+    """The target whose wheel the file `name` is (by its platform tag), among `targets` (default: the matrix's);
+    None for a file that is no prerast wheel or of no target. The manylinux level is not compared: a wheel built
+    here may carry a newer one."""
     m = WHEEL_NAME.fullmatch(os.path.basename(name))
-    if not m:
-        return None
-    target = matrix.target_of_tag(m.group("plat"), among={c.target for c in cells})
-    return next((c for c in cells if c.target == target and (c.local_tag or None) == m.group("local")), None)
+    return matrix.target_of_tag(m.group("plat"), among=targets) if m else None
+
+
+def _full_version(name):
+    m = WHEEL_NAME.fullmatch(os.path.basename(name))
+    return m.group("version") + (f"+{m.group('local')}" if m.group("local") else "")
 
 
 def read_jobs(path):
@@ -64,42 +72,43 @@ def read_jobs(path):
     return {j["name"]: j for j in jobs if "name" in j}
 
 
-def plan(wheel_names, cells, version, jobs=None):
-    """{published: [targets], missing: [{target, cells: [{cell, job_url, conclusion}]}], wheels: [files],
-    required_missing: [cells]} for the wheel files present."""
+def plan(wheel_names, selected, version, jobs=None):
+    """{published: [targets], missing: [{target, wheels: [missing files], jobs: [{job, job_url, conclusion}]}],
+    wheels: [files], required_missing: [targets]} for the wheel files present, of a run that built the parts
+    `selected`. A missing target's jobs are those of its jobs the run's job list (`jobs`) shows not succeeded."""
     jobs = jobs or {}
+    groups = _parts.by_target(selected)
+    targets = {ps[0].target for ps in groups.values()}
+    wanted = {
+        (name, _full_version(w)): w for name, ps in groups.items() for w in _parts.target_wheels(ps, version)[name]
+    }
     present = {}
     for name in sorted(wheel_names):
-        cell = cell_of_wheel(name, cells)
-        m = WHEEL_NAME.fullmatch(os.path.basename(name))
-        if cell and m.group("version") == version:
-            present.setdefault(cell.id, name)
+        target = target_of_wheel(name, targets)
+        key = (target.name if target else None, _full_version(name) if target else None)
+        if key in wanted:
+            present.setdefault(key, name)
         else:
             print(
-                f"publish-plan: {name} is not the prerast {version} wheel of a selected cell: left out", file=sys.stderr
+                f"publish-plan: {name} is not a prerast {version} wheel of this run's targets: left out",
+                file=sys.stderr,
             )
-    targets = list(dict.fromkeys(c.target.name for c in cells))
-    failed = {t: [c for c in cells if c.target.name == t and c.id not in present] for t in targets}
-    required = [c.id for c in cells if c.default_target and c.kind == "stable" and c.id not in present]
-    published = [] if required else [t for t in targets if not failed[t]]
+    complete = [t for t in groups if all(key in present for key in wanted if key[0] == t)]
+    default = [t for t, ps in groups.items() if ps[0].default_target]
+    required = [t for t in default if t not in complete]
+    published = [] if required else complete
     missing = []
-    for t in targets:
+    for t, ps in groups.items():
         if t in published:
             continue
         rows = []
-        for c in cells:
-            if c.target.name == t and c.id not in present:
-                job = jobs.get(job_name(c), {})
-                rows.append(
-                    {
-                        "cell": c.id,
-                        "job": job_name(c),
-                        "job_url": job.get("html_url"),
-                        "conclusion": job.get("conclusion"),
-                    }
-                )
-        missing.append({"target": t, "cells": rows})
-    wheels = sorted(present[c.id] for c in cells if c.target.name in published)
+        for job in job_names(ps) if jobs else []:
+            found = jobs.get(job, {})
+            if found.get("conclusion") != "success":
+                rows.append({"job": job, "job_url": found.get("html_url"), "conclusion": found.get("conclusion")})
+        absent = [wanted[key] for key in wanted if key[0] == t and key not in present]
+        missing.append({"target": t, "wheels": absent, "jobs": rows})
+    wheels = sorted(present[key] for key in present if key[0] in published)
     return {
         "version": version,
         "published": published,
@@ -112,17 +121,17 @@ def plan(wheel_names, cells, version, jobs=None):
 def _missing_lines(p, run_url=None):
     lines = []
     for m in p["missing"]:
-        failed = m["cells"]
-        if not failed:
-            lines.append(f"- **{m['target']}**: its wheels passed, held back with the Linux x86-64 stable ones")
+        if not m["wheels"]:
+            lines.append(f"- **{m['target']}**: its wheels passed, held back with the Linux x86-64 ones")
             continue
-        cells = ", ".join(
-            f"[{c['cell']}]({c['job_url']})"
-            if c["job_url"]
-            else f"{c['cell']} (job `{c['job']}`{': ' + c['conclusion'] if c['conclusion'] else ''})"
-            for c in failed
+        failed = ", ".join(
+            f"[{j['job']}]({j['job_url']})"
+            if j["job_url"]
+            else f"`{j['job']}`{' (' + j['conclusion'] + ')' if j['conclusion'] else ' (did not run)'}"
+            for j in m["jobs"]
         )
-        lines.append(f"- **{m['target']}**: no wheel from {cells}")
+        why = f"from {failed}" if failed else "its parts, merge or smoke test did not pass"
+        lines.append(f"- **{m['target']}**: no wheels ({len(m['wheels'])} missing): {why}")
     if run_url:
         lines.append(f"\nThe run: {run_url}")
     return lines
@@ -133,7 +142,7 @@ def summary(p, run_url=None):
     head = [f"## Publishing prerast {p['version']}", ""]
     if p["required_missing"]:
         head += [
-            f"**Nothing publishes**: the Linux x86-64 stable wheels are required and "
+            f"**Nothing publishes**: the Linux x86-64 wheels are required and "
             f"{', '.join(p['required_missing'])} did not pass.",
             "",
         ]
@@ -154,8 +163,8 @@ def notes(p, run_url=None):
     return "\n".join(text) + "\n"
 
 
-def select_cells(selection):
-    return matrix.select(matrix.load(), **SELECTIONS[selection])
+def select_parts(selection):
+    return _parts.select(_parts.load(), **SELECTIONS[selection])
 
 
 def wheel_paths(folder):
@@ -186,7 +195,9 @@ def plan_main(argv=None):
         prog="python -m ci publish-plan", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--wheels", required=True, help="the folder of the wheels the run's jobs uploaded")
-    ap.add_argument("--selection", choices=sorted(SELECTIONS), required=True, help="the cells the run built")
+    ap.add_argument(
+        "--selection", choices=sorted(SELECTIONS), required=True, help="the cells the run built the parts of"
+    )
     ap.add_argument("--jobs", help="the run's jobs (gh api .../actions/runs/ID/jobs --paginate): links to failures")
     ap.add_argument("--run-url", help="the run's page, named in the summary")
     ap.add_argument("--version", help="the version published (default: the package version)")
@@ -196,7 +207,7 @@ def plan_main(argv=None):
     a = ap.parse_args(argv)
     p = plan(
         wheel_files(a.wheels),
-        select_cells(a.selection),
+        select_parts(a.selection),
         a.version or release.package_version(),
         read_jobs(a.jobs) if a.jobs else None,
     )
@@ -211,7 +222,7 @@ def plan_main(argv=None):
     print(summary(p, a.run_url))
     if p["required_missing"]:
         print(
-            f"publish-plan: nothing publishes: the Linux x86-64 stable wheels are required and "
+            f"publish-plan: nothing publishes: the Linux x86-64 wheels are required and "
             f"{', '.join(p['required_missing'])} did not pass. {RERUN}",
             file=sys.stderr,
         )
@@ -220,8 +231,8 @@ def plan_main(argv=None):
 
 
 def pypi_dir(p, wheels, out):
-    """Copy the wheels PyPI takes (no local version: +cu12 and +pt24cu121 stay on the pages) of the publishing
-    targets into `out`; returns their names."""
+    """Copy the wheels PyPI takes (no local version: each target's one wheel; the slim ones, +cu12, +pt24cu121,
+    stay on the pages) of the publishing targets into `out`; returns their names."""
     names = [n for n in p["wheels"] if not WHEEL_NAME.fullmatch(n).group("local")]
     if not names:
         raise PlanError(f"no wheel for PyPI: the plan publishes {p['published'] or 'no target'}")

@@ -11,9 +11,11 @@ the release assets, at the URLs the manifests give). Not rehearsed: the document
 download.pytorch.org and sphinx: `bash ci/test.sh` builds the docs). configure-pages gives the
 base_url GitHub gives this repository, so the Pages URL check runs too.
 
-Wheels: those of DIR (the Linux x86-64 stable CUDA 13 one, untagged, is needed: the installs use it), else
-`python -m ci wheel build` builds it; every other published cell gets a synthetic wheel made from it (its
-build metadata, tags and version of that cell: listed, uploaded and indexed, never installed here).
+Wheels: those of DIR (the one wheel of this machine's target, Linux x86-64, untagged, is needed: the installs use
+it; `python -m ci wheel-local` makes it), else `python -m ci wheel build` builds it; every other wheel that the
+published parts' merges make (ci/matrix/parts.py: each target's one wheel and slim wheels) is made from it, with
+the file name, tags, version and the bindings and kernel libraries in its build metadata of that wheel: listed,
+uploaded and indexed, and installed here only where its libraries are the given wheel's (this target's +cpu).
 
 Scenarios, each checked: clean (every target publishes); the same run again (nothing changes); one target's
 wheels missing (the others publish, it is named in the plan, the summary and the notes); the re-run with it
@@ -40,8 +42,8 @@ import time
 import urllib.request
 import zipfile
 
-from ci import matrix
 from ci.build import shared_torch
+from ci.matrix import parts as _parts
 from ci.publish import plan as publish, release
 from prerast_meta import compat, integrity, repair
 
@@ -116,15 +118,44 @@ def tree_digest(folder):
     return out
 
 
-# Synthetic wheels: the base wheel's files as another cell's wheel.
+# Synthetic wheels: the base wheel's files as another merge's wheel.
 
 
-def synthetic_wheel(base, cell, version, out, extra=b""):
-    """A copy of wheel `base` made into `cell`'s wheel of `version`: file name, dist-info, tags and build metadata
-    (kind, torch and CUDA) of that cell; `extra` bytes added make the same name with other bytes."""
-    full = version + (f"+{cell.local_tag}" if cell.local_tag else "")
-    name = cell.wheel_name(version)
-    plat = name[: -len(".whl")].split("-")[-1]
+def _binding_entry(part):
+    """A binding's fields in _build_info.json, as ci/build/merge.py writes them for the part."""
+    cell = part.cell
+    return {
+        "abi": part.abi,
+        "torch_floor": compat.floor_text() if part.abi == "stable" else None,
+        "torch_version": cell.torch_build,
+        "cuda_version": cell.cuda,
+        "cxx11_abi": True,
+    }
+
+
+def synthetic_info(info, merge, full):
+    """The base wheel's build metadata as `merge`'s wheel of version `full`: its bindings (the first at the top
+    level, as merge puts it) and kernel libraries (the base's entry of that compute, else a copy of its CPU one:
+    the index reads the keys; the libraries stay the base's)."""
+    bindings = [p for p in merge.parts if p.kind == "binding"]
+    base_kernels = info.get("kernels") or {}
+    cpu = base_kernels.get("cpu", {"library": info.get("library"), "cuda_version": None, "cuda_archs": []})
+    kernels = {
+        p.compute: base_kernels.get(p.compute, dict(cpu, cuda_version=p.toolkit or None, cuda_archs=list(p.archs)))
+        for p in merge.parts
+        if p.kind == "kernels"
+    }
+    info = dict(info, **_binding_entry(bindings[0]), prerast_version=full, kernels=kernels)
+    info["bindings"] = [dict(_binding_entry(b), library=info.get("library"), cuda_library=None) for b in bindings[1:]]
+    return info
+
+
+def synthetic_wheel(base, merge, version, out, extra=b""):
+    """A copy of wheel `base` made into `merge`'s wheel of `version`: file name, dist-info, tags and build metadata
+    of that wheel; `extra` bytes added make the same name with other bytes."""
+    full = version + (f"+{merge.local_tag}" if merge.local_tag else "")
+    name = merge.wheel_name(version)
+    plat = merge.target.plat
     files = {}
     with zipfile.ZipFile(base) as z:
         old_info = next(n.split("/")[0] for n in z.namelist() if n.split("/")[0].endswith(".dist-info"))
@@ -135,9 +166,7 @@ def synthetic_wheel(base, cell, version, out, extra=b""):
             data = z.read(n)
             new = n.replace(old_info + "/", new_info + "/", 1)
             if n == "prerast/_build_info.json":
-                info = json.loads(data)
-                info.update(abi=cell.kind, torch_version=cell.torch_build, cuda_version=cell.cuda, prerast_version=full)
-                data = json.dumps(info, indent=2, sort_keys=True).encode()
+                data = json.dumps(synthetic_info(json.loads(data), merge, full), indent=2, sort_keys=True).encode()
             elif n == f"{old_info}/WHEEL":
                 data = re.sub(rb"(?m)^Tag: .*$", f"Tag: {compat.PYTHON_TAG}-abi3-{plat}".encode(), data)
             elif n == f"{old_info}/METADATA":
@@ -154,36 +183,48 @@ def synthetic_wheel(base, cell, version, out, extra=b""):
     return path
 
 
-def wheel_set(given, cells, version, out):
-    """Every selected cell's wheel in `out`: those in `given`, the others synthetic; returns the base wheel."""
+def all_merges(selected):
+    """Every wheel the merges of `selected` (the run's parts) make, target by target."""
+    return [m for ps in _parts.by_target(selected).values() for m in _parts.merges(ps)]
+
+
+def wheel_set(given, selected, version, out):
+    """Every wheel the merges of the `selected` parts make, in `out`: those in `given`, the others synthetic;
+    returns the base wheel (this machine's target's one wheel, which the installs use)."""
     os.makedirs(out, exist_ok=True)
-    by_cell = {}
+    merges = all_merges(selected)
+    targets = {m.target for m in merges}
+    by_name = {}
     for name, path in publish.wheel_paths(given).items():
-        cell = publish.cell_of_wheel(name, cells)
-        if cell and publish.WHEEL_NAME.fullmatch(name).group("version") == version:
-            by_cell.setdefault(cell.id, path)
-    # The installs run here: the base wheel is this machine's (its target's untagged stable wheel).
-    base_cell = next((c for c in cells if c.target.runs_here() and c.kind == "stable" and not c.local_tag), None)
-    if base_cell is None:
+        target = publish.target_of_wheel(name, targets)
+        if target:
+            by_name.setdefault((target.name, name.rsplit("-", 1)[0]), path)
+    # The installs run here: the base wheel is this machine's target's one wheel, untagged.
+    base = next((m for m in merges if m.target.runs_here() and not m.slim), None)
+    if base is None:
         raise SystemExit(
-            f"rehearse: no stable cell of ci/matrix.toml builds for this machine "
+            f"rehearse: no target of ci/matrix.toml's published parts builds for this machine "
             f"({sys.platform}, {platform.machine()}): rehearse on a machine the matrix builds for"
         )
-    if base_cell.id not in by_cell:
+
+    def given_of(m):
+        return by_name.get((m.target.name, m.wheel_name(version).rsplit("-", 1)[0]))
+
+    if given_of(base) is None:
         raise SystemExit(
-            f"rehearse: no prerast {version} wheel of cell {base_cell.id} in {given} "
-            f"({base_cell.wheel_name(version)} or another manylinux level): build one with "
-            "`python -m ci wheel build`, or leave out --wheels"
+            f"rehearse: no prerast {version} one wheel of {base.target.name} in {given} "
+            f"({base.wheel_name(version)} or another manylinux level): make one with "
+            "`python -m ci wheel-local`, or leave out --wheels"
         )
     made = []
-    for c in cells:
-        if c.id in by_cell:
-            shutil.copy(by_cell[c.id], out)
+    for m in merges:
+        if given_of(m):
+            shutil.copy(given_of(m), out)
         else:
-            synthetic_wheel(by_cell[base_cell.id], c, version, out)
-            made.append(c.id)
-    log(f"{len(cells) - len(made)} wheels given, {len(made)} synthetic (other targets and torch builds)")
-    return os.path.join(out, os.path.basename(by_cell[base_cell.id]))
+            synthetic_wheel(given_of(base), m, version, out)
+            made.append(m.wheel_name(version))
+    log(f"{len(merges) - len(made)} wheels given, {len(made)} synthetic (other targets and slim wheels)")
+    return os.path.join(out, os.path.basename(given_of(base)))
 
 
 class World:
@@ -356,7 +397,7 @@ def play(step, folder, env, context, world, wheels, out, rebuilt=None):
         )
         out.append(f"$ {step.get('name', '')}\n{r.stdout}{r.stderr}")
         return r.returncode == 0
-    if action == "actions/download-artifact" and given.get("pattern") == "wheel-*":
+    if action == "actions/download-artifact" and given.get("pattern") == "wheels-*":
         by_run = given.get("run-id") and given.get("github-token")
         earlier = [] if by_run or rebuilt is None else [n for n in os.listdir(wheels) if n not in rebuilt]
         if earlier:
@@ -450,27 +491,29 @@ def torch_page():
     return compat.find_links_page(release_, platform or "cpu")
 
 
-def jobs_api(cells, server_url, run_id, failed=()):
-    """GitHub's answer to the run's jobs list: each wheel job, those of `failed` targets failed."""
-    return {
-        "total_count": len(cells),
-        "jobs": [
-            {
-                "name": publish.job_name(c),
-                "conclusion": "failure" if c.target.name in failed else "success",
-                "html_url": f"{server_url}/{REPO}/actions/runs/{run_id}/job/{9000 + i}",
-            }
-            for i, c in enumerate(cells)
-        ],
-    }
+def jobs_api(selected, server_url, run_id, failed=()):
+    """GitHub's answer to the run's jobs list: the jobs that make each target's wheels; for a `failed` target its
+    stable binding's wheel job failed, and its merge and smoke jobs were skipped."""
+    jobs = []
+    for name, ps in _parts.by_target(selected).items():
+        broken = "part " + next(p.id for p in ps if p.abi == "stable")
+        for job in publish.job_names(ps):
+            conclusion = "success"
+            if name in failed and job == broken:
+                conclusion = "failure"
+            elif name in failed and not job.startswith("part "):
+                conclusion = "skipped"
+            url = f"{server_url}/{REPO}/actions/runs/{run_id}/job/{9000 + len(jobs)}"
+            jobs.append({"name": job, "conclusion": conclusion, "html_url": url})
+    return {"total_count": len(jobs), "jobs": jobs}
 
 
-def check(name, results, plan, before, after, cells, wheels, jobs):
+def check(name, results, plan, before, after, selected, wheels, jobs):
     """What is wrong with scenario `name`'s outcome (empty: it is as it should be)."""
-    targets = list(dict.fromkeys(c.target.name for c in cells))
+    targets = list(_parts.by_target(selected))
     names = sorted(publish.wheel_files(wheels))
     manifests = {f"manifest-{t}.json" for t in plan.get("published", [])}
-    expected_assets = {n for n in names if publish.cell_of_wheel(n, cells).target.name in plan.get("published", [])}
+    expected_assets = {n for n in names if publish.target_of_wheel(n).name in plan.get("published", [])}
     problems = []
 
     def want(ok, text):
@@ -515,13 +558,10 @@ def check(name, results, plan, before, after, cells, wheels, jobs):
     )
     if name == "same run again":
         want(after == before, "the same run again changed the release, PyPI or the pages")
-    for c in cells:
-        if c.target.name in should_miss:
-            url = next(j["html_url"] for j in jobs["jobs"] if j["name"] == publish.job_name(c))
-            want(
-                all(f"[{c.id}]({url})" in text for text in (summary, notes)),
-                f"the summary or the notes do not name {c.id} with its job's link",
-            )
+    for job in jobs["jobs"]:
+        if job["conclusion"] != "success":
+            link = f"[{job['name']}]({job['html_url']})"
+            want(all(link in text for text in (summary, notes)), f"the summary or the notes do not link {job['name']}")
     want(("Re-run the failed jobs" in notes) == bool(should_miss), "the notes' re-run line")
     return problems
 
@@ -530,23 +570,23 @@ def rehearse(given, work, version=None):
     """Run the scenarios; returns the report."""
     version = version or release.package_version()
     tag = f"v{version}"
-    cells = matrix.select(matrix.load(), published=True)
+    selected = _parts.select(_parts.load(), published=True)
     full, partial, rebuilt = (os.path.join(work, n) for n in ("wheels-all", "wheels-partial", "wheels-rebuilt"))
-    base = wheel_set(given, cells, version, full)
+    base = wheel_set(given, selected, version, full)
     shutil.copytree(
         full,
         partial,
         ignore=lambda d, names: [
-            n for n in names if n.endswith(".whl") and publish.cell_of_wheel(n, cells).target.name == MISSING_TARGET
+            n for n in names if n.endswith(".whl") and publish.target_of_wheel(n).name == MISSING_TARGET
         ],
     )
     shutil.copytree(full, rebuilt)
-    mac = next(c for c in cells if c.target.name == "macos-arm64")
+    mac = next(m for m in all_merges(selected) if m.target.name == "macos-arm64")
     synthetic_wheel(base, mac, version, rebuilt, extra=b"built again, not byte for byte")
     torch_site = shared_torch.shared_torch()
 
     def of_target(target):
-        return {n for n in publish.wheel_files(full) if publish.cell_of_wheel(n, cells).target.name == target}
+        return {n for n in publish.wheel_files(full) if publish.target_of_wheel(n).name == target}
 
     # Each run attempt with the wheels its wheel jobs built (None: the first attempt, all of them). The same run
     # again re-runs only the publishing jobs; the re-run rebuilds the failed target; the tampered attempt one wheel.
@@ -566,12 +606,12 @@ def rehearse(given, work, version=None):
             world = worlds[world_name]
             log(f"scenario {name!r}: run {run_id} attempt {attempt}, {len(publish.wheel_files(wheels))} wheels")
             before = world.state(tag)
-            jobs = jobs_api(cells, world.server_url, run_id, failed)
+            jobs = jobs_api(selected, world.server_url, run_id, failed)
             results = run_jobs(world, wheels, tag, run_id, attempt, os.path.join(work, f"run-{i}"), jobs, fresh)
             after = world.state(tag)
             plan_path = os.path.join(results["release"]["dir"], "plan.json")
             plan = json.load(open(plan_path)) if os.path.exists(plan_path) else {}
-            problems = check(name, results, plan, before, after, cells, wheels, jobs)
+            problems = check(name, results, plan, before, after, selected, wheels, jobs)
             installs = []
             if name != "tampered":
                 for kind, url in (
@@ -607,7 +647,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m ci rehearse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--wheels", help="a folder with the Linux x86-64 stable wheel (default: build it here)")
+    ap.add_argument("--wheels", help="a folder with the Linux x86-64 one wheel (default: build it here)")
     ap.add_argument("--report", help="write the scenarios' outcome here, JSON")
     ap.add_argument("--work", help="the working folder (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the working folder")

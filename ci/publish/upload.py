@@ -26,14 +26,14 @@ def release_upload(tag, wheels, plan, gh="gh", base_url=None, notes_file=None, w
     if not plan["published"]:
         raise release.ReleaseError("the plan publishes no target: " + (publish.summary(plan).strip()))
     base_url = base_url or f"https://github.com/{os.environ.get('GH_REPO', '<owner>/<repo>')}/releases/download/{tag}"
-    cells = matrix.load()
+    targets = set(matrix.targets().values())
     with tempfile.TemporaryDirectory(dir=work) as tmp:
         files = {}  # asset name -> local path
         by_target = {}
         paths = publish.wheel_paths(wheels)
         for name in plan["wheels"]:
             files[name] = publish.wheel_path(paths, name, wheels)
-            by_target.setdefault(publish.cell_of_wheel(name, cells).target.name, []).append(files[name])
+            by_target.setdefault(publish.target_of_wheel(name, targets).name, []).append(files[name])
         manifests = []
         for target in plan["published"]:
             path = os.path.join(tmp, f"manifest-{target}.json")
