@@ -26,7 +26,9 @@ def make_wheel(
     requires_python=">=3.10",
     plat="manylinux_2_28_x86_64",
     abi="stable",
+    info=None,
 ):
+    """A stand-in wheel; `info`: more keys of its _build_info.json (a merged wheel's kernels and bindings)."""
     name = f"prerast-{version}-{python_tag}-abi3-{plat}.whl"
     dist_info = f"prerast-{version.split('+')[0]}.dist-info"
     files = {
@@ -38,6 +40,7 @@ def make_wheel(
                 "cuda_version": cuda,
                 "abi": abi,
                 "torch_floor": "2.10" if abi == "stable" else None,
+                **(info or {}),
             }
         ).encode(),
         f"{dist_info}/METADATA": (
