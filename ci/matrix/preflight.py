@@ -1,6 +1,6 @@
 """Do the torch builds of the cells exist? Asked of each cell's own index before anything is installed.
 
-    python -m ci preflight --pr              # the cells of a pull request
+    python -m ci preflight --pr              # the cells of a pull request, and those its binding parts build with
     python -m ci preflight --published       # the cells of a release
     python -m ci preflight --cell 2.14.1+cu130 [--cell ...]
     python -m ci preflight --published --pypi DIR --torch-index DIR/{platform}   # other indexes (a mirror, a test)
@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 from ci import matrix
+from ci.matrix import parts
 
 PYPI_SIMPLE = "https://pypi.org/simple"
 
@@ -146,6 +147,18 @@ def check(cells, index_for=index_of, ask=None, jobs=8):
     return sorted(problems, key=lambda p: (matrix._vkey(p[0]), p[0], matrix._vkey(p[1])))
 
 
+def selected_cells(cells, published=False, pr=False):
+    """The selected cells, then those whose torch builds the selected parts are built with and the selection lacks
+    (a pull request's 2.4 binding is built with PyPI's 2.4.0, cu121, while its `pr` cell is 2.4.0+cu124)."""
+    chosen = matrix.select(cells, published, pr)
+    ids = {c.id for c in chosen}
+    for p in parts.select(parts.load(cells=cells), published, pr):
+        if p.cell and p.cell.id not in ids:
+            chosen.append(p.cell)
+            ids.add(p.cell.id)
+    return chosen
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(
         prog="python -m ci preflight", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -169,7 +182,7 @@ def main(argv=None):
             f"--torch-index {a.torch_index}: needs {{platform}}, e.g. https://download.pytorch.org/whl/{{platform}}"
         )
     cells = matrix.load()
-    cells = [matrix.find(n, cells) for n in a.cell] if a.cell else matrix.select(cells, a.published, a.pr)
+    cells = [matrix.find(n, cells) for n in a.cell] if a.cell else selected_cells(cells, a.published, a.pr)
     problems = check(cells, index_for=lambda c: index_of(c, a.pypi, a.torch_index))
     pairs = sum(len(c.pythons) for c in cells)
     if not problems:

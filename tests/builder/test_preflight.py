@@ -222,6 +222,8 @@ def test_command_names_missing_cells_and_fails(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "2.14.1+cu126 (Python 3.10): " in captured.out
     assert all(c in captured.err for c in ("2.4.0+cu124", "2.14.1+cu126", "2.14.1+cu130", "2.13.0+cpu"))
+    # The pull request's 2.4 binding is built with PyPI's 2.4.0 (cu121), a cell the pr flag does not name.
+    assert "2.4.0+cu121" in captured.err and not matrix.find("2.4.0+cu121").pr
 
 
 # packaging.tags (pip's own copy) on each target's install machine, faked in a child process: importing pip makes
