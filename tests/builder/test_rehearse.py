@@ -1,6 +1,6 @@
 """`python -m ci rehearse`: the tag run's publishing jobs run here against the gh stand-in, a local pypiserver and
-the pages over HTTP, then prerast installed from both; run once with the wheel under test (ci/test.sh's) and
-synthetic wheels of the other cells."""
+the pages over HTTP, then prerast installed from both; run once with the wheel under test (ci/test.sh's: the one
+wheel of Linux x86-64, merged of its parts) and synthetic wheels of every other merge of the published parts."""
 
 import json
 import os
@@ -14,15 +14,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wheel_under_test import ROOT, find_test_wheel  # noqa: E402
 
 sys.path.insert(0, ROOT)
-from ci import matrix
+from ci.matrix import parts
 from ci.publish import plan as publish, release  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a whole release rehearsal with the built wheel
 
 pytest.importorskip("pypiserver")
 pytest.importorskip("twine")
-CELLS = matrix.select(matrix.load(), published=True)
-TARGETS = list(dict.fromkeys(c.target.name for c in CELLS))
+WHEELS = parts.target_wheels(parts.select(parts.load(), published=True), release.package_version())
+TARGETS = list(WHEELS)
 
 
 @pytest.fixture(scope="module")
@@ -66,13 +66,12 @@ def test_every_scenario_is_ok_and_the_command_says_so(report):
 def test_a_clean_run_publishes_every_target_and_installs_from_both(report):
     clean = report[1]["clean"]
     assert clean["published"] == TARGETS and clean["missing"] == []
+    # PyPI: each target's one wheel (Linux x86-64's the wheel under test, at whatever manylinux level it has).
     assert sorted(clean["pypi_files"]) == sorted(
-        os.path.basename(find_test_wheel()) if c.id == "2.14.1+cu130" else c.wheel_name(release.package_version())
-        for c in CELLS
-        if not c.local_tag
+        os.path.basename(find_test_wheel()) if t == "linux-x86_64" else names[0] for t, names in WHEELS.items()
     )
     assert {f"manifest-{t}.json" for t in TARGETS} <= set(clean["release_assets"])
-    assert len(clean["release_assets"]) == len(CELLS) + len(TARGETS)
+    assert len(clean["release_assets"]) == sum(map(len, WHEELS.values())) + len(TARGETS)
     assert clean["installs"] == [{"from": "pypi", "ok": True}, {"from": "pages", "ok": True}]
 
 
@@ -86,9 +85,7 @@ def test_a_missing_target_is_named_and_the_rerun_completes_the_release(report):
     missing, rerun = report[1]["one target missing"], report[1]["re-run with it present"]
     assert missing["missing"] == ["windows-amd64"] and "windows-amd64" not in missing["published"]
     assert not any(
-        publish.cell_of_wheel(n, CELLS).target.name == "windows-amd64"
-        for n in missing["release_assets"]
-        if n.endswith(".whl")
+        publish.target_of_wheel(n).name == "windows-amd64" for n in missing["release_assets"] if n.endswith(".whl")
     )
     assert "manifest-windows-amd64.json" not in missing["release_assets"]
     assert all(s["ok"] for s in (missing, rerun)) and all(i["ok"] for i in missing["installs"] + rerun["installs"])
