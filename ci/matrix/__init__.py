@@ -6,7 +6,8 @@ CUDA major; a classic cell (Linux x86-64 only) builds one wheel against the lowe
 torch minor below the floor and serves every patch release of that minor. `Cell.serves` lists the torch builds
 (release, platform) a cell's wheel serves: the find-links pages it is listed on.
 
-Everything that needs to know which wheels exist asks this module; nothing else reads the TOML file.
+Everything that needs to know which wheels exist asks this module or ci/matrix/parts.py (the parts CI builds and
+merges into each target's wheels); nothing else reads the TOML file.
 """
 
 import dataclasses
