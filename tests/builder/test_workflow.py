@@ -743,8 +743,13 @@ def test_smoke_job_installs_the_one_wheel_next_to_pypis_torch_on_the_targets_run
     (tmp_path / "merged").mkdir()
     for name in parts.target_wheels(PARTS, "0.2.0")["linux-x86_64"]:
         (tmp_path / "merged" / name).write_bytes(b"")
-    out = subprocess.run(["bash", "-c", lines[0] + '\necho "$wheel"'], cwd=tmp_path, capture_output=True, text=True)
-    assert out.stdout.strip() == "merged/prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"
+    pick = "\n".join(lines[:-2]) + '\necho "$wheel"'
+    out = subprocess.run(["bash", "-eo", "pipefail", "-c", pick], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == "merged/prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl", out.stderr
+    # Can fail: only slim wheels there (a merge that wrote no one wheel) stops the step.
+    os.remove(tmp_path / "merged" / "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl")
+    out = subprocess.run(["bash", "-eo", "pipefail", "-c", pick], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode != 0 and out.stdout == ""
 
 
 # The wheels PyPI gets: tests/builder/test_publish.py (python -m ci pypi-dir).
