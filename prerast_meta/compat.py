@@ -150,28 +150,18 @@ def local_tag(torch_version, cuda_version, abi, system=None):
     return f"pt{major}{minor_}{compute_platform(cuda_version)}"
 
 
-def serving_tag(torch_version, cuda_version):
-    """The local tag of the wheel that serves a running torch: a stable one for torch >= the floor (by CUDA
-    major; a CPU torch takes the untagged PyPI wheel, which loads its CPU ops anywhere), else the classic
-    'pt24cu121' / 'pt29cpu'."""
-    if release(torch_version)[:2] >= STABLE_FLOOR:
-        tag = local_tag(torch_version, cuda_version, "stable")
-        return "" if tag == "cpu" else tag
-    return local_tag(torch_version, cuda_version, "classic")
-
-
 def find_links_page(torch_release, platform):
     """The index page that lists every prerast wheel serving one torch build: 'torch-2.12.0+cu126.html'."""
     return f"torch-{base_version(torch_release)}+{platform}.html"
 
 
 def fix_command(run):
-    """The pip command that installs the prerast wheel for the running torch, from the index page of that torch
-    build (every build a wheel serves has a page listing it)."""
-    tag = serving_tag(run["torch_version"], run["cuda_version"])
+    """The pip command that installs the prerast wheel for the running torch: the one wheel of the platform
+    (untagged, as on PyPI), which carries a binding for every torch build the matrix serves there and the kernels
+    of every CUDA major, from the index page of that torch build (every build a wheel serves has a page listing
+    it). The slim, tagged wheels of the pages are for pinning one build by hand."""
     page = find_links_page(run["torch_version"], compute_platform(run["cuda_version"]))
-    version = base_version(__version__) + (f"+{tag}" if tag else "")
-    return f'pip install --force-reinstall --no-deps "prerast=={version}" -f {index_url()}/{page}'
+    return f'pip install --force-reinstall --no-deps "prerast=={base_version(__version__)}" -f {index_url()}/{page}'
 
 
 def reinstall_fix(run):

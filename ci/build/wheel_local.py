@@ -101,7 +101,7 @@ def part_key(spec):
         else None
     )
     return {
-        "sources": sources.digest(ROOT),
+        "sources": sources.digest(spec.source),
         "torch": torch,
         "parts": spec.parts,
         "abi": spec.abi,
@@ -133,9 +133,10 @@ def build_part(name, spec, parts_dir):
     return wheel
 
 
-def part_specs(archs, classic, cuda_majors, python=sys.executable):
-    """[(name, BuildSpec)] of every part of the wheel. archs None: each toolkit's from the matrix."""
-    common = {"source": ROOT, "out_dir": ""}
+def part_specs(archs, classic, cuda_majors, python=sys.executable, source=ROOT):
+    """[(name, BuildSpec)] of every part of the wheel, built from `source`. archs None: each toolkit's from the
+    matrix."""
+    common = {"source": source, "out_dir": "", "commit": sources.git_commit(ROOT)}
     specs = [("kernels-cpu", _route.BuildSpec(**common, python=python, parts="kernels"))]
     homes = toolkits(cuda_majors)
     for major in cuda_majors:
@@ -159,8 +160,14 @@ def wheel_local(out_dir, archs=None, classic=None, cuda=("12", "13"), work=DEFAU
     """Build every part and merge them into out_dir; returns (the merged wheel, the part wheels)."""
     parts_dir = os.path.join(work, "parts")
     os.makedirs(parts_dir, exist_ok=True)
+    # A copy of the sources to build from: pip leaves its egg-info and build folders there, not in the checkout
+    # (where a prerast.egg-info under package/ would pass for an installed prerast).
+    source = os.path.join(work, "src")
+    shutil.rmtree(source, ignore_errors=True)
+    sources.materialize(source, ROOT)
     parts = [
-        build_part(name, spec, parts_dir) for name, spec in part_specs(archs, classic_releases(classic), cuda, python)
+        build_part(name, spec, parts_dir)
+        for name, spec in part_specs(archs, classic_releases(classic), cuda, python, source)
     ]
     for old in glob.glob(os.path.join(out_dir, "prerast-*.whl")):
         os.remove(old)

@@ -222,8 +222,8 @@ def test_page_name_matches_the_loader(tmp_path):
 
 
 def test_every_page_the_loader_names_for_a_served_build_exists(site):
-    """For each torch build a published cell serves, the loader's fix command names a page listing that cell's
-    wheel under the version it pins."""
+    """For each torch build a published cell serves, the loader's fix command names that build's page and pins the
+    one wheel, untagged (tests/builder/test_index_merged.py installs it from such a page)."""
     import prerast._loader as loader
     from ci import matrix
 
@@ -236,7 +236,7 @@ def test_every_page_the_loader_names_for_a_served_build_exists(site):
             assert command.endswith(f"/torch-{release}+{platform}.html"), command
             assert f"torch-{release}+{platform}.html" in cell.pages
             pin = command.split('"')[1].split("==")[1]
-            assert pin.partition("+")[2] == cell.local_tag, (cell.id, command)
+            assert "+" not in pin, (cell.id, command)
 
 
 @pytest.fixture(scope="module")

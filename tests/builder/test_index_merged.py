@@ -108,11 +108,10 @@ def test_a_part_is_no_wheel_to_index(tmp_path):
         index.collect([path])
 
 
-@pytest.mark.xfail(strict=True, reason="the loader's fix command pins the tag of each torch build's own cell")
 def test_the_loaders_fix_command_finds_a_wheel_on_every_page(merged, venv):
-    """The loader (prerast_meta.compat.fix_command) pins prerast==<v>+pt24cu124 for torch 2.4.1+cu124, a wheel no
-    merge makes any more (the 2.4 binding is built with 2.4.0+cu121: its slim wheel is +pt24cu121, and the one
-    wheel is untagged). Fails until the loader pins what the pages list."""
+    """The loader (prerast_meta.compat.fix_command) pins the one wheel, untagged, for torch 2.4.1+cu124 (a build
+    whose own cell's tag, +pt24cu124, no merge makes: the 2.4 binding is built with 2.4.0+cu121): its page lists
+    it, and pip installs it."""
     from prerast_meta import compat
 
     site, _ = merged

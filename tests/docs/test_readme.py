@@ -150,9 +150,9 @@ HOW = {
     "python examples/textured_sphere.py": {"test": EXAMPLES + "test_loss_falls"},
     "python examples/envmap.py": {"test": EXAMPLES + "test_loss_falls"},
     "pip install -r docs/requirements.txt": {"ci": ("ci/test.sh", "docs/requirements.txt")},
-    'pip install --force-reinstall --no-deps "prerast==0.1.0+pt24cu121" '
+    'pip install --force-reinstall --no-deps "prerast==0.1.0" '
     "-f https://prerast.github.io/prerast/whl/torch-2.4.1+cu121.html": {"test": GUIDES_FIX},
-    'pip install --force-reinstall --no-deps "prerast==0.1.0+cu12" '
+    'pip install --force-reinstall --no-deps "prerast==0.1.0" '
     "-f https://prerast.github.io/prerast/whl/torch-2.12.0+cu126.html": {"test": GUIDES_FIX},
     'pip install --force-reinstall --no-deps "prerast==0.1.0" '
     "-f https://prerast.github.io/prerast/whl/torch-2.14.1+cpu.html": {"test": GUIDES_FIX},

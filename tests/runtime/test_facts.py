@@ -55,15 +55,31 @@ def test_build_info_keys_are_the_documented_ones():
 
 
 def test_the_wheel_the_loader_names_is_one_the_matrix_builds_for_that_torch():
-    """For every torch build the matrix serves, the tag the loader's fix command names (compat.serving_tag) is the
-    local tag of a cell that serves that build: the loader never sends a user to a wheel nobody builds for it
-    (a CPU torch from the floor on takes PyPI's untagged CUDA wheel, which serves CPU torch too)."""
+    """The loader's fix command names the one (untagged) wheel of the platform, from the page of the running torch
+    build: for every torch build a published cell serves, that target's parts hold a binding serving it (the
+    stable one from the floor on, its minor's classic one below) and the kernels of its CUDA major (the CPU ones
+    for a CPU torch), so the one wheel merged from them serves it."""
+    from ci.matrix import parts as _parts
+
     cells = matrix.load()
+    by_target = _parts.by_target(_parts.select(_parts.load(cells=cells), published=True))
     checked = 0
-    for cell in cells:
+    for cell in (c for c in cells if c.published):
+        target_parts = by_target[cell.target.name]
         for release, platform in cell.serves:
             cuda = None if platform == "cpu" else f"{platform[2:-1]}.{platform[-1]}"  # cu126 -> 12.6
-            builders = {c.local_tag for c in cells if c.target == cell.target and (release, platform) in c.serves}
-            assert compat.serving_tag(f"{release}+{platform}", cuda) in builders, (release, platform, builders)
+            stable = compat.release(release)[:2] >= compat.STABLE_FLOOR
+            bindings = [
+                p
+                for p in target_parts
+                if p.kind == "binding"
+                and (p.abi == "stable" if stable else compat.minor(p.cell.torch) == compat.minor(release))
+            ]
+            compute = f"cu{compat.cuda_major(cuda)}" if cuda else "cpu"
+            kernels = [p for p in target_parts if p.kind == "kernels" and p.compute == compute]
+            assert bindings and kernels, (cell.id, release, platform)
+            assert '"prerast==' + compat.base_version(compat.__version__) + '"' in compat.fix_command(
+                {"python": "3.11.0", "torch_version": f"{release}+{platform}", "cuda_version": cuda, "cxx11_abi": 0}
+            )
             checked += 1
     assert checked > 50
