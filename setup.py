@@ -76,7 +76,7 @@ if torch is not None:
     # The binding's CUDA part needs a CUDA torch and CUDA's headers (no nvcc: it compiles no device code): a
     # binding alone takes them from the nvidia-* wheel of torch's CUDA runtime where no toolkit is given; a build
     # with the kernels needs the toolkit anyway.
-    CUDA_INCLUDE = build_env.cuda_include_dir(CUDA_HOME if "kernels" in PARTS else CUDA_HOME or "")
+    CUDA_INCLUDE = build_env.cuda_include_dir(CUDA_HOME, from_wheels="kernels" not in PARTS)
     WITH_CUDA = not FORCE_CPU and torch.version.cuda is not None and CUDA_INCLUDE is not None
     CUDA_VERSION = torch.version.cuda if WITH_CUDA else None
 else:

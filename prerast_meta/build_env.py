@@ -108,12 +108,14 @@ def gencode_flags(archs):
     return flags
 
 
-def cuda_include_dir(cuda_home):
-    """The folder with cuda_runtime_api.h: the toolkit's include/ (cuda_home given), else ("" given) that of an
-    nvidia-* wheel next to torch (nvidia/cuda_runtime/include, nvidia/cu13/include); None where there is none."""
-    if cuda_home is None:
-        return None
-    candidates = [os.path.join(cuda_home, "include")] if cuda_home else nvidia_pip_include_dirs()
+def cuda_include_dir(cuda_home, from_wheels=False):
+    """The folder with cuda_runtime_api.h: the toolkit's include/ where cuda_home is given, else, with
+    from_wheels, that of an nvidia-* wheel next to torch (nvidia/cuda_runtime/include, nvidia/cu13/include); None
+    where there is none."""
+    if cuda_home:
+        candidates = [os.path.join(cuda_home, "include")]
+    else:
+        candidates = nvidia_pip_include_dirs() if from_wheels else []
     return next((d for d in candidates if os.path.isfile(os.path.join(d, "cuda_runtime_api.h"))), None)
 
 

@@ -96,15 +96,25 @@ def write(directory, info, library, cuda_library=None, kernels=None):
     """Stamp the libraries in `directory` into `info` and write it there as INFO_FILE. The CUDA kernels' toolkit
     and archs are also the top level's nvcc_version and cuda_archs (what the doctor and check_device read)."""
     kernels = kernels or {}
-    cuda = [k for key, k in sorted(kernels.items()) if key != "cpu"]
     info = dict(info, library=library, cuda_library=cuda_library, kernels=kernels, bindings=[], parts=[])
-    info["nvcc_version"] = cuda[-1]["nvcc_version"] if cuda else None
-    info["cuda_archs"] = cuda[-1]["cuda_archs"] if cuda else []
-    names = [n for n in (library, cuda_library) if n] + [k["library"] for k in kernels.values()]
-    info["libraries"] = integrity.stamp(directory, names)
+    info.update(newest_cuda_fields(kernels))
+    info["libraries"] = integrity.stamp(directory, library_names(info))
     with open(os.path.join(directory, INFO_FILE), "w") as f:
         json.dump(info, f, indent=2, sort_keys=True)
     return info
+
+
+def cuda_kernel_keys(kernels):
+    """The keys of the CUDA kernel libraries of a "kernels" table, oldest CUDA major first: ['cu12', 'cu13']."""
+    return sorted((k for k in kernels if k != "cpu"), key=lambda k: int(k[2:]))
+
+
+def newest_cuda_fields(kernels):
+    """The top level's nvcc_version and cuda_archs: those of the newest CUDA kernel library of a "kernels" table
+    (None and [] without one)."""
+    keys = cuda_kernel_keys(kernels)
+    newest = kernels[keys[-1]] if keys else {}
+    return {"nvcc_version": newest.get("nvcc_version"), "cuda_archs": newest.get("cuda_archs", [])}
 
 
 def libraries_in(directory):
@@ -217,7 +227,7 @@ def malformed(info):
 def cuda_kernels_for(info, cuda_version):
     """The key ("cu12") of the CUDA kernel library for a torch of `cuda_version`: its major's, else (to name in a
     refusal) the newest there is; None without any."""
-    keys = sorted((k for k in info.get("kernels", {}) if k != "cpu"), key=lambda k: int(k[2:]))
+    keys = cuda_kernel_keys(info.get("kernels", {}))
     major = compat.cuda_major(cuda_version)
     if major and f"cu{major}" in keys:
         return f"cu{major}"
@@ -230,7 +240,6 @@ def compose(info, binding, run):
     alone. cuda_version, nvcc_version and cuda_archs are then those of the CUDA kernels it would load."""
     out = {k: v for k, v in info.items() if k != "bindings"}
     out.update({k: binding.get(k) for k in BINDING_KEYS})
-    out["torch_cuda_version"] = binding.get("cuda_version")
     key = cuda_kernels_for(info, run["cuda_version"])
     kern = info["kernels"][key] if key else None
     out["cuda_kernels"] = key

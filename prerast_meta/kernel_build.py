@@ -163,6 +163,3 @@ class KernelBuildExt(build_ext):
 
     def build_extension(self, ext):
         build_kernel_library(self, ext)
-
-    def get_export_symbols(self, ext):
-        return []  # no PyInit_: a kernel library is loaded with ctypes, never imported

@@ -24,10 +24,8 @@ import re
 import sys
 import zipfile
 
-from prerast_meta import compat, integrity
-from prerast_meta.repair import record_hash
-
-INFO = "prerast/_build_info.json"
+from prerast_meta import build_info, compat, integrity
+from prerast_meta.repair import INFO, record_hash
 
 
 class MergeRefused(ValueError):
@@ -176,9 +174,7 @@ def merged_info(parts, bindings, kernels, version):
     info = {k: v for k, v in primary.items() if k not in ("libraries", "kernels", "bindings", "parts")}
     info["prerast_version"] = version
     info["kernels"] = kernels
-    cuda = [kernels[k] for k in sorted(kernels, key=lambda k: (k != "cpu", k[2:].zfill(3))) if k != "cpu"]
-    info["nvcc_version"] = cuda[-1]["nvcc_version"] if cuda else None
-    info["cuda_archs"] = cuda[-1]["cuda_archs"] if cuda else []
+    info.update(build_info.newest_cuda_fields(kernels))
     moves, others = {}, []
     for part in bindings[1:]:
         tag = binding_tag(part.info)
@@ -245,15 +241,9 @@ def merge(paths, out_dir, slim=False):
             if name in members and members[name] != data and name.split("/")[0].endswith(".libs"):
                 raise MergeRefused(f"{part.name} and another part both carry {name}, with different contents")
             members.setdefault(name, data)  # the Python package and shipped sources: the first binding's copy
-    info["libraries"] = {n: integrity.stamp_bytes(members["prerast/" + n]) for n in sorted(set(lib_names(info)))}
+    info["libraries"] = {n: integrity.stamp_bytes(members["prerast/" + n]) for n in build_info.library_names(info)}
     members[INFO] = json.dumps(info, indent=2, sort_keys=True).encode()
     return write_wheel(bindings[0], version, members, out_dir, merged_tags(parts))
-
-
-def lib_names(info):
-    names = [info.get("library"), info.get("cuda_library")]
-    names += [n for b in info["bindings"] for n in (b["library"], b["cuda_library"])]
-    return [n for n in names + [k["library"] for k in info["kernels"].values()] if n]
 
 
 def write_wheel(primary, version, members, out_dir, tags):

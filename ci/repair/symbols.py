@@ -18,6 +18,8 @@ import sys
 import tempfile
 import zipfile
 
+from prerast_meta import build_info
+
 RUNTIME_VERSIONS = re.compile(r"(GLIBC|GLIBCXX|CXXABI|GCC)_[\d.]+")
 SHIMS = re.compile(r"(aoti_torch_|torch_)\w+")
 # Weak references every shared object carries (transactional memory, profiling): resolved or not, harmless.
@@ -64,7 +66,7 @@ def held_to_the_rule(info):
     """The libraries of a wheel's build metadata that may import only the allowed kinds: the stable binding's parts
     and every kernel library (which import nothing of torch at all). A classic binding links torch's C++ API by
     design."""
-    stable = [b for b in [info] + list(info.get("bindings") or []) if b.get("abi") == "stable"]
+    stable = [b for b in build_info.bindings_of(info) if b.get("abi") == "stable"]
     names = [n for b in stable for n in (b.get("library"), b.get("cuda_library")) if n]
     return names + [k["library"] for k in (info.get("kernels") or {}).values()]
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import prerast
-from installs import restamp
+from installs import overridden, restamp
 from prerast import _loader
-from prerast_meta import build_info, compat
+from prerast_meta import compat
 
 
 def copy_package(tmp_path, **overrides):
@@ -24,10 +24,7 @@ def copy_package(tmp_path, **overrides):
     meta = os.path.dirname(compat.__file__)
     shutil.copytree(meta, tmp_path / "prerast_meta", ignore=shutil.ignore_patterns("__pycache__"))
     info = json.loads((dst / "_build_info.json").read_text())
-    info.update(overrides)
-    if any(k in build_info.BINDING_KEYS for k in overrides):
-        info["bindings"] = []  # a package of that one binding (the one wheel's others would serve instead)
-    (dst / "_build_info.json").write_text(json.dumps(info))
+    (dst / "_build_info.json").write_text(json.dumps(overridden(info, overrides)))
     return tmp_path
 
 

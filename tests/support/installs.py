@@ -17,6 +17,15 @@ from prerast_meta import build_info, integrity as _integrity, sources as _source
 PRERAST_VARS = ("PRERAST_BUILD_ON_MISMATCH", "PRERAST_CACHE_DIR", "PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST")
 
 
+def overridden(info, overrides):
+    """info with the fields of overrides replaced. A binding's field replaced makes it a package of that one
+    binding: the one wheel's other bindings would serve the running torch instead."""
+    info.update(overrides)
+    if any(k in build_info.BINDING_KEYS for k in overrides) and "bindings" not in overrides:
+        info["bindings"] = []
+    return info
+
+
 def copy_package(dest, **overrides):
     """A copy of the installed prerast (both its packages) under dest/prerast and dest/prerast_meta, carrying its
     sources as an installed wheel does, with _build_info.json fields replaced by overrides. Returns dest (for
@@ -30,9 +39,7 @@ def copy_package(dest, **overrides):
     info_path = os.path.join(pkg, "_build_info.json")
     with open(info_path) as f:
         info = json.load(f)
-    info.update(overrides)
-    if any(k in build_info.BINDING_KEYS for k in overrides) and "bindings" not in overrides:
-        info["bindings"] = []  # a package of that one binding (the one wheel's others would serve instead)
+    overridden(info, overrides)
     with open(info_path, "w") as f:
         json.dump(info, f)
     return str(dest)
