@@ -120,6 +120,14 @@ TOOLS = {
 }
 
 
+def pip_download(python, dest, *specs, **run):
+    """`pip download` of the aarch64 wheels `specs` (no dependencies) into dest, for this Python; `run` goes to
+    subprocess.run."""
+    command = [python, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--no-deps"]
+    command += ["--only-binary=:all:", "--platform", PLATFORM, "--python-version", PYTHON, "-d", dest, *specs]
+    return subprocess.run(command, **run)
+
+
 def cache_dir():
     base = os.environ.get("PRERAST_PLATFORMS_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "prerast-platforms"
@@ -166,27 +174,7 @@ def fetch_wheels(p, python=sys.executable):
         return
     os.makedirs(p["downloads"], exist_ok=True)
     log(f"downloading torch {TORCH} and numpy {NUMPY} for {PLATFORM} into {p['downloads']}")
-    subprocess.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--platform",
-            PLATFORM,
-            "--python-version",
-            PYTHON,
-            "-d",
-            p["downloads"],
-            f"torch=={TORCH}",
-            f"numpy=={NUMPY}",
-        ],
-        check=True,
-    )
+    pip_download(python, p["downloads"], f"torch=={TORCH}", f"numpy=={NUMPY}", check=True)
     shutil.rmtree(p["site"], ignore_errors=True)
     os.makedirs(p["site"])
     for pattern in (f"torch-{TORCH}-*aarch64.whl", f"numpy-{NUMPY}-*aarch64*.whl"):
@@ -385,27 +373,7 @@ def cuda_probe(cache=None, python=sys.executable, source="csrc/core/wide_sum_cud
         if int(version[0]) >= 13
         else f"nvidia-cuda-runtime-cu{version[0]}"
     )
-    r = subprocess.run(
-        [
-            python,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-deps",
-            "--only-binary=:all:",
-            "--platform",
-            PLATFORM,
-            "--python-version",
-            PYTHON,
-            "-d",
-            os.path.join(p["downloads"], "cuda-runtime"),
-            spec,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    r = pip_download(python, os.path.join(p["downloads"], "cuda-runtime"), spec, capture_output=True, text=True)
     steps.append(
         {
             "step": f"libcudart for aarch64 (pip download {spec})",
