@@ -6,8 +6,11 @@ here), ci/repair (cibuildwheel's repair step and the checks of a repaired wheel)
 its rehearsal).
 """
 
+import dataclasses
 import importlib
 import sys
+
+from ci.needs import Need, check
 
 # command -> ("module:function", help). The names are the workflow's and the docs' contract: never rename one.
 COMMANDS = {
@@ -127,6 +130,36 @@ COMMANDS = {
     ),
 }
 
+# command (or "command subcommand") -> what it needs installed in the Python that runs it (ci/needs.py): checked
+# before the command starts, so that a missing package costs no work and ends with the command that installs it.
+_BUILD = (
+    Need("pip"),
+    Need("torch"),
+    Need("setuptools"),
+    Need("wheel"),
+    Need("auditwheel", platform="linux"),
+)
+REQUIRES = {
+    "wheel-local": _BUILD,
+    "wheel build": _BUILD,
+    "dev": (Need("torch"), Need("setuptools"), Need("pytest", only_with="--")),
+    # Without --wheels it builds the wheel it rehearses with first (python -m ci wheel build).
+    "rehearse": (
+        Need("pypiserver"),
+        Need("twine"),
+        Need("yaml", dist="pyyaml"),
+        *(dataclasses.replace(n, unless="--wheels") for n in _BUILD),
+    ),
+    "repair": (
+        Need("auditwheel", platform="linux"),
+        Need("delvewheel", platform="win32"),
+        Need("delocate", platform="darwin"),
+    ),
+    "smoke": (Need("torch", unless="--venv"),),
+    "preflight": (Need("pip"),),
+    "cross": (Need("pip"),),
+}
+
 
 def usage():
     width = max(map(len, COMMANDS))
@@ -143,6 +176,10 @@ def main(argv=None):
         return 0 if argv else 2
     if argv[0] not in COMMANDS:
         print(f"python -m ci: no command {argv[0]!r}; the commands are: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    lacking = check(argv[0], argv[1:], REQUIRES)
+    if lacking:
+        print(lacking, file=sys.stderr)
         return 2
     module, _, function = COMMANDS[argv[0]][0].partition(":")
     return getattr(importlib.import_module(module), function)(argv[1:]) or 0
