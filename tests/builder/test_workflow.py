@@ -572,12 +572,35 @@ def per_os_step_problems(text, rows=ROWS):
                 problems.append(f"{row['part']}: compiler cache {'saved' if saves else 'not saved'} on {event}")
         if any(n.startswith("actions/cache@") for n in names):
             problems.append(f"{row['part']}: actions/cache saves from every run")
-        if ('python -m ci msvc-env >> "$GITHUB_ENV"' in script) is not windows or any("msvc" in n for n in names):
+        if ("python -m ci msvc-env" in script) is not windows or any("msvc" in n for n in names):
             problems.append(f"{row['part']}: MSVC step wrong")
+        problems += [f"{row['part']}: {p}" for p in msvc_link_problems(job, row)]
         if ("python -m ci toolkit-redist" in script) is not (windows and bool(row["cuda"])):
             problems.append(f"{row['part']}: redist toolkit step wrong")
         if "python -m cibuildwheel" not in script:
             problems.append(f"{row['part']}: does not build")
+    return problems
+
+
+WORKFLOW_SHELL = "bash"  # the workflow's defaults.run.shell (test_every_run_step_is_bash_with_pipefail)
+MSVC_RUN = "python -m ci msvc-env --run -- "
+
+
+def msvc_link_problems(job, row):
+    """A Windows row's cibuildwheel must find MSVC's link.exe and cl.exe first on PATH. A bash step's PATH starts
+    with Git's usr\\bin (GNU coreutils' link.exe), whatever earlier steps exported to $GITHUB_ENV; setuptools
+    (DISTUTILS_USE_SDK=1) takes the first link.exe on PATH. Under bash only `python -m ci msvc-env --run --`,
+    which starts the build with MSVC's folders first, gets it."""
+    problems = []
+    for step in steps_of(job, row):
+        shell = step.get("shell", job.get("defaults", {}).get("run", {}).get("shell", WORKFLOW_SHELL))
+        for line in step.get("run", "").splitlines():
+            if "-m cibuildwheel" not in line:
+                continue
+            if row["os"] != "windows" and "msvc-env" in line:
+                problems.append(f"builds in MSVC's environment on {row['os']}")
+            if row["os"] == "windows" and shell == "bash" and not line.strip().startswith(MSVC_RUN):
+                problems.append(f"{step.get('name')!r} builds under bash with Git's usr\\bin (its link.exe) first")
     return problems
 
 
@@ -626,13 +649,10 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_parts_with_a_too
     # Can fail: the compiler cache saved by every run (a pull request's entry, visible to no other one).
     every = text.replace(" && github.event_name == 'schedule'", "")
     assert every != text and "kernels-cu13: compiler cache saved on pull_request" in per_os_step_problems(every, rows)
-    # Can fail: the MSVC environment from the unmaintained action again, or on every OS.
-    action = text.replace(
-        '        run: python -m ci msvc-env >> "$GITHUB_ENV"\n', "        uses: ilammy/msvc-dev-cmd@v1\n"
-    )
-    assert action != text and "kernels-cu13-windows-amd64: MSVC step wrong" in per_os_step_problems(action, rows)
+    # Can fail: the build in MSVC's environment on every OS.
     everywhere = text.replace(
-        "        if: matrix.os == 'windows'\n        run: python -m ci msvc-env", "        run: python -m ci msvc-env"
+        'run: python -m cibuildwheel --platform "${{ matrix.os }}"',
+        'run: python -m ci msvc-env --run -- python -m cibuildwheel --platform "${{ matrix.os }}"',
     )
     assert everywhere != text and "kernels-cu13: MSVC step wrong" in per_os_step_problems(everywhere, rows)
     assert not [p for p in found if "cu13-windows-amd64: redist" in p]  # the CUDA row was right all along
@@ -866,3 +886,30 @@ def test_wheel_jobs_install_the_pinned_cibuildwheel(tmp_path):
         if line.startswith("cibuildwheel==")
     ]
     assert out.stdout.splitlines() == pins and len(pins) == 1
+
+
+def test_windows_builds_find_msvcs_link_exe_before_gits():
+    """The Windows build step starts cibuildwheel through python -m ci msvc-env --run (its PATH logic:
+    tests/builder/test_msvc_env.py); the way every Windows part failed at link is refused."""
+    text = open(WORKFLOW).read()
+    windows = [r for r in ROWS if r["os"] == "windows"]
+    assert windows and all(msvc_link_problems(wheel_job(text), r) == [] for r in ROWS)
+    # Can fail: MSVC's environment exported to $GITHUB_ENV by a step of its own (or ilammy/msvc-dev-cmd), then
+    # cibuildwheel under the next bash step, Git's usr\bin first: the workflow before this check.
+    old = text.replace("        if: matrix.os != 'windows'\n", "").replace(
+        "      - name: Build and repair with cibuildwheel, in MSVC's developer environment\n",
+        "      - name: MSVC developer environment\n        if: matrix.os == 'windows'\n"
+        '        run: python -m ci msvc-env >> "$GITHUB_ENV"\n'
+        "      - name: Windows build, another way\n",
+    )
+    old = old.replace("run: python -m ci msvc-env --run -- python -m cibuildwheel", "run: python -m cibuildwheel")
+    assert old.count("run: python -m ci msvc-env") == 1
+    problems = msvc_link_problems(wheel_job(old), windows[0])
+    assert problems and all("builds under bash with Git's usr\\bin" in p for p in problems), problems
+    assert any("'Build and repair with cibuildwheel'" in p for p in problems)
+    # Another shell is fine for this check (pwsh and cmd start without Git's prefix); this workflow keeps bash.
+    pwsh = text.replace(
+        "        if: matrix.os == 'windows'\n        run: python -m ci msvc-env --run -- python -m cibuildwheel",
+        "        if: matrix.os == 'windows'\n        shell: pwsh\n        run: python -m cibuildwheel",
+    )
+    assert pwsh != text and msvc_link_problems(wheel_job(pwsh), windows[0]) == []
