@@ -639,7 +639,7 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_parts_with_a_too
     assert {r["os"] for r in rows if r["ccache"]} == {"linux"}
     # Can fail: the clean-up unconditioned, the toolkit step on every Windows row, ccache on every OS.
     broken = text.replace(
-        "        if: matrix.os == 'linux'\n        run: |\n          df -h /", "        run: |\n          df -h /"
+        "        if: matrix.os == 'linux'\n        run: |\n          df -h /", "        run: |\n          df -h /", 1
     ).replace("if: matrix.os == 'windows' && matrix.cuda != ''", "if: matrix.os == 'windows'")
     assert broken.count("if: matrix.os == 'linux'\n") == text.count("if: matrix.os == 'linux'\n") - 1
     found = per_os_step_problems(broken, rows)
@@ -752,7 +752,8 @@ def test_smoke_job_installs_the_one_wheel_next_to_pypis_torch_on_the_targets_run
     smoke = jobs()["smoke"]
     assert smoke["runs-on"] == "${{ matrix.runner }}"
     (step,) = [s for s in smoke["steps"] if "wheel smoke" in s.get("run", "")]
-    assert step["env"] == {"SMOKE_TORCH": "${{ matrix.smoke_torch }}"}
+    # No pip cache: the CUDA torch's wheels would sit on the disk twice (preflight --disk sizes it without).
+    assert step["env"] == {"SMOKE_TORCH": "${{ matrix.smoke_torch }}", "PIP_NO_CACHE_DIR": "1"}
     lines = [line.strip() for line in step["run"].splitlines()]
     assert lines[-2:] == [
         'python -m ci wheel venv smoke-venv "$SMOKE_TORCH" numpy',
@@ -1007,3 +1008,21 @@ def test_the_job_simulation_can_fail():
     # Without !cancelled() a failed part would stop every target's release.
     strict = dict(all_jobs, release={k: v for k, v in all_jobs["release"].items() if k != "if"})
     assert job_outcomes(strict, fails={"wheel"})["release"] == "skipped"
+
+
+def clean_up_script(job, row):
+    return "\n".join(s["run"] for s in steps_of(job, row) if "docker image prune" in s.get("run", ""))
+
+
+def test_smoke_jobs_make_room_as_the_part_jobs_do_and_preflight_sizes_them():
+    all_jobs = jobs()
+    parts_clean_up = clean_up_script(all_jobs["wheel"], next(r for r in ROWS if r["os"] == "linux"))
+    assert parts_clean_up
+    for row in TARGET_ROWS:
+        script = clean_up_script(all_jobs["smoke"], row)
+        assert script == (parts_clean_up if row["os"] == "linux" else ""), row["target"]
+    # The clean-up runs before anything is downloaded, and preflight checks each smoke job's disk need.
+    steps = all_jobs["smoke"]["steps"]
+    first_download = min(i for i, s in enumerate(steps) if "download-artifact" in s.get("uses", ""))
+    assert any("docker image prune" in s.get("run", "") for s in steps[:first_download])
+    assert "--disk" in runs(all_jobs["preflight"]).split()
