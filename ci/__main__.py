@@ -158,6 +158,8 @@ REQUIRES = {
     "smoke": (Need("torch", unless="--venv"),),
     "preflight": (Need("pip"),),
     "cross": (Need("pip"),),
+    # Compiled against this Python's torch headers, then repaired with the package's policy.
+    "cross build": _BUILD,
 }
 
 

@@ -44,7 +44,8 @@ def needs(name, args, table, platform=sys.platform):
     found = list(table.get(name, ()))
     if args and not args[0].startswith("-"):
         found += table.get(f"{name} {args[0]}", ())
-    return [n for n in found if n.applies(args, platform)]
+    applying = [n for n in found if n.applies(args, platform)]
+    return list({n.module: n for n in reversed(applying)}.values())[::-1]  # each module once, in order
 
 
 def missing(needed, find_spec=importlib.util.find_spec):

@@ -88,6 +88,8 @@ def test_needs_follow_the_platform_the_options_and_the_subcommand():
     assert [n.module for n in needs.needs("dev", ["--cpu", "--", "-q"], table)] == ["torch", "pytest"]
     assert [n.module for n in needs.needs("rehearse", ["--wheels=dist"], table)] == ["twine"]
     assert [n.module for n in needs.needs("wheel", ["build", "--out", "d"], table)] == ["wheel"]
+    both = {"cross": (needs.Need("pip"),), "cross build": (needs.Need("pip"), needs.Need("torch"))}
+    assert [n.module for n in needs.needs("cross", ["build"], both)] == ["pip", "torch"]  # each once
     assert needs.needs("wheel", ["venv", "v"], table) == []
     nothing = lambda module: None  # noqa: E731  (find_spec of a Python with nothing installed)
     assert "python -m ci wheel build: " in needs.check("wheel", ["build"], table, find_spec=nothing)
