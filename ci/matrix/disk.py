@@ -32,7 +32,6 @@ except ImportError:  # the workflow's bare Python: pip's own copy, the one its r
     )
 
 from ci import matrix
-from ci.matrix import preflight
 
 GIB = 1024**3
 JSON_SIMPLE = "application/vnd.pypi.simple.v1+json"
@@ -76,10 +75,10 @@ def environment(target, python):
     return env
 
 
-def supported_tags(target, python):
-    """The wheel tags the target's pip accepts under CPython `python`, best first (packaging.tags, as pip does)."""
+def supported_tags(target, python, platforms):
+    """The wheel tags the target's pip accepts under CPython `python` on `platforms` (the target's platform tags,
+    preflight.target_platforms), best first (packaging.tags, as pip does)."""
     major, minor = (int(x) for x in python.split("."))
-    platforms = preflight.target_platforms(target)
     return list(_tags.cpython_tags((major, minor), platforms=platforms)) + list(
         _tags.compatible_tags((major, minor), f"cp{major}{minor}", platforms)
     )
@@ -189,11 +188,11 @@ def requires(metadata_text, env, extras=()):
     return found
 
 
-def resolve(requirements, index, target, python):
+def resolve(requirements, index, target, python, platforms):
     """[Wheel] that `pip install requirements` installs on the target: for each project the newest version that
     satisfies every specifier met so far and has a wheel the target accepts (its best-tagged one). No
     backtracking: torch pins its CUDA wheels exactly and its other dependencies are loose."""
-    env, tags = environment(target, python), supported_tags(target, python)
+    env, tags = environment(target, python), supported_tags(target, python, platforms)
     rank = {t: i for i, t in enumerate(tags)}
     specs, chosen, todo = {}, {}, [_requirements.Requirement(r) for r in requirements]
     while todo:
@@ -282,13 +281,15 @@ def runner_budget(target, offered=None):
 SMOKE_PYTHON = "3.12"  # the smoke job's actions/setup-python (tests/builder/test_workflow.py checks it)
 
 
-def smoke_needs(target_rows, pypi=preflight.PYPI_SIMPLE, offered=None, opener=urllib.request.urlopen):
-    """[Need] of each smoke job of the workflow's target rows (python -m ci gh-matrix --jobs targets)."""
+def smoke_needs(target_rows, pypi, platforms_of, offered=None, opener=urllib.request.urlopen):
+    """[Need] of each smoke job of the workflow's target rows (python -m ci gh-matrix --jobs targets), from the
+    index `pypi`; platforms_of(target) gives the target's platform tags (preflight.target_platforms)."""
     index = Index(pypi, opener)
 
     def need(row):
         target = matrix.targets()[row["target"]]
-        wheels = with_sizes(resolve([row["smoke_torch"], "numpy"], index, target, SMOKE_PYTHON), index)
+        requirements = [row["smoke_torch"], "numpy"]
+        wheels = with_sizes(resolve(requirements, index, target, SMOKE_PYTHON, platforms_of(target)), index)
         budget = runner_budget(target, offered)
         return Need(f"smoke {row['target']}", target.runner, tuple(wheels), budget, target.os == "linux")
 

@@ -237,7 +237,7 @@ def disk_fits(published, pr, pypi, offered):
 
     rows = cibw.target_matrix(parts.select(parts.load(), published=published, pr=pr))["include"]
     try:
-        needs = disk.smoke_needs(rows, pypi, offered)
+        needs = disk.smoke_needs(rows, pypi, target_platforms, offered)
     except disk.DiskError as e:
         error(f"disk: the smoke jobs could not be sized: {e}")
         return False

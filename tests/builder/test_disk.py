@@ -81,7 +81,7 @@ ROWS = cibw.target_matrix(parts.select(parts.load(), published=True))["include"]
 def test_each_target_installs_what_its_own_markers_and_tags_select(index):
     folder, sizes = index
     assert {r["target"] for r in ROWS} == set(EXPECTED) and {r["smoke_torch"] for r in ROWS} == {f"torch==={TORCH}"}
-    needs = {n.job: n for n in disk.smoke_needs(ROWS, folder, offered={})}
+    needs = {n.job: n for n in disk.smoke_needs(ROWS, folder, preflight.target_platforms, offered={})}
     for target, expected in EXPECTED.items():
         need = needs[f"smoke {target}"]
         names = {w.filename for w in need.wheels}
@@ -99,7 +99,7 @@ def test_a_job_that_cannot_fit_fails_preflight_naming_it_and_the_numbers(index, 
     folder, _ = index
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     reserve = disk.budgets()["reserve"]
-    needs = {n.job: n for n in disk.smoke_needs(ROWS, folder, offered={})}
+    needs = {n.job: n for n in disk.smoke_needs(ROWS, folder, preflight.target_platforms, offered={})}
     linux = needs["smoke linux-x86_64"]
     assert linux.total == pytest.approx(reserve + (linux.download + linux.unpacked))
     assert linux.unpacked * 1024 == pytest.approx(sum((6, 2, 20, 4, 1, 3, 1)), abs=0.01)  # MiB of the payloads
@@ -130,7 +130,7 @@ def test_an_index_without_the_build_stops_with_its_name(index, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(disk.DiskError, match=f"{empty} has no wheel of torch==={TORCH} for linux-x86_64"):
-        disk.smoke_needs(ROWS[:1], str(empty), offered={})
+        disk.smoke_needs(ROWS[:1], str(empty), preflight.target_platforms, offered={})
     # preflight --disk says so and fails, without a traceback.
     out = subprocess.run(
         [sys.executable, "-m", "ci", "preflight", "--published", "--disk", "--cell", "2.13.0+cpu"],

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci import needs  # noqa: E402
+from ci import __main__ as needs  # noqa: E402
 from ci.__main__ import COMMANDS, REQUIRES  # noqa: E402
 
 
