@@ -15,8 +15,8 @@ cannot run by itself (a binding calls its kernels, kernels need a binding to be 
 skipped: the workflow smoke-tests each target's merged wheel instead.
 
 Per OS: Linux builds in the target's manylinux image, a CUDA kernels part with the toolkit from NVIDIA's RHEL 8
-repository and gcc-toolset; Windows on the runner with MSVC (the job's developer environment: python -m ci
-msvc-env) and, for a part with `cuda`, the toolkit that `python -m ci toolkit-redist --part` unpacked into
+repository and gcc-toolset; Windows on the runner with MSVC (the build started in its developer environment:
+python -m ci msvc-env --run) and, for a part with `cuda`, the toolkit that `python -m ci toolkit-redist --part` unpacked into
 redist_toolkit_dir; macOS on the runner, CPU only.
 """
 
@@ -107,9 +107,9 @@ def _linux_environment(part, workspace, inner):
 
 
 def _windows_environment(part, workspace, inner):
-    # MSVC comes from the job's developer environment (python -m ci msvc-env): cl.exe on PATH, which nvcc needs as
-    # its host compiler. DISTUTILS_USE_SDK tells setuptools (and torch's build_ext) to use that environment rather
-    # than look for a Visual Studio of its own.
+    # MSVC comes from the developer environment the build starts in (python -m ci msvc-env --run): cl.exe, which
+    # nvcc needs as its host compiler, and link.exe first on PATH. DISTUTILS_USE_SDK tells setuptools (and torch's
+    # build_ext) to use that environment rather than look for a Visual Studio of its own.
     inner["DISTUTILS_USE_SDK"] = "1"
     if part.cuda:
         # NVIDIA's redistributable archives, unpacked by the workflow before cibuildwheel starts.

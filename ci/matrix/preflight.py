@@ -4,6 +4,7 @@
     python -m ci preflight --published       # the cells of a release
     python -m ci preflight --cell 2.14.1+cu130 [--cell ...]
     python -m ci preflight --published --pypi DIR --torch-index DIR/{platform}   # other indexes (a mirror, a test)
+    python -m ci preflight --published --disk    # also: each smoke job fits its runner's disk (ci/matrix/disk.py)
 
 A cell names one exact torch build (2.14.1 from PyPI, or 2.14.1+cu126 from download.pytorch.org/whl/cu126), and
 its wheel job installs that build under each of the cell's Pythons on its target (inside the manylinux image on
@@ -176,7 +177,25 @@ def main(argv=None):
         help="the index of the other builds, {platform} replaced by cpu, cu126, ... "
         "(default: the matrix's, https://download.pytorch.org/whl/{platform})",
     )
+    p.add_argument(
+        "--disk",
+        action="store_true",
+        help="also check that each smoke job of the selection fits its runner's disk (ci/matrix.toml [disk])",
+    )
+    p.add_argument(
+        "--runner-disk",
+        action="append",
+        default=[],
+        metavar="LABEL=GIB",
+        help="the GiB a runner offers instead of ci/matrix.toml's (a self-hosted runner; repeatable)",
+    )
     a = p.parse_args(argv)
+    try:
+        offered = {k: float(v) for k, _, v in (r.partition("=") for r in a.runner_disk)}
+    except ValueError:
+        p.error(f"--runner-disk {a.runner_disk}: LABEL=GIB, e.g. ubuntu-24.04=14")
+    if a.disk and a.cell:
+        p.error("--disk checks the smoke jobs of a selection (--pr, --published or neither), not of --cell")
     if a.torch_index and "{platform}" not in a.torch_index:
         p.error(
             f"--torch-index {a.torch_index}: needs {{platform}}, e.g. https://download.pytorch.org/whl/{{platform}}"
@@ -185,14 +204,46 @@ def main(argv=None):
     cells = [matrix.find(n, cells) for n in a.cell] if a.cell else selected_cells(cells, a.published, a.pr)
     problems = check(cells, index_for=lambda c: index_of(c, a.pypi, a.torch_index))
     pairs = sum(len(c.pythons) for c in cells)
+    failed = False
     if not problems:
         print(f"preflight: all {pairs} torch builds of {len(cells)} cells exist")
-        return 0
-    for cell_id, python, why in problems:
-        print(f"preflight: {cell_id} (Python {python}): {why}")
-    missing = sorted({c for c, _, _ in problems}, key=lambda c: (matrix._vkey(c), c))
-    print(
-        f"preflight: {len(problems)} of {pairs} torch builds missing or unconfirmed, in cells: {', '.join(missing)}",
-        file=sys.stderr,
-    )
-    return 1
+    else:
+        failed = True
+        for cell_id, python, why in problems:
+            error(f"{cell_id} (Python {python}): {why}")
+        missing = sorted({c for c, _, _ in problems}, key=lambda c: (matrix._vkey(c), c))
+        print(
+            f"preflight: {len(problems)} of {pairs} torch builds missing or unconfirmed, in cells: "
+            f"{', '.join(missing)}",
+            file=sys.stderr,
+        )
+    if a.disk:
+        failed |= not disk_fits(a.published, a.pr, a.pypi, offered)
+    if failed:
+        print("preflight: nothing is built, merged or published in this run (the workflow stops here)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def error(message):
+    """A problem line: on GitHub also an error annotation, which the run's summary page lists."""
+    print(f"preflight: {message}")
+    if os.environ.get("GITHUB_ACTIONS") == "true":
+        print(f"::error title=preflight::{message}")
+
+
+def disk_fits(published, pr, pypi, offered):
+    """Print each smoke job's disk need against its runner's budget; False when one cannot fit or be sized."""
+    from ci.matrix import cibw, disk  # noqa: PLC0415  (only with --disk: packaging, the network)
+
+    rows = cibw.target_matrix(parts.select(parts.load(), published=published, pr=pr))["include"]
+    try:
+        needs = disk.smoke_needs(rows, pypi, target_platforms, offered)
+    except disk.DiskError as e:
+        error(f"disk: the smoke jobs could not be sized: {e}")
+        return False
+    for need in needs:
+        if need.fits():
+            print(f"preflight: disk: {need.line()}")
+        else:
+            error(f"disk: {need.line()}: it cannot fit")
+    return all(n.fits() for n in needs)

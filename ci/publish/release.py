@@ -35,6 +35,10 @@ SETTINGS = [
     "Settings > Pages: Source = GitHub Actions",
     "Settings > Environments > github-pages > Deployment branches and tags: a tag rule v*",
     "Settings > Environments: an environment named pypi",
+    # A re-run of the failed jobs adds the assets of the targets that failed to the release already published;
+    # an immutable release refuses them ("Cannot upload assets to an immutable release").
+    "Settings > General > Releases: 'Enable release immutability' left OFF (a re-run adds a failed target's "
+    "assets to the published release)",
     # The project exists on PyPI only after its first upload: until then a trusted publisher can only be pending.
     "pypi.org > Your account > Publishing (first release: a pending publisher; later: the prerast project's "
     "Publishing): project prerast, this repository, workflow wheels.yml, environment pypi",

@@ -26,15 +26,17 @@ BINDING_KEYS = ("library", "cuda_library")
 
 
 def part_wheel(folder, local, info, files, tags=TAGS, version=VERSION):
-    """A part wheel in folder: the package's Python files, the given libraries, info as its _build_info.json."""
+    """A part wheel in folder: the Python files of both packages a real part carries (setup.py's `packages`:
+    prerast and prerast_meta, which prerast imports), the given libraries, info as its _build_info.json."""
     package = os.path.dirname(prerast.__file__)
     os.makedirs(folder, exist_ok=True)
     name = os.path.join(folder, f"prerast-{version}+{local}-{tags}.whl")
     dist = f"prerast-{version}+{local}.dist-info"
     with zipfile.ZipFile(name, "w") as z:
-        for py in sorted(os.listdir(package)):
-            if py.endswith(".py"):
-                z.write(os.path.join(package, py), f"prerast/{py}")
+        for top, source in (("prerast", package), ("prerast_meta", os.path.join(ROOT, "prerast_meta"))):
+            for py in sorted(os.listdir(source)):
+                if py.endswith(".py"):
+                    z.write(os.path.join(source, py), f"{top}/{py}")
         for lib in files:
             z.write(os.path.join(package, lib), f"prerast/{lib}")
         z.writestr("prerast/_build_info.json", json.dumps(info))
@@ -79,13 +81,18 @@ def test_merged_parts_import_and_render_elsewhere(parts, tmp_path):
         "pos = torch.tensor([[[-0.8, -0.8, 0, 1], [0.8, -0.8, 0, 1], [0, 0.8, 0, 1]]])\n"
         "rast, _ = prerast.rasterize(prerast.RasterizeCpuContext(), pos, torch.tensor([[0, 1, 2]], dtype=torch.int32),"
         " (8, 8))\n"
-        "print(json.dumps({'covered': int((rast[..., 3] > 0).sum()), 'path': _loader.status()['path']}))"
+        "import prerast_meta\n"
+        "print(json.dumps({'covered': int((rast[..., 3] > 0).sum()), 'path': _loader.status()['path'],"
+        " 'meta': prerast_meta.__file__}))"
     )
+    # -s, and the unpacked wheel as the only PYTHONPATH: prerast and prerast_meta come from the wheel, never from
+    # the source tree or a wheel installed into this Python (a fresh clone has none).
     env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=str(tmp_path))
+    out = subprocess.run([sys.executable, "-s", "-c", code], capture_output=True, text=True, env=env, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report["path"].startswith(str(tmp_path / "site")) and report["covered"] > 0
+    assert report["meta"].startswith(str(tmp_path / "site"))
 
 
 def test_parts_that_make_no_plugin_are_refused(parts, tmp_path):

@@ -137,3 +137,102 @@ def test_the_command_is_listed_and_runs(tmp_path):
         "msvc-env"
         in subprocess.run([sys.executable, "-m", "ci", "--help"], cwd=ROOT, capture_output=True, text=True).stdout
     )
+
+
+# A bash step's PATH on a windows-2022 runner, as the Python it starts sees it: Git for Windows' bash.exe puts
+# its mingw64\bin and usr\bin (GNU coreutils' link.exe) in front of the PATH the runner gave the step, then
+# setup-python's folders ($GITHUB_PATH) and the image's own.
+GIT = r"C:\Program Files\Git"
+GIT_LINK = GIT + r"\usr\bin\link.exe"
+RUNNER_PATH = ";".join(
+    [
+        r"C:\hostedtoolcache\windows\Python\3.12.10\x64\Scripts",
+        r"C:\hostedtoolcache\windows\Python\3.12.10\x64",
+        r"C:\Program Files\PowerShell\7",
+        r"C:\Windows\system32",
+        r"C:\Windows",
+        GIT + r"\bin",
+        GIT + r"\cmd",
+    ]
+)
+
+
+def git_bash(path):
+    """The PATH of a process a bash step starts, given the PATH the runner gave the step."""
+    return ";".join([GIT + r"\mingw64\bin", GIT + r"\usr\bin", path])
+
+
+def vcvars_output(shell_path, msvc_dirs):
+    """cmd.exe's answer to vcvarsall.bat x64 && set, started from a process whose PATH is shell_path: vcvarsall.bat
+    puts its folders in front."""
+    return CMD_OUTPUT.replace("Path=" + MSVC_BIN + ";" + BEFORE["Path"], "Path=" + ";".join([*msvc_dirs, shell_path]))
+
+
+MSVC_DIRS = [MSVC_BIN, VS + r"\Common7\IDE", r"C:\Program Files (x86)\Windows Kits\10\bin\10.0.26100.0\x64"]
+TOOLS = (VSWHERE, VCVARSALL, GIT_LINK, MSVC_BIN + r"\link.exe", MSVC_BIN + r"\cl.exe")
+
+
+class Spawned:
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, command, env):
+        self.calls.append((command, env))
+        return 7
+
+
+def bash_environ():
+    return dict(BEFORE, Path=git_bash(RUNNER_PATH))
+
+
+def test_the_old_way_links_with_gits_link_exe():
+    # What failed on every Windows part: MSVC's PATH exported to $GITHUB_ENV, then the next bash step's own prefix.
+    exported = msvc_env.developer_environment(
+        bash_environ(),
+        run=FakeWindows(cmd_out=vcvars_output(git_bash(RUNNER_PATH), MSVC_DIRS)).run,
+        exists=set(TOOLS).__contains__,
+    )["Path"]
+    assert msvc_env.first_on_path("link.exe", exported, set(TOOLS).__contains__) == MSVC_BIN + r"\link.exe"
+    assert msvc_env.first_on_path("link.exe", git_bash(exported), set(TOOLS).__contains__) == GIT_LINK
+
+
+@pytest.mark.parametrize("order", ["vcvarsall first", "shell first"])
+def test_run_starts_the_build_with_msvcs_link_and_cl_first_on_a_runners_path(order, capsys):
+    shell_path = git_bash(RUNNER_PATH)
+    # "shell first": a PATH where Git's folders come before MSVC's even in vcvarsall.bat's answer.
+    answer = vcvars_output(shell_path, MSVC_DIRS)
+    if order == "shell first":
+        answer = answer.replace(
+            "Path=" + ";".join(MSVC_DIRS) + ";" + shell_path, "Path=" + shell_path + ";" + ";".join(MSVC_DIRS)
+        )
+    fake, spawned = FakeWindows(files=TOOLS, cmd_out=answer), Spawned()
+    command = ["python", "-m", "cibuildwheel", "--platform", "windows", "--output-dir", "wheelhouse"]
+    code = msvc_env.main(
+        ["--run", "--", *command], environ=bash_environ(), run=fake.run, exists=fake.exists, spawn=spawned
+    )
+    assert code == 7  # the command's own status
+    ((ran, env),) = spawned.calls
+    assert ran == command
+    path = env[msvc_env.path_key(env)]
+    assert msvc_env.first_on_path("link.exe", path, fake.exists) == MSVC_BIN + r"\link.exe"
+    assert msvc_env.first_on_path("cl.exe", path, fake.exists) == MSVC_BIN + r"\cl.exe"
+    assert path.split(";")[:3] == MSVC_DIRS and GIT + r"\usr\bin" in path  # Git's tools stay, behind MSVC's
+    assert env["VSINSTALLDIR"] == VS + "\\" and env["TEMP"] == BEFORE["TEMP"]
+    assert len([k for k in env if k.upper() == "PATH"]) == 1
+    assert "msvc-env: link.exe " + MSVC_BIN + r"\link.exe" in capsys.readouterr().out
+
+
+def test_run_refuses_to_build_when_link_exe_is_not_msvcs(capsys):
+    # A Visual Studio whose folders hold no link.exe: Git's would be taken, so nothing starts.
+    files = tuple(f for f in TOOLS if f != MSVC_BIN + r"\link.exe")
+    fake, spawned = FakeWindows(files=files, cmd_out=vcvars_output(git_bash(RUNNER_PATH), MSVC_DIRS)), Spawned()
+    assert (
+        msvc_env.main(
+            ["--run", "--", "python"], environ=bash_environ(), run=fake.run, exists=fake.exists, spawn=spawned
+        )
+        == 3
+    )
+    assert (
+        spawned.calls == []
+        and f"link.exe on PATH is {GIT_LINK}, not the one of Visual Studio" in capsys.readouterr().err
+    )

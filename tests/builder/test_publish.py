@@ -187,7 +187,10 @@ def test_publishing_jobs_run_on_a_pushed_tag_also_after_a_failed_wheel_job():
     """Not cancelled() (a failed wheel job does not skip them, as the implicit success() would), only on a pushed
     v* tag (never a manual run on a tag ref), and pypi and pages only after the release job succeeded (they publish
     what it published)."""
-    assert job_condition("release") == PUBLISH_IF
+    # The release also needs the tag check and preflight to have passed (tests/builder/test_workflow.py runs every
+    # job's needs and if through the outcomes of a tag run).
+    checks = "needs.matrix.result == 'success' && needs.preflight.result == 'success' && "
+    assert job_condition("release") == PUBLISH_IF.replace("!cancelled() && ", "!cancelled() && " + checks)
     after_release = PUBLISH_IF[:-3] + " && needs.release.result == 'success' }}"
     assert job_condition("pypi") == job_condition("pages") == after_release
     for job in ("pypi", "pages"):

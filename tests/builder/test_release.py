@@ -109,6 +109,8 @@ def test_release_check_prints_the_checks_and_the_settings_to_tick(capsys):
     assert f"{len(matrix.select(matrix.load(), published=True))} published cells" in out
     for setting in release.SETTINGS:
         assert f"[ ] {setting}" in out
+    # A re-run adds a failed target's assets to the published release: immutability must stay off.
+    assert "[ ] Settings > General > Releases: 'Enable release immutability' left OFF" in out
     assert release.main(["--tag", "v99.0.0"]) == 1
     captured = capsys.readouterr()
     assert "[FAIL] tag v99.0.0 does not match" in captured.out and "1 check(s) failed" in captured.err

@@ -572,12 +572,35 @@ def per_os_step_problems(text, rows=ROWS):
                 problems.append(f"{row['part']}: compiler cache {'saved' if saves else 'not saved'} on {event}")
         if any(n.startswith("actions/cache@") for n in names):
             problems.append(f"{row['part']}: actions/cache saves from every run")
-        if ('python -m ci msvc-env >> "$GITHUB_ENV"' in script) is not windows or any("msvc" in n for n in names):
+        if ("python -m ci msvc-env" in script) is not windows or any("msvc" in n for n in names):
             problems.append(f"{row['part']}: MSVC step wrong")
+        problems += [f"{row['part']}: {p}" for p in msvc_link_problems(job, row)]
         if ("python -m ci toolkit-redist" in script) is not (windows and bool(row["cuda"])):
             problems.append(f"{row['part']}: redist toolkit step wrong")
         if "python -m cibuildwheel" not in script:
             problems.append(f"{row['part']}: does not build")
+    return problems
+
+
+WORKFLOW_SHELL = "bash"  # the workflow's defaults.run.shell (test_every_run_step_is_bash_with_pipefail)
+MSVC_RUN = "python -m ci msvc-env --run -- "
+
+
+def msvc_link_problems(job, row):
+    """A Windows row's cibuildwheel must find MSVC's link.exe and cl.exe first on PATH. A bash step's PATH starts
+    with Git's usr\\bin (GNU coreutils' link.exe), whatever earlier steps exported to $GITHUB_ENV; setuptools
+    (DISTUTILS_USE_SDK=1) takes the first link.exe on PATH. Under bash only `python -m ci msvc-env --run --`,
+    which starts the build with MSVC's folders first, gets it."""
+    problems = []
+    for step in steps_of(job, row):
+        shell = step.get("shell", job.get("defaults", {}).get("run", {}).get("shell", WORKFLOW_SHELL))
+        for line in step.get("run", "").splitlines():
+            if "-m cibuildwheel" not in line:
+                continue
+            if row["os"] != "windows" and "msvc-env" in line:
+                problems.append(f"builds in MSVC's environment on {row['os']}")
+            if row["os"] == "windows" and shell == "bash" and not line.strip().startswith(MSVC_RUN):
+                problems.append(f"{step.get('name')!r} builds under bash with Git's usr\\bin (its link.exe) first")
     return problems
 
 
@@ -616,7 +639,7 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_parts_with_a_too
     assert {r["os"] for r in rows if r["ccache"]} == {"linux"}
     # Can fail: the clean-up unconditioned, the toolkit step on every Windows row, ccache on every OS.
     broken = text.replace(
-        "        if: matrix.os == 'linux'\n        run: |\n          df -h /", "        run: |\n          df -h /"
+        "        if: matrix.os == 'linux'\n        run: |\n          df -h /", "        run: |\n          df -h /", 1
     ).replace("if: matrix.os == 'windows' && matrix.cuda != ''", "if: matrix.os == 'windows'")
     assert broken.count("if: matrix.os == 'linux'\n") == text.count("if: matrix.os == 'linux'\n") - 1
     found = per_os_step_problems(broken, rows)
@@ -626,13 +649,10 @@ def test_linux_steps_on_linux_and_the_redist_toolkit_on_windows_parts_with_a_too
     # Can fail: the compiler cache saved by every run (a pull request's entry, visible to no other one).
     every = text.replace(" && github.event_name == 'schedule'", "")
     assert every != text and "kernels-cu13: compiler cache saved on pull_request" in per_os_step_problems(every, rows)
-    # Can fail: the MSVC environment from the unmaintained action again, or on every OS.
-    action = text.replace(
-        '        run: python -m ci msvc-env >> "$GITHUB_ENV"\n', "        uses: ilammy/msvc-dev-cmd@v1\n"
-    )
-    assert action != text and "kernels-cu13-windows-amd64: MSVC step wrong" in per_os_step_problems(action, rows)
+    # Can fail: the build in MSVC's environment on every OS.
     everywhere = text.replace(
-        "        if: matrix.os == 'windows'\n        run: python -m ci msvc-env", "        run: python -m ci msvc-env"
+        'run: python -m cibuildwheel --platform "${{ matrix.os }}"',
+        'run: python -m ci msvc-env --run -- python -m cibuildwheel --platform "${{ matrix.os }}"',
     )
     assert everywhere != text and "kernels-cu13: MSVC step wrong" in per_os_step_problems(everywhere, rows)
     assert not [p for p in found if "cu13-windows-amd64: redist" in p]  # the CUDA row was right all along
@@ -722,8 +742,7 @@ def test_merge_job_merges_every_part_of_its_target_on_the_tool_runner():
     assert merge["runs-on"] == matrix.policy()["tool_runner"] and "cibuildwheel" not in runs(merge)
     assert "wheel" in needs(merge) and "merge" in needs(smoke)
     for job in (merge, smoke):  # a target whose parts passed goes on when another target's part failed
-        assert job["if"] == "${{ !cancelled() && needs.matrix.result == 'success' }}"
-        assert job["strategy"]["fail-fast"] is False
+        assert job["strategy"]["fail-fast"] is False  # which jobs run after which outcomes: test_jobs_that_run_*
     assert 'python -m ci merge-target "$TARGET" ${SELECTION:+"$SELECTION"} --parts parts --out merged' in runs(merge)
     (step,) = [s for s in merge["steps"] if "merge-target" in s.get("run", "")]
     assert step["env"] == {"TARGET": "${{ matrix.target }}", "SELECTION": "${{ needs.matrix.outputs.selection }}"}
@@ -733,7 +752,8 @@ def test_smoke_job_installs_the_one_wheel_next_to_pypis_torch_on_the_targets_run
     smoke = jobs()["smoke"]
     assert smoke["runs-on"] == "${{ matrix.runner }}"
     (step,) = [s for s in smoke["steps"] if "wheel smoke" in s.get("run", "")]
-    assert step["env"] == {"SMOKE_TORCH": "${{ matrix.smoke_torch }}"}
+    # No pip cache: the CUDA torch's wheels would sit on the disk twice (preflight --disk sizes it without).
+    assert step["env"] == {"SMOKE_TORCH": "${{ matrix.smoke_torch }}", "PIP_NO_CACHE_DIR": "1"}
     lines = [line.strip() for line in step["run"].splitlines()]
     assert lines[-2:] == [
         'python -m ci wheel venv smoke-venv "$SMOKE_TORCH" numpy',
@@ -866,3 +886,143 @@ def test_wheel_jobs_install_the_pinned_cibuildwheel(tmp_path):
         if line.startswith("cibuildwheel==")
     ]
     assert out.stdout.splitlines() == pins and len(pins) == 1
+
+
+def test_windows_builds_find_msvcs_link_exe_before_gits():
+    """The Windows build step starts cibuildwheel through python -m ci msvc-env --run (its PATH logic:
+    tests/builder/test_msvc_env.py); the way every Windows part failed at link is refused."""
+    text = open(WORKFLOW).read()
+    windows = [r for r in ROWS if r["os"] == "windows"]
+    assert windows and all(msvc_link_problems(wheel_job(text), r) == [] for r in ROWS)
+    # Can fail: MSVC's environment exported to $GITHUB_ENV by a step of its own (or ilammy/msvc-dev-cmd), then
+    # cibuildwheel under the next bash step, Git's usr\bin first: the workflow before this check.
+    old = text.replace("        if: matrix.os != 'windows'\n", "").replace(
+        "      - name: Build and repair with cibuildwheel, in MSVC's developer environment\n",
+        "      - name: MSVC developer environment\n        if: matrix.os == 'windows'\n"
+        '        run: python -m ci msvc-env >> "$GITHUB_ENV"\n'
+        "      - name: Windows build, another way\n",
+    )
+    old = old.replace("run: python -m ci msvc-env --run -- python -m cibuildwheel", "run: python -m cibuildwheel")
+    assert old.count("run: python -m ci msvc-env") == 1
+    problems = msvc_link_problems(wheel_job(old), windows[0])
+    assert problems and all("builds under bash with Git's usr\\bin" in p for p in problems), problems
+    assert any("'Build and repair with cibuildwheel'" in p for p in problems)
+    # Another shell is fine for this check (pwsh and cmd start without Git's prefix); this workflow keeps bash.
+    pwsh = text.replace(
+        "        if: matrix.os == 'windows'\n        run: python -m ci msvc-env --run -- python -m cibuildwheel",
+        "        if: matrix.os == 'windows'\n        shell: pwsh\n        run: python -m cibuildwheel",
+    )
+    assert pwsh != text and msvc_link_problems(wheel_job(pwsh), windows[0]) == []
+
+
+def condition_holds(condition, results, event="push", ref="refs/tags/v0.2.0"):
+    """A job-level `if:` as GitHub evaluates it, for the forms the workflow uses: cancelled(), always(),
+    success(), failure(), needs.X.result == '...', github.event_name, startsWith(github.ref, '...'), !, &&, ||.
+    `results` are the outcomes of the job's needs; the run was cancelled when one of them is 'cancelled'."""
+    expr = str(condition).strip()
+    expr = expr[3:-2].strip() if expr.startswith("${{") else expr
+    expr = re.sub(r"needs\.([\w-]+)\.result", lambda m: repr(results[m.group(1)]), expr)
+    expr = re.sub(r"startsWith\(github\.ref, '([^']*)'\)", lambda m: str(ref.startswith(m.group(1))), expr)
+    expr = expr.replace("github.event_name", repr(event)).replace("&&", " and ").replace("||", " or ")
+    expr = re.sub(r"!(?!=)", " not ", expr)
+    functions = {
+        "cancelled": lambda: "cancelled" in results.values(),
+        "always": lambda: True,
+        "success": lambda: all(r == "success" for r in results.values()),
+        "failure": lambda: "failure" in results.values(),
+    }
+    return bool(eval(expr, {"__builtins__": {}}, functions))
+
+
+def job_outcomes(workflow_jobs, fails=(), event="push", ref="refs/tags/v0.2.0"):
+    """{job: its result} for a run where the jobs in `fails` fail and every other job that starts succeeds: a job
+    starts when its `if:` holds, or with none, when all its needs succeeded (GitHub's implicit success()), else
+    it is skipped."""
+    results, todo = {}, dict(workflow_jobs)
+    while todo:
+        for name, job in list(todo.items()):
+            if not needs(job) <= set(results):
+                continue
+            upstream = {n: results[n] for n in needs(job)}
+            runs_now = (
+                condition_holds(job["if"], upstream, event, ref)
+                if "if" in job
+                else all(r == "success" for r in upstream.values())
+            )
+            results[name] = ("failure" if name in fails else "success") if runs_now else "skipped"
+            del todo[name]
+    return results
+
+
+def test_jobs_that_run_after_a_failed_tag_check_preflight_or_part():
+    """A failed tag check (the matrix job) or preflight stops the run: no merge, smoke or publishing job starts
+    (their annotations name the reason; the release job never says the wheels are missing instead). A failed part
+    of one target still lets the others merge, pass the smoke test and publish."""
+    all_jobs = jobs()
+    checks = {"matrix", "preflight"}
+    after = {"wheel", "merge", "smoke", "release", "pypi", "pages"}
+    assert set(all_jobs) == checks | after
+    for failed in checks:
+        outcome = job_outcomes(all_jobs, fails={failed})
+        assert {j for j, r in outcome.items() if r != "skipped"} == (
+            {"matrix", "preflight"} if failed == "preflight" else {"matrix"}
+        ), failed
+        assert outcome[failed] == "failure"
+    # Publish what passed: a part failed, every later job still runs (plan.py publishes the targets that passed).
+    part_failed = job_outcomes(all_jobs, fails={"wheel"})
+    assert all(part_failed[j] == "success" for j in after - {"wheel"}), part_failed
+    smoke_failed = job_outcomes(all_jobs, fails={"smoke"})
+    assert all(smoke_failed[j] == "success" for j in ("release", "pypi", "pages"))
+    # The release failed (an asset of other bytes): nothing publishes after it.
+    release_failed = job_outcomes(all_jobs, fails={"release"})
+    assert release_failed["pypi"] == release_failed["pages"] == "skipped"
+    # Not on a pull request: the publishing jobs only on a pushed v* tag; the parts, merges and smokes do run.
+    pr = job_outcomes(all_jobs, event="pull_request", ref="refs/pull/1/merge")
+    assert {j for j, r in pr.items() if r == "success"} == checks | {"wheel", "merge", "smoke"}
+
+    # Every merge, smoke and publishing job needs both checks, directly or through the jobs it needs.
+    def ancestors(name):
+        return set().union(*({n} | ancestors(n) for n in needs(all_jobs[name]))) if needs(all_jobs[name]) else set()
+
+    assert all(checks <= ancestors(j) for j in after)
+
+
+def test_the_job_simulation_can_fail():
+    # The merge and smoke jobs as they were (!cancelled() and the matrix job's success alone): they ran, and
+    # failed, after a failed preflight; the release then ran too and blamed the missing Linux wheels.
+    all_jobs = jobs()
+    old_if = "${{ !cancelled() && needs.matrix.result == 'success' }}"
+    was = dict(
+        all_jobs,
+        merge=dict(all_jobs["merge"], needs=["matrix", "wheel"], **{"if": old_if}),
+        smoke=dict(all_jobs["smoke"], needs=["matrix", "merge"], **{"if": old_if}),
+        release=dict(
+            all_jobs["release"],
+            needs=["wheel", "merge", "smoke"],
+            **{"if": "${{ !cancelled() && github.event_name == 'push' && startsWith(github.ref, 'refs/tags/v') }}"},
+        ),
+    )
+    outcome = job_outcomes(was, fails={"preflight"})
+    assert outcome["merge"] == outcome["smoke"] == outcome["release"] == "success"  # they started
+    assert outcome["wheel"] == "skipped"
+    # Without !cancelled() a failed part would stop every target's release.
+    strict = dict(all_jobs, release={k: v for k, v in all_jobs["release"].items() if k != "if"})
+    assert job_outcomes(strict, fails={"wheel"})["release"] == "skipped"
+
+
+def clean_up_script(job, row):
+    return "\n".join(s["run"] for s in steps_of(job, row) if "docker image prune" in s.get("run", ""))
+
+
+def test_smoke_jobs_make_room_as_the_part_jobs_do_and_preflight_sizes_them():
+    all_jobs = jobs()
+    parts_clean_up = clean_up_script(all_jobs["wheel"], next(r for r in ROWS if r["os"] == "linux"))
+    assert parts_clean_up
+    for row in TARGET_ROWS:
+        script = clean_up_script(all_jobs["smoke"], row)
+        assert script == (parts_clean_up if row["os"] == "linux" else ""), row["target"]
+    # The clean-up runs before anything is downloaded, and preflight checks each smoke job's disk need.
+    steps = all_jobs["smoke"]["steps"]
+    first_download = min(i for i, s in enumerate(steps) if "download-artifact" in s.get("uses", ""))
+    assert any("docker image prune" in s.get("run", "") for s in steps[:first_download])
+    assert "--disk" in runs(all_jobs["preflight"]).split()
