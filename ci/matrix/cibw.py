@@ -298,6 +298,12 @@ def smoke_torch(target_parts):
     return f"torch==={chosen.cell.torch}"
 
 
+def smoke_free_threaded(target):
+    """The free-threaded Python the smoke job also renders the target's one wheel under ('' for none): Linux
+    x86-64's, where GitHub's runner and PyPI's torch both have it (setup-python takes '3.14t')."""
+    return FREE_THREADED_PYTHON if (target.os, target.machine) == ("linux", "x86_64") else ""
+
+
 def target_matrix(selected):
     """strategy.matrix of the merge and smoke jobs: one row per target of the selected parts."""
     return {
@@ -308,6 +314,7 @@ def target_matrix(selected):
                 "runner": group[0].target.runner,
                 "parts": " ".join(p.id for p in group),
                 "smoke_torch": smoke_torch(group),
+                "free_threaded": smoke_free_threaded(group[0].target),
             }
             for name, group in _parts.by_target(selected).items()
         ]

@@ -40,7 +40,8 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
         raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged exactly {plat}")
     if "-".join(wheel.wheel_tags(repaired)[:2]) != compat.WHEEL_TAG:
         raise SystemExit(f"repair: {os.path.basename(repaired)} lost its {compat.WHEEL_TAG} tags")
-    if target.os == "linux" and not python_api.check_wheel(repaired, out=lambda line: print(line, file=sys.stderr)):
+    to_stderr = lambda line: print(line, file=sys.stderr)
+    if target.os == "linux" and found.get("build_info") and not python_api.check_wheel(repaired, out=to_stderr):
         raise SystemExit(f"repair: a library of {os.path.basename(repaired)} uses Python's C API (see above)")
     if target.os == "linux" and found.get("build_info", {}).get("abi") == "stable":
         # The audit reads ELF symbol tables (nm -D): Linux wheels only.

@@ -119,3 +119,31 @@ def test_named_after_its_cell_and_built_for_this_torch(built):
     archs = os.environ.get("PRERAST_CUDA_ARCH_LIST")
     if info.get("cuda_version") and archs:
         assert info["cuda_archs"] == archs.replace(",", ";").split(";")
+
+
+def pip_dry_run(wheel, python, abi, plat):
+    """pip's own compatibility check of `wheel` for another interpreter: pip install --dry-run with its tags."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", "--python-version", python]
+    argv += ["--implementation", "cp", "--abi", abi, "--platform", plat, "--only-binary=:all:", wheel]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_pip_takes_the_wheel_under_every_cpython_free_threaded_too(built, tmp_path):
+    """This environment's pip (26.3, ci/requirements-build.txt's venv) takes the wheel for the oldest and newest
+    CPython and the free-threaded 3.13t and 3.14t; Requires-Python still refuses 3.9. The same file named
+    cp310-abi3, as the wheels were, is refused under 3.14t: the check tells the tags apart."""
+    import shutil
+
+    plat = wheel.wheel_tags(built)[2][0]
+    for python, abi in [("3.10", "cp310"), ("3.14", "cp314"), ("3.13", "cp313t"), ("3.14", "cp314t")]:
+        out = pip_dry_run(built, python, abi, plat)
+        assert out.returncode == 0 and "Would install prerast-" in out.stdout, (abi, out.stdout + out.stderr)
+    old = pip_dry_run(built, "3.9", "cp39", plat)
+    assert old.returncode != 0 and "requires a different Python" in old.stderr, old.stdout + old.stderr
+    abi3 = str(tmp_path / os.path.basename(built).replace("-py3-none-", "-cp310-abi3-"))
+    shutil.copy(built, abi3)
+    refused = pip_dry_run(abi3, "3.14", "cp314t", plat)
+    assert refused.returncode != 0 and "is not a supported wheel on this platform" in refused.stderr, refused.stderr

@@ -113,6 +113,10 @@ def test_parts_of_another_build_are_refused(parts, tmp_path):
     for what, wheel in foreign.items():
         with pytest.raises(_merge.MergeRefused, match=f"parts of one {what} only"):
             _merge.merge([parts["binding"], wheel], out)
+    # A part of the old cp310-abi3 tags would shut the merged wheel out of the free-threaded Pythons.
+    abi3 = part_wheel(str(tmp_path / "a"), "kernels.cpu", info, [lib], tags="cp310-abi3-manylinux_2_28_x86_64")
+    with pytest.raises(_merge.MergeRefused, match="tagged cp310-abi3-manylinux_2_28_x86_64: a part is py3-none-"):
+        _merge.merge([parts["binding"], abi3], out)
     damaged = dict(info, libraries={lib: dict(info["libraries"][lib], sha256="f" * 64)})
     with pytest.raises(_merge.MergeRefused, match="damaged part is not merged"):
         _merge.merge([parts["binding"], part_wheel(str(tmp_path / "d"), "kernels.cpu", damaged, [lib])], out)

@@ -747,7 +747,7 @@ def test_merge_job_merges_every_part_of_its_target_on_the_tool_runner():
 def test_smoke_job_installs_the_one_wheel_next_to_pypis_torch_on_the_targets_runner(tmp_path):
     smoke = jobs()["smoke"]
     assert smoke["runs-on"] == "${{ matrix.runner }}"
-    (step,) = [s for s in smoke["steps"] if "wheel smoke" in s.get("run", "")]
+    (step,) = [s for s in smoke["steps"] if "wheel smoke smoke-venv" in s.get("run", "")]
     assert step["env"] == {"SMOKE_TORCH": "${{ matrix.smoke_torch }}"}
     lines = [line.strip() for line in step["run"].splitlines()]
     assert lines[-2:] == [
@@ -765,6 +765,29 @@ def test_smoke_job_installs_the_one_wheel_next_to_pypis_torch_on_the_targets_run
     os.remove(tmp_path / "merged" / "prerast-0.2.0-py3-none-manylinux_2_28_x86_64.whl")
     out = subprocess.run(["bash", "-eo", "pipefail", "-c", pick], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode != 0 and out.stdout == ""
+
+
+def test_smoke_job_renders_the_one_wheel_under_free_threaded_python_on_linux_x86_64():
+    """After the smoke render, the targets whose row names a free-threaded Python (Linux x86-64's 3.14t: the
+    matrix, not the workflow, says which) install it with setup-python and render the same wheel, picked the same
+    way, next to the same torch; python -m ci wheel smoke fails when the GIL came back on. The wheels are
+    uploaded only after it."""
+    steps = jobs()["smoke"]["steps"]
+    first = next(i for i, s in enumerate(steps) if "wheel smoke smoke-venv" in s.get("run", ""))
+    setup, render = steps[first + 1], steps[first + 2]
+    assert {r["target"]: r["free_threaded"] for r in TARGET_ROWS if r["free_threaded"]} == {"linux-x86_64": "3.14t"}
+    assert setup["uses"].startswith("actions/setup-python@")
+    assert setup["with"] == {"python-version": "${{ matrix.free_threaded }}"}
+    assert setup["if"] == render["if"] == "${{ matrix.free_threaded != '' }}"
+    assert render["env"] == steps[first]["env"]
+    lines = [line.strip() for line in render["run"].splitlines()]
+    picks = [line.strip() for line in steps[first]["run"].splitlines() if not line.strip().startswith("#")]
+    assert lines[:-2] == picks[:-2]
+    assert lines[-2:] == [
+        'python -m ci wheel venv free-threaded-venv "$SMOKE_TORCH" numpy',
+        'python -m ci wheel smoke free-threaded-venv "$wheel" --png smoke-free-threaded.png',
+    ]
+    assert steps[first + 3]["uses"].startswith("actions/upload-artifact@")
 
 
 # The wheels PyPI gets: tests/builder/test_publish.py (python -m ci pypi-dir).
