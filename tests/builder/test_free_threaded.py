@@ -104,7 +104,9 @@ print(json.dumps({
 @pytest.fixture(scope="module")
 def interpreter(request):
     if "free_threaded" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("builds CPython with --disable-gil (minutes, cached) and downloads torch: run with -m free_threaded")
+        pytest.skip(
+            "builds CPython with --disable-gil (minutes, cached) and downloads torch: run with -m free_threaded"
+        )
     problem = free_threaded.missing_tools()
     if problem:
         pytest.skip(problem)
