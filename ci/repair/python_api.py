@@ -130,7 +130,7 @@ def check_wheel(wheel, out=print):
         out(f"python C API: none used by its {len(report)} libraries (the py3-none tag holds)")
         return True
     for lib, problems in sorted(bad.items()):
-        out(f"{lib}: uses Python's C API, so one binary cannot serve every CPython (py3-none is a lie):")
+        out(f"{lib}: the py3-none tag does not hold (one binary must serve every CPython, free-threaded too):")
         for p in problems:
             out(f"    {p}")
     return False

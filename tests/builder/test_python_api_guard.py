@@ -100,8 +100,28 @@ def test_symbols_command_fails_a_wheel_with_a_planted_library(gcc, tmp_path):
     clean = open(compile_library(gcc, CLEAN, str(tmp_path / "clean.so")), "rb").read()
     bad = symbols_command(wheel_with(str(tmp_path / "bad.whl"), planted))
     assert bad.returncode == 1, bad.stdout + bad.stderr
-    assert "_C_pt24.abi3.so: uses Python's C API" in bad.stdout
+    assert "_C_pt24.abi3.so: the py3-none tag does not hold" in bad.stdout
     assert "imports PyLong_FromLong" in bad.stdout and "defines PyInit_planted" in bad.stdout
     good = symbols_command(wheel_with(str(tmp_path / "good.whl"), clean))
     assert good.returncode == 0, good.stdout + good.stderr
     assert "none used by its 1 libraries" in good.stdout
+
+
+def test_repair_refuses_a_linux_wheel_whose_library_uses_the_c_api(gcc, tmp_path, monkeypatch):
+    """python -m ci repair (cibuildwheel's repair command) runs the guard on the repaired wheel: the repair tool
+    stands in here, handing back a wheel with the planted library, then one with the clean library."""
+    from ci.build import wheel as wheels
+    from ci.repair import check
+    from prerast_meta import repair
+
+    planted = open(compile_library(gcc, USES_THE_C_API, str(tmp_path / "planted.so")), "rb").read()
+    clean = open(compile_library(gcc, CLEAN, str(tmp_path / "clean.so")), "rb").read()
+    repaired = str(tmp_path / "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl")
+    monkeypatch.setattr(repair, "repair", lambda *args, **kwargs: repaired)
+    monkeypatch.setattr(wheels, "inspect", lambda path: {"forbidden": [], "build_info": {"abi": "classic"}})
+    monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
+    wheel_with(repaired, planted)
+    with pytest.raises(SystemExit, match="uses Python's C API"):
+        check.repair_and_check("prerast-0.1.0-py3-none-linux_x86_64.whl", str(tmp_path))
+    wheel_with(repaired, clean)
+    assert check.repair_and_check("prerast-0.1.0-py3-none-linux_x86_64.whl", str(tmp_path)) == repaired
