@@ -125,7 +125,11 @@ def torch_venv(interpreter):
     if not os.path.exists(marker):
         subprocess.run([interpreter, "-m", "venv", "--clear", venv], check=True)
         out = subprocess.run(
-            [python, "-m", "pip", "install", "-q", TORCH, "numpy"], capture_output=True, text=True, timeout=1800
+            # Binaries only: numpy's newest release may have no 3.13t wheel (pip would build it from source).
+            [python, "-m", "pip", "install", "-q", "--only-binary=:all:", TORCH, "numpy"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
         )
         assert out.returncode == 0, out.stdout + out.stderr
         open(marker, "w").close()

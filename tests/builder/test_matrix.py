@@ -548,6 +548,8 @@ def test_readme_platform_table_names_every_targets_one_wheel():
         wheel = f"prerast-<v>-py3-none-{target.plat}.whl"
         matching = [r for r in rows if r[0].lower().startswith(f"{os_name} {machine}".lower()) and f"`{wheel}`" in r[3]]
         assert len(matching) == 1, (target.name, wheel)
+        # Which Pythons it serves: every CPython from the floor on, the free-threaded builds too (py3-none).
+        assert matching[0][4].startswith(f"CPython ≥ {compat.python_floor_text()}, free-threaded"), matching[0][4]
 
 
 def test_installing_guide_names_every_published_stable_wheel():
