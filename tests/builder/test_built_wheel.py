@@ -125,7 +125,8 @@ def pip_dry_run(wheel, python, abi, plat):
     """pip's own compatibility check of `wheel` for another interpreter: pip install --dry-run with its tags."""
     import subprocess
 
-    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--no-index", "--python-version", python]
+    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-index"]
+    argv += ["--python-version", python]
     argv += ["--implementation", "cp", "--abi", abi, "--platform", plat, "--only-binary=:all:", wheel]
     return subprocess.run(argv, capture_output=True, text=True, timeout=300)
 
