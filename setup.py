@@ -132,7 +132,7 @@ def binding_extensions(flags):
         cuda.include_dirs = include_paths() + [CUDA_INCLUDE]
         exts.append(cuda)
     # The plugin registers ops through the dispatcher and never touches Python's C API, so it needs neither
-    # libtorch_python nor a per-Python build: one binary serves every CPython (the wheel is py3-none, PyWheel).
+    # libtorch_python nor a per-Python build: one binary serves every CPython (the wheel is py3-none: PyWheel).
     # py_limited_api only names the files (_C.abi3.so; _C.pyd on Windows) as the loader and every published
     # _build_info.json know them: they are opened by path, never imported, so the suffix means nothing to Python.
     for ext, libs in zip(exts, (CPU_LIBS, CUDA_LIBS)):
