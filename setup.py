@@ -24,6 +24,11 @@ import sys
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools < 70.1: the wheel package's
+    from wheel.bdist_wheel import bdist_wheel
+
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -127,7 +132,9 @@ def binding_extensions(flags):
         cuda.include_dirs = include_paths() + [CUDA_INCLUDE]
         exts.append(cuda)
     # The plugin registers ops through the dispatcher and never touches Python's C API, so it needs neither
-    # libtorch_python nor a per-Python build: one abi3 binary serves every CPython.
+    # libtorch_python nor a per-Python build: one binary serves every CPython (the wheel is py3-none: PyWheel).
+    # py_limited_api only names the files (_C.abi3.so; _C.pyd on Windows) as the loader and every published
+    # _build_info.json know them: they are opened by path, never imported, so the suffix means nothing to Python.
     for ext, libs in zip(exts, (CPU_LIBS, CUDA_LIBS)):
         default = [lib for lib in ext.libraries if lib != "torch_python"]
         ext.libraries = libs if ABI == "stable" else default + (libs or [])
@@ -211,6 +218,17 @@ class BuildWithInfo(BuildExt):
         )
 
 
+class PyWheel(bdist_wheel):
+    """Tags the wheel py3-none-<platform>: its libraries use no Python C API (python -m ci symbols checks), so
+    every CPython from Requires-Python on takes it, the free-threaded ones too (they take no abi3 wheel). The
+    platform tag stays bdist_wheel's (the repair turns linux_* into manylinux_*)."""
+
+    def get_tag(self):
+        _, _, plat = super().get_tag()
+        python, abi = compat.WHEEL_TAG.split("-")
+        return python, abi, plat
+
+
 class BuildPyWithSources(build_py):
     """Ships the build inputs as prerast/_src, so that an installed prerast can build a wheel for another
     torch (`python -m prerast build-wheel`) or build its plugin at first use (PRERAST_BUILD_ON_MISMATCH=1)."""
@@ -234,6 +252,6 @@ setup(
         if torch
         else BuildWithInfo,
         "build_py": BuildPyWithSources,
+        "bdist_wheel": PyWheel,
     },
-    options={"bdist_wheel": {"py_limited_api": compat.PYTHON_TAG}},
 )

@@ -109,9 +109,13 @@ COMMANDS = {
         "ci.build.smoke:main",
         "smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)",
     ),
+    "part-check": (
+        "ci.build.part_check:main",
+        "a part's wheel installed under this Python is whole and py3-none (cibuildwheel's test of a part)",
+    ),
     "symbols": (
         "ci.repair.symbols:main",
-        "audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims)",
+        "audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims; none: no Python C API)",
     ),
     "abi-proof": (
         "ci.repair.abi_proof:main",

@@ -12,7 +12,7 @@ Keys (every build writes all of them):
     torch_version      the torch it was compiled with; cuda_version: that torch's CUDA (None: no CUDA part)
     nvcc_version, cuda_archs   the toolkit and the GPU archs of the CUDA kernels ([] without CUDA)
     cxx11_abi          the C++ ABI of that torch (what a classic binary must match)
-    python_tag         "cp310-abi3"; python_built_with: the Python that ran the build
+    python_tag         "py3-none"; python_built_with: the Python that ran the build
     git_commit, built_at, source_hash  where the sources came from (prerast_meta.sources.digest)
     library, cuda_library      file names of the binding's CPU part and CUDA part (None where absent)
     kernels            {"cpu" or "cu12"...: {"library", "cuda_version", "nvcc_version", "cuda_archs",
@@ -74,7 +74,7 @@ def make(torch, version, root, abi=None, cuda_version=None):
         "torch_version": torch.__version__ if torch is not None else None,
         "cuda_version": cuda_version,
         "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI) if torch is not None else None,
-        "python_tag": f"{compat.PYTHON_TAG}-abi3",
+        "python_tag": compat.WHEEL_TAG,
         "python_built_with": "%d.%d" % sys.version_info[:2],
         "git_commit": sources.git_commit(root),
         "built_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),

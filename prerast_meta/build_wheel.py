@@ -153,7 +153,7 @@ def raw_wheel(spec, raw_dir, log=print, **kw):
 
 
 def platform_tag(wheel):
-    """'prerast-0.2.0-cp310-abi3-win_amd64.whl' -> 'win_amd64'."""
+    """'prerast-0.2.0-py3-none-win_amd64.whl' -> 'win_amd64'."""
     return os.path.basename(wheel)[: -len(".whl")].rsplit("-", 1)[-1]
 
 

@@ -21,10 +21,13 @@ STABLE_TARGET_VERSION = "0x%02x%02x000000000000" % STABLE_FLOOR
 # CUDA 13 build from 2.11 on.
 PYPI_CUDA_MAJOR = "13"
 ABIS = ("stable", "classic")
-# The oldest CPython the one abi3 binary serves: its wheels are cp310-abi3 (pyproject's requires-python agrees,
-# tests/runtime/test_facts.py checks).
+# The oldest CPython prerast serves: Requires-Python (pyproject's requires-python agrees, tests/runtime/test_facts.py
+# checks). No library of a wheel uses Python's C API (python -m ci symbols keeps it so): the loader opens them with
+# torch.ops.load_library and ctypes, never imports them, so one binary serves every CPython, free-threaded ones
+# included, and every wheel is tagged py3-none-<platform> (setup.py's bdist_wheel). An abi3 tag would shut out the
+# free-threaded interpreters (3.13t, 3.14t), which take no abi3 wheel.
 PYTHON_FLOOR = (3, 10)
-PYTHON_TAG = "cp%d%d" % PYTHON_FLOOR
+WHEEL_TAG = "py3-none"
 # The GitHub repository prerast is released from (owner/name). Its GitHub Pages site serves the documentation at
 # its root and the wheel index under whl/: the index the loader's fix-it commands name. The pages job checks that
 # the repository it deploys from has this Pages URL (python -m ci pages-url-check), so that no fork or renamed
@@ -82,6 +85,11 @@ def cuda_major(cuda_version):
 
 def python_floor_text():
     return "%d.%d" % PYTHON_FLOOR
+
+
+def tags_for(plat):
+    """'manylinux_2_28_x86_64' -> 'py3-none-manylinux_2_28_x86_64': a wheel's tags after its version."""
+    return f"{WHEEL_TAG}-{plat}"
 
 
 def floor_text():

@@ -176,7 +176,7 @@ def tool_env(tool, python=sys.executable, environ=None):
 
 
 def _stem(wheel):
-    """'prerast-0.1.0+cu12-cp310-abi3-linux_x86_64.whl' -> 'prerast-0.1.0+cu12-cp310-abi3' (no platform tag)."""
+    """'prerast-0.1.0+cu12-py3-none-linux_x86_64.whl' -> 'prerast-0.1.0+cu12-py3-none' (no platform tag)."""
     return os.path.basename(wheel)[: -len(".whl")].rsplit("-", 1)[0]
 
 

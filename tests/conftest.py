@@ -59,6 +59,11 @@ def pytest_configure(config):
         "platforms: builds the core with cross and emulated toolchains (mingw-w64 "
         "under wine, aarch64 under qemu; 20-40 s each); skipped unless -m selects it",
     )
+    config.addinivalue_line(
+        "markers",
+        "free_threaded: builds CPython 3.13 with --disable-gil once (minutes; cached) and renders from threads "
+        "with the GIL off; skipped unless -m selects it",
+    )
 
 
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and a CUDA build of prerast")

@@ -1,7 +1,7 @@
 """python -m ci merge: wheels of parts (a binding for one torch ABI, a kernel library for one compute) combined into
 the one wheel of their target.
 
-    python -m ci merge --out DIR PARTS...          # prerast-<version>-cp310-abi3-<plat>.whl: what PyPI gets
+    python -m ci merge --out DIR PARTS...          # prerast-<version>-py3-none-<plat>.whl: what PyPI gets
     python -m ci merge --out DIR --slim PARTS...   # one binding, the CPU kernels and at most one CUDA kernel
                                                    # library: prerast-<version>+cu12-...whl (the index pages)
 
@@ -36,7 +36,7 @@ class MergeRefused(ValueError):
 class Part:
     path: str
     version: str  # the wheel's version, with the part's local tag
-    tags: str  # "cp310-abi3-manylinux_2_28_x86_64"
+    tags: str  # "py3-none-manylinux_2_28_x86_64"
     info: dict
     members: dict  # archive name -> bytes
 
@@ -49,7 +49,7 @@ class Part:
 
 
 def wheel_fields(path):
-    """('prerast', '0.1.0+kernels.cu12', 'cp310-abi3-manylinux_2_28_x86_64') from a wheel's file name."""
+    """('prerast', '0.1.0+kernels.cu12', 'py3-none-manylinux_2_28_x86_64') from a wheel's file name."""
     stem = os.path.basename(path)[: -len(".whl")]
     parts = stem.split("-")
     if not path.endswith(".whl") or len(parts) != 5:
@@ -103,7 +103,7 @@ MANYLINUX = re.compile(r"manylinux_(\d+)_(\d+)_(\w+)")
 
 
 def tag_family(tags):
-    """What parts must share: 'cp310-abi3-manylinux_2_28_x86_64' -> 'cp310-abi3-manylinux_*_x86_64' (the glibc a
+    """What parts must share: 'py3-none-manylinux_2_28_x86_64' -> 'py3-none-manylinux_*_x86_64' (the glibc a
     part needs may differ: the merged wheel needs the newest), any other tag as it is."""
     m = MANYLINUX.search(tags)
     return tags[: m.start()] + f"manylinux_*_{m.group(3)}" if m else tags
@@ -120,8 +120,16 @@ def merged_tags(parts):
 
 
 def check_alike(parts):
-    """Refuse parts of different versions, platforms (Python, ABI and platform tags) or sources."""
+    """Refuse parts of different versions, platforms (Python, ABI and platform tags) or sources, and a part whose
+    Python and ABI tags are not py3-none (compat.WHEEL_TAG): a part built by older sources (cp310-abi3)
+    would give the merged wheel a tag that shuts out the free-threaded Pythons."""
     first = parts[0]
+    for p in parts:
+        if not p.tags.startswith(compat.WHEEL_TAG + "-"):
+            raise MergeRefused(
+                f"{p.name} is tagged {p.tags}: a part is {compat.WHEEL_TAG}-<platform> (setup.py's bdist_wheel); "
+                "rebuild it from these sources"
+            )
     for p in parts[1:]:
         if compat.base_version(p.version) != compat.base_version(first.version):
             raise MergeRefused(

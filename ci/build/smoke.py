@@ -76,7 +76,7 @@ def runtime_env(venv, home, compiler="/bin/false"):
 
 
 SMOKE_SCRIPT = r"""
-import json, shutil, sys, time
+import json, shutil, sys, sysconfig, time
 t0 = time.perf_counter()
 import os
 import torch
@@ -107,6 +107,10 @@ print(json.dumps({
     "version": prerast.__version__,
     "torch": torch.__version__,
     "python": "%%d.%%d" %% sys.version_info[:2],
+    # A free-threaded interpreter turns the GIL back on for an extension module that does not declare it safe
+    # without one: prerast has none (py3-none), so after import and render it must still be off.
+    "free_threaded": bool(sysconfig.get_config_var("Py_GIL_DISABLED")),
+    "gil_enabled": getattr(sys, "_is_gil_enabled", lambda: True)(),
 }))
 """ % (BUILD_TOOLS,)
 
@@ -191,6 +195,7 @@ def smoke(venv, wheel, png, device="auto"):
         or calls
         or report["nonblack_pixels"] == 0
         or (report["gpu"] and not report["gpu"]["same_as_cpu"])
+        or (report["free_threaded"] and report["gil_enabled"])
     )
     if bad:
         raise RuntimeError(f"smoke test failed: {json.dumps(report, indent=2)}")

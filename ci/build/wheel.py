@@ -82,7 +82,7 @@ def auditwheel_show(wheel, python=sys.executable):
 
 
 def wheel_tags(wheel):
-    """'prerast-0.1.0+pt214cu130-cp310-abi3-manylinux_2_28_x86_64.whl' -> ('cp310', 'abi3', ['manylinux_2_28_x86_64'])."""
+    """'prerast-0.1.0+pt214cu130-py3-none-manylinux_2_28_x86_64.whl' -> ('py3', 'none', ['manylinux_2_28_x86_64'])."""
     name = os.path.basename(wheel)[: -len(".whl")]
     py, abi, plat = name.split("-")[-3:]
     return py, abi, plat.split(".")

@@ -12,7 +12,7 @@ The parts, each built by the one build route (prerast_meta/build_wheel.py: pip w
   patch release, a CUDA build) installed once into .venv/ and shared into a build virtualenv.
 nvcc runs once per CUDA major; the bindings compile with the host compiler only, their CUDA part with the CUDA
 headers of torch's nvidia-* wheels (no toolkit). Then python -m ci merge writes
-prerast-<version>-cp310-abi3-<plat>.whl into --out. A part whose inputs did not change is not built again
+prerast-<version>-py3-none-<plat>.whl into --out. A part whose inputs did not change is not built again
 (<work>/parts/<name>.stamp records the sources, torch and flags it was built from).
 """
 

@@ -244,9 +244,8 @@ class Cell:
     def wheel_name(self, version, plat=None):
         """The repaired wheel's file name for prerast `version` (without local tag)."""
         plat = plat or self.target.plat
-        floor = compat.PYTHON_TAG
         local = f"+{self.local_tag}" if self.local_tag else ""
-        return f"prerast-{version}{local}-{floor}-abi3-{plat}.whl"
+        return f"prerast-{version}{local}-{compat.tags_for(plat)}.whl"
 
     def torch_requirement(self):
         """(requirement, extra pip arguments) that install this cell's torch. The PyPI build is asked for with
@@ -301,7 +300,7 @@ def _check_release(rel, policy, stable_floor):
     floor = compat.PYTHON_FLOOR
     if any(_vkey(p) < floor for p in rel["pythons"]):
         raise MatrixError(
-            f"torch {version}: Pythons {rel['pythons']} go below the abi3 floor {compat.python_floor_text()}"
+            f"torch {version}: Pythons {rel['pythons']} go below the Python floor {compat.python_floor_text()}"
         )
     patches = rel.get("patches", [version])
     if version not in patches or any(minor(p) != minor(version) for p in patches):

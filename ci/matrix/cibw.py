@@ -7,12 +7,15 @@ supplies what differs per part and target, as environment variables that overrid
                                                  #   "target": "linux-x86_64", "runner": "ubuntu-24.04", ...}]}
     python -m ci gh-matrix --pr --jobs targets   # the merge and smoke jobs: one row per target
     python -m ci cibw-env --part kernels-cu12 >> "$GITHUB_ENV"
-    cibuildwheel --platform linux                # (the row's os) builds the part's wheel once (abi3)
+    cibuildwheel --platform linux                # (the row's os) builds the part's wheel once (py3-none) and
+                                                 # tests it under the oldest, newest and free-threaded Python
 
 A part (ci/matrix/parts.py) is built alone: PRERAST_PARTS=kernels (no torch installed; a CUDA kernels part gets its
-toolkit, CUDA_HOME and arch list) or PRERAST_PARTS=binding with PRERAST_ABI (its torch pinned; no nvcc). A part
-cannot run by itself (a binding calls its kernels, kernels need a binding to be called), so cibuildwheel's test is
-skipped: the workflow smoke-tests each target's merged wheel instead.
+toolkit, CUDA_HOME and arch list) or PRERAST_PARTS=binding with PRERAST_ABI (its torch pinned; no nvcc). The wheel
+is py3-none, so cibuildwheel builds it with the first of the part's identifiers and, finding it compatible, reuses
+it for the others (no second build). A part cannot run by itself (a binding calls its kernels, kernels need a
+binding to be called): its test under each Python is python -m ci part-check (installed without dependencies: pip
+takes it, the files are whole), and the workflow smoke-tests each target's merged wheel.
 
 Per OS: Linux builds in the target's manylinux image, a CUDA kernels part with the toolkit from NVIDIA's RHEL 8
 repository and gcc-toolset; Windows on the runner with MSVC (the build started in its developer environment:
@@ -128,6 +131,20 @@ def constraints_file(part, workspace=None):
     return f"{host_state_dir(workspace)}/constraints.txt"
 
 
+# The free-threaded CPython a part is also tested under: the one PyPI's torch ships for every release from 2.9 on,
+# and that cibuildwheel provides for every target (manylinux x86-64 and aarch64, win_amd64, macosx_arm64).
+FREE_THREADED_PYTHON = "3.14t"
+
+
+def test_pythons(part):
+    """The Pythons cibuildwheel tests a part under: the one it is built with (the oldest its torch ships for, else
+    the floor), the newest its torch ships for (for a part without torch: any cell of its target), and the
+    free-threaded one."""
+    cells = [part.cell] if part.cell else [c for c in matrix.load() if c.target == part.target]
+    newest = max((p for c in cells for p in c.pythons), key=matrix._vkey, default=part.python)
+    return list(dict.fromkeys([part.python, newest, FREE_THREADED_PYTHON]))
+
+
 # before-build of a part without torch: pyproject.toml's, less the torch that its line adds.
 BEFORE_BUILD_NO_TORCH = "python -m pip install -r {project}/ci/requirements-cell.txt"
 
@@ -153,14 +170,16 @@ def environment(part, workspace=None):
     {"linux": _linux_environment, "windows": _windows_environment, "macos": _macos_environment}[target.os](
         part, workspace, inner
     )
-    env = {"CIBW_BUILD": target.identifier(part.python), "CIBW_ARCHS": target.machine}
+    env = {"CIBW_BUILD": " ".join(target.identifier(p) for p in test_pythons(part)), "CIBW_ARCHS": target.machine}
     if target.os == "linux":
         env[f"CIBW_MANYLINUX_{target.machine.upper()}_IMAGE"] = target.image
     env["CIBW_ENVIRONMENT"] = " ".join(f'{k}="{v}"' for k, v in inner.items())
     if not part.cell:
         env["CIBW_BEFORE_BUILD"] = BEFORE_BUILD_NO_TORCH
-    # A part does not run alone: the workflow's smoke job tests the target's merged wheel instead.
-    env["CIBW_TEST_SKIP"] = "*"
+    # A part does not run alone (the workflow's smoke job renders with the target's merged wheel): under each
+    # Python, its wheel alone, without torch, whole and py3-none.
+    env["CIBW_TEST_COMMAND"] = "python {project}/ci/cli.py part-check"
+    env["CIBW_TEST_ENVIRONMENT"] = 'PIP_NO_DEPS="1"'
     return env
 
 
@@ -279,6 +298,12 @@ def smoke_torch(target_parts):
     return f"torch==={chosen.cell.torch}"
 
 
+def smoke_free_threaded(target):
+    """The free-threaded Python the smoke job also renders the target's one wheel under ('' for none): Linux
+    x86-64's, where GitHub's runner and PyPI's torch both have it (setup-python takes '3.14t')."""
+    return FREE_THREADED_PYTHON if (target.os, target.machine) == ("linux", "x86_64") else ""
+
+
 def target_matrix(selected):
     """strategy.matrix of the merge and smoke jobs: one row per target of the selected parts."""
     return {
@@ -289,6 +314,7 @@ def target_matrix(selected):
                 "runner": group[0].target.runner,
                 "parts": " ".join(p.id for p in group),
                 "smoke_torch": smoke_torch(group),
+                "free_threaded": smoke_free_threaded(group[0].target),
             }
             for name, group in _parts.by_target(selected).items()
         ]

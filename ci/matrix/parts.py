@@ -69,7 +69,7 @@ class Part:
 
     @property
     def python(self):
-        """The CPython its wheel is built with (any: every part is cp310-abi3): its torch's oldest, else the floor."""
+        """The CPython its wheel is built with (any: every part is py3-none): its torch's oldest, else the floor."""
         return self.cell.pythons[0] if self.cell else compat.python_floor_text()
 
     @property
@@ -87,7 +87,7 @@ class Part:
         return compat.binding_tag(self.cell.torch, self.abi)
 
     def wheel_name(self, version):
-        return f"prerast-{version}+{self.local_tag}-{compat.PYTHON_TAG}-abi3-{self.target.plat}.whl"
+        return f"prerast-{version}+{self.local_tag}-{compat.tags_for(self.target.plat)}.whl"
 
     def arch_list(self):
         return ";".join(self.archs)
@@ -121,7 +121,7 @@ class Merge:
 
     def wheel_name(self, version):
         local = f"+{self.local_tag}" if self.local_tag else ""
-        return f"prerast-{version}{local}-{compat.PYTHON_TAG}-abi3-{self.target.plat}.whl"
+        return f"prerast-{version}{local}-{compat.tags_for(self.target.plat)}.whl"
 
 
 def _stable_build_cell(cells, target):

@@ -168,7 +168,7 @@ def synthetic_wheel(base, merge, version, out, extra=b""):
             if n == "prerast/_build_info.json":
                 data = json.dumps(synthetic_info(json.loads(data), merge, full), indent=2, sort_keys=True).encode()
             elif n == f"{old_info}/WHEEL":
-                data = re.sub(rb"(?m)^Tag: .*$", f"Tag: {compat.PYTHON_TAG}-abi3-{plat}".encode(), data)
+                data = re.sub(rb"(?m)^Tag: .*$", f"Tag: {compat.tags_for(plat)}".encode(), data)
             elif n == f"{old_info}/METADATA":
                 data = re.sub(rb"(?m)^Version: .*$", f"Version: {full}".encode(), data)
             files[new] = data

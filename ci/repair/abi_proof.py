@@ -1,14 +1,15 @@
 """Which torch releases one wheel really serves: install it into fresh virtualenvs with other torch releases and
 run the op tests there. Prints a Markdown table (and writes it as JSON with --json).
 
-    python -m ci abi-proof dist/prerast-0.1.0-cp310-abi3-*.whl                    # the stable wheel, default set
+    python -m ci abi-proof dist/prerast-0.1.0-py3-none-*.whl                      # the stable wheel, default set
     python -m ci abi-proof WHEEL --torch 2.11.0 --torch 2.14.1@3.12 --torch 2.13.0+cpu
     python -m ci abi-proof --build 2.4.0 --cpu --torch 2.4.1 --refused 2.9.1      # build a classic wheel first
 
 Each target is TORCH[@PYTHON] (Python 3.11 by default): a fresh venv in .venv/proof/<target> (removed after) with that torch, numpy
 and pytest, the wheel installed with --no-deps, then `pytest tests/core/ops` on the CPU there, and the time from a
 fresh process's `import prerast` to its first rendered frame. A --refused target must fail at import with
-BinaryMismatchError. The wheel's own audits run once: `python -m ci symbols` and `abi3audit --strict`.
+BinaryMismatchError. The wheel's own audits run once: `python -m ci symbols` (torch's C shims only) and its guard
+of the py3-none tag (no Python C API).
 """
 
 import argparse
@@ -26,7 +27,7 @@ if __name__ == "__main__":
 
 from ci.build import local
 from ci.build.progress import clock, log  # noqa: E402
-from ci.repair import symbols  # noqa: E402
+from ci.repair import python_api, symbols  # noqa: E402
 from prerast_meta import build_env, build_wheel as _route, sources  # noqa: E402
 
 STABLE_TARGETS = ["2.11.0", "2.12.0", "2.12.1", "2.14.0", "2.14.1", "2.14.1@3.12", "2.14.1@3.13", "2.13.0+cpu"]
@@ -168,7 +169,7 @@ def build_wheel(torch_spec, work, cpu_only, abi=None):
 
 def audits(wheel, python=sys.executable):
     """The symbol audit (a stable wheel imports only torch's C shims, the C/C++ runtime and cudart; a classic one
-    links torch's C++ API by design) and abi3audit --strict."""
+    links torch's C++ API by design) and the Python C-API guard of the py3-none tag (ci/repair/python_api.py)."""
     import zipfile
 
     with zipfile.ZipFile(wheel) as z:
@@ -182,19 +183,15 @@ def audits(wheel, python=sys.executable):
         sym = "ok: only " + ", ".join(sorted({k for kinds in report.values() for k in kinds}))
     else:
         sym = f"{len(others)} not allowed: {', '.join(others[:5])}"
-    abi3 = shutil.which("abi3audit", path=os.path.dirname(python)) or shutil.which("abi3audit")
-    if abi3:
-        out = subprocess.run([abi3, "--strict", "--report", wheel], capture_output=True, text=True)
-        a3 = "ok" if out.returncode == 0 else "failed: " + (out.stdout + out.stderr).strip()[-300:]
-    else:
-        a3 = "not run (pip install abi3audit)"
-    return {"symbols": sym, "abi3audit": a3, "symbols_ok": not others, "abi3audit_ok": a3 == "ok"}
+    uses = {lib: problems for lib, problems in python_api.audit_wheel(wheel).items() if problems}
+    api = "ok" if not uses else "used: " + "; ".join(f"{lib} {', '.join(p[:3])}" for lib, p in sorted(uses.items()))
+    return {"symbols": sym, "python_api": api, "symbols_ok": not others, "python_api_ok": not uses}
 
 
 def table(wheel, rows, audit):
     lines = [
         f"wheel: {os.path.basename(wheel)} ({os.path.getsize(wheel) / 1e6:.1f} MB)",
-        f"undefined-symbol audit: {audit['symbols']}; abi3audit --strict: {audit['abi3audit']}",
+        f"undefined-symbol audit: {audit['symbols']}; Python C API: {audit['python_api']}",
         "",
         "| target | torch | result | import → first frame |",
         "|---|---|---|---|",
@@ -235,7 +232,7 @@ def main(argv=None):
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"wheel": wheel, "rows": rows, "audit": audit}, f, indent=2)
-    return 0 if all(r["ok"] for r in rows) and audit["symbols_ok"] else 1
+    return 0 if all(r["ok"] for r in rows) and audit["symbols_ok"] and audit["python_api_ok"] else 1
 
 
 if __name__ == "__main__":

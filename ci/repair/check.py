@@ -1,6 +1,7 @@
 """cibuildwheel's repair command (python -m ci repair): the repair tool of the wheel's target with the package's
-policy, then the checks of the repaired wheel (no torch or CUDA library grafted in, the exact platform tag, only
-torch's C shims imported by a stable-ABI plugin: ci/repair/symbols.py).
+policy, then the checks of the repaired wheel (no torch or CUDA library grafted in, the exact platform tag, the
+py3-none tags kept and no Python C API used: ci/repair/python_api.py, only torch's C shims imported by a stable-ABI
+plugin: ci/repair/symbols.py).
 """
 
 import argparse
@@ -9,7 +10,8 @@ import sys
 
 from ci import matrix
 from ci.build import wheel
-from ci.repair import symbols
+from ci.repair import python_api, symbols
+from prerast_meta import compat
 
 
 def repair_and_check(raw_wheel, dest_dir, plat=None):
@@ -36,6 +38,11 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
         raise SystemExit(f"repair: torch/CUDA libraries were grafted into {repaired}: {found['forbidden']}")
     if wheel.wheel_tags(repaired)[2] != [plat]:
         raise SystemExit(f"repair: {os.path.basename(repaired)} is not tagged exactly {plat}")
+    if "-".join(wheel.wheel_tags(repaired)[:2]) != compat.WHEEL_TAG:
+        raise SystemExit(f"repair: {os.path.basename(repaired)} lost its {compat.WHEEL_TAG} tags")
+    to_stderr = lambda line: print(line, file=sys.stderr)
+    if target.os == "linux" and found.get("build_info") and not python_api.check_wheel(repaired, out=to_stderr):
+        raise SystemExit(f"repair: a library of {os.path.basename(repaired)} uses Python's C API (see above)")
     if target.os == "linux" and found.get("build_info", {}).get("abi") == "stable":
         # The audit reads ELF symbol tables (nm -D): Linux wheels only.
         bad = {lib: kinds["other"] for lib, kinds in symbols.audit_wheel(repaired, True).items() if kinds.get("other")}

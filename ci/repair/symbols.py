@@ -6,6 +6,9 @@ libcudart. A C++ symbol of torch (at::, c10::, torch::) would tie it to one torc
 stable ABI avoids; a classic binding links them by design and is not audited.
 
     python -m ci symbols dist/prerast-*.whl      # prints the imports by kind; exit 1 if any is not allowed
+
+It then runs the guard of the wheel's py3-none tag on every library (ci/repair/python_api.py): exit 1 if one uses
+Python's C API.
 """
 
 import argparse
@@ -18,6 +21,7 @@ import sys
 import tempfile
 import zipfile
 
+from ci.repair import python_api
 from prerast_meta import build_info
 
 RUNTIME_VERSIONS = re.compile(r"(GLIBC|GLIBCXX|CXXABI|GCC)_[\d.]+")
@@ -97,6 +101,7 @@ def main(argv=None):
         for name in kinds.get("other", []):
             print(f"    not allowed: {name}")
             bad = True
+    bad = not python_api.check_wheel(a.wheel) or bad
     sys.exit(1 if bad else 0)
 
 

@@ -8,12 +8,17 @@ asked for a GPU otherwise learns that there is none.
 """
 
 import os
+import threading
 import warnings
 
 import torch
 
 FALLBACK_VARIABLE = "PRERAST_CUDA_CONTEXT_FALLBACK"
 _fallback_warned = []
+# Contexts are shared between threads (one per device is the usual program): what is checked and then changed, the
+# fallback's one warning and a context's reservation by a DepthPeeler, is done under this lock, which a
+# free-threaded Python needs in place of the GIL.
+_lock = threading.Lock()
 
 
 class _Context:
@@ -27,6 +32,12 @@ class _Context:
     def active_depth_peeler(self):
         """The DepthPeeler whose 'with' block holds this context, or None."""
         return self._active_peeler
+
+    def _reserve(self, peeler, what):
+        """Reserve the context for `peeler` (its 'with' block), or raise if another holds it."""
+        with _lock:
+            self._check_free(what)
+            self._active_peeler = peeler
 
     def _check_free(self, what):
         if self._active_peeler is not None:
@@ -74,8 +85,11 @@ def _fallback_to_cpu(cls, why="CUDA is not available"):
             f"{cls}: {FALLBACK_VARIABLE}={value!r} is not understood; set it to 'cpu' (rasterize on "
             "the CPU where no GPU is available) or leave it unset"
         )
-    if not _fallback_warned:
-        _fallback_warned.append(True)
+    with _lock:
+        first = not _fallback_warned
+        if first:
+            _fallback_warned.append(True)
+    if first:
         warnings.warn(
             f"{cls}: {why}; rasterizing on the CPU ({FALLBACK_VARIABLE}=cpu). Tensors must be on the CPU too.",
             UserWarning,

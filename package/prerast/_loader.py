@@ -29,6 +29,7 @@ ask status(), loaded_info() or require().
 import ctypes
 import os
 import sys
+import threading
 
 import torch
 
@@ -50,6 +51,10 @@ _state = {
     "cuda": None,
     "kernel_libraries": [],
 }
+# Held while a load runs: the import loads under the import lock, but `python -m prerast demo` and the doctor load
+# again later, and on a free-threaded Python nothing else would keep two threads from loading (and registering the
+# ops) twice. Reentrant, so that nothing a load calls can deadlock on it.
+_load_lock = threading.RLock()
 
 
 def status():
@@ -188,8 +193,11 @@ def load(directory=PACKAGE_DIR, build=True):
     When it does not fit, a fitting build from the build cache is loaded instead, or (with
     PRERAST_BUILD_ON_MISMATCH=1 and `build`) made there first. Every library is checked against the size and
     SHA-256 its build stamped before it is loaded."""
-    if _state["info"] is not None:
-        return _state["info"]
+    with _load_lock:
+        return _state["info"] if _state["info"] is not None else _load(directory, build)
+
+
+def _load(directory, build):
     info, why = build_info.read(directory)
     cause = damaged = None
     if info is None:

@@ -13,6 +13,7 @@ non-optional list argument would refuse when a precompiled package runs.
 """
 
 import functools
+import threading
 
 import torch
 
@@ -21,6 +22,9 @@ import torch
 # the op first-order only.
 OPS = {}
 _registered = []
+# define() and register() each check, then change, OPS and _registered: one at a time, so that an op defined while
+# another thread registers is registered exactly once (a free-threaded Python has no GIL to order them).
+_lock = threading.Lock()
 
 
 # --- arguments by name -----------------------------------------------------------------------------------------
@@ -123,21 +127,23 @@ def _register(table):
 def define(table):
     """Add {op: (fake, setup_context, backward)} to OPS: registered with torch now if the plugin has loaded, else
     when it does (register())."""
-    again = sorted(table.keys() & OPS.keys())
-    if again:
-        raise ValueError(
-            f"prerast: {again} already have a fake and autograd (from {OPS[again[0]][0].__module__}); "
-            "define each op once, in its own module"
-        )
-    OPS.update(table)
-    if _registered:
-        _register(table)
+    with _lock:
+        again = sorted(table.keys() & OPS.keys())
+        if again:
+            raise ValueError(
+                f"prerast: {again} already have a fake and autograd (from {OPS[again[0]][0].__module__}); "
+                "define each op once, in its own module"
+            )
+        OPS.update(table)
+        if _registered:
+            _register(table)
 
 
 def register():
     """Register the fakes and autograd of every op defined so far, once, after the plugin has loaded; ops defined
     later (their modules are imported after the load) register as they are defined."""
-    if _registered:
-        return
-    _registered.append(True)
-    _register(OPS)
+    with _lock:
+        if _registered:
+            return
+        _registered.append(True)
+        _register(OPS)

@@ -117,8 +117,7 @@ class DepthPeeler:
     grad_db = property(lambda self: self._grad_db)
 
     def __enter__(self):
-        self._glctx._check_free("DepthPeeler")
-        self._glctx._active_peeler = self
+        self._glctx._reserve(self, "DepthPeeler")
         self._active = True
         self._prev = None
         self.peeling_idx = 0

@@ -88,7 +88,7 @@ def fake_raw_wheel(plat, library):
 
     def build(spec, raw_dir, log=print, **kw):
         os.makedirs(raw_dir, exist_ok=True)
-        path = os.path.join(raw_dir, f"prerast-0.2.0-cp310-abi3-{plat}.whl")
+        path = os.path.join(raw_dir, f"prerast-0.2.0-py3-none-{plat}.whl")
         with zipfile.ZipFile(path, "w") as z:
             z.writestr("prerast/_build_info.json", json.dumps({"abi": "stable"}))
             z.writestr(f"prerast/{library}", b"binary")
@@ -124,7 +124,7 @@ def repair_calls(monkeypatch):
 def test_build_wheel_repairs_with_the_tool_of_the_platform_tag(tmp_path, monkeypatch, repair_calls, plat, library):
     monkeypatch.setattr(route, "raw_wheel", fake_raw_wheel(plat, library))
     path = _build_wheel.build_wheel(str(tmp_path / "out"), log=lambda msg: None)
-    assert os.path.basename(path) == f"prerast-0.2.0-cp310-abi3-{plat}.whl"
+    assert os.path.basename(path) == f"prerast-0.2.0-py3-none-{plat}.whl"
     assert os.path.dirname(path) == str(tmp_path / "out")
     (cmd,) = repair_calls
     excludes = [cmd[i + 1] for i, w in enumerate(cmd) if w == "--exclude"]
@@ -141,7 +141,7 @@ def test_build_wheel_repairs_with_the_tool_of_the_platform_tag(tmp_path, monkeyp
 def test_build_wheel_without_repair_copies_the_raw_wheel(tmp_path, monkeypatch, repair_calls):
     monkeypatch.setattr(route, "raw_wheel", fake_raw_wheel("win_amd64", "_C.pyd"))
     path = _build_wheel.build_wheel(str(tmp_path / "out"), repair=False, log=lambda msg: None)
-    assert repair_calls == [] and os.path.basename(path) == "prerast-0.2.0-cp310-abi3-win_amd64.whl"
+    assert repair_calls == [] and os.path.basename(path) == "prerast-0.2.0-py3-none-win_amd64.whl"
 
 
 def test_missing_repair_tool_is_this_oss_and_says_how_to_get_it(monkeypatch):

@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 from ci import matrix
 from ci.build import wheel  # noqa: E402
-from ci.repair import symbols
+from ci.repair import python_api, symbols
 from prerast_meta import build_info  # noqa: E402
 from wheel_under_test import find_test_wheel  # noqa: E402
 
@@ -83,16 +83,17 @@ def test_stable_plugin_imports_only_torchs_c_shims(built):
         assert "torch-shim" not in kinds and kinds.get("other", []) == [], (kern["library"], kinds)
 
 
-def test_abi3_tag_holds(built):
-    """abi3audit --strict: no library of the wheel uses Python API beyond the limited API of its cp310 floor."""
-    import shutil
-    import subprocess
-
-    tool = shutil.which("abi3audit", path=os.path.dirname(sys.executable)) or shutil.which("abi3audit")
-    if not tool:
-        pytest.skip("abi3audit is not installed (ci/requirements-ci.txt)")
-    out = subprocess.run([tool, "--strict", "--report", built], capture_output=True, text=True)
-    assert out.returncode == 0, out.stdout + out.stderr
+def test_py3_none_tag_holds(built):
+    """The wheel is py3-none-<platform> in its name and its WHEEL file, and none of its libraries (every binding
+    and kernel library its metadata names) uses Python's C API: the guard of python -m ci symbols."""
+    py, abi, plats = wheel.wheel_tags(built)
+    assert (py, abi) == ("py3", "none")
+    with zipfile.ZipFile(built) as z:
+        (meta,) = [n for n in z.namelist() if n.endswith(".dist-info/WHEEL")]
+        assert re.findall(r"^Tag: (\S+)$", z.read(meta).decode(), re.M) == [f"py3-none-{p}" for p in plats]
+    report = python_api.audit_wheel(built)
+    assert sorted(report) == sorted(build_info.library_names(wheel.inspect(built)["build_info"]))
+    assert {lib: problems for lib, problems in report.items() if problems} == {}
 
 
 def test_manylinux_tag_is_the_one_its_symbols_allow(built):
@@ -118,3 +119,32 @@ def test_named_after_its_cell_and_built_for_this_torch(built):
     archs = os.environ.get("PRERAST_CUDA_ARCH_LIST")
     if info.get("cuda_version") and archs:
         assert info["cuda_archs"] == archs.replace(",", ";").split(";")
+
+
+def pip_dry_run(wheel, python, abi, plat):
+    """pip's own compatibility check of `wheel` for another interpreter: pip install --dry-run with its tags."""
+    import subprocess
+
+    argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps", "--no-index"]
+    argv += ["--python-version", python]
+    argv += ["--implementation", "cp", "--abi", abi, "--platform", plat, "--only-binary=:all:", wheel]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.slow
+def test_pip_takes_the_wheel_under_every_cpython_free_threaded_too(built, tmp_path):
+    """This environment's pip (26.3, ci/requirements-build.txt's venv) takes the wheel for the oldest and newest
+    CPython and the free-threaded 3.13t and 3.14t; Requires-Python still refuses 3.9. The same file named
+    cp310-abi3, as the wheels were, is refused under 3.14t: the check tells the tags apart."""
+    import shutil
+
+    plat = wheel.wheel_tags(built)[2][0]
+    for python, abi in [("3.10", "cp310"), ("3.14", "cp314"), ("3.13", "cp313t"), ("3.14", "cp314t")]:
+        out = pip_dry_run(built, python, abi, plat)
+        assert out.returncode == 0 and "Would install prerast-" in out.stdout, (abi, out.stdout + out.stderr)
+    old = pip_dry_run(built, "3.9", "cp39", plat)
+    assert old.returncode != 0 and "requires a different Python" in old.stderr, old.stdout + old.stderr
+    abi3 = str(tmp_path / os.path.basename(built).replace("-py3-none-", "-cp310-abi3-"))
+    shutil.copy(built, abi3)
+    refused = pip_dry_run(abi3, "3.14", "cp314t", plat)
+    assert refused.returncode != 0 and "is not a supported wheel on this platform" in refused.stderr, refused.stderr

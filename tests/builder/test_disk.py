@@ -144,7 +144,9 @@ def test_an_index_without_the_build_stops_with_its_name(index, tmp_path):
 def test_the_smoke_jobs_python_is_the_one_sized():
     yaml = pytest.importorskip("yaml")
     smoke = yaml.safe_load(open(os.path.join(ROOT, ".github", "workflows", "wheels.yml")))["jobs"]["smoke"]
-    (setup,) = [s for s in smoke["steps"] if s.get("uses", "").startswith("actions/setup-python@")]
+    # The free-threaded Python's setup (Linux x86-64 only) installs the same torch release after the first venv is
+    # removed (tests/builder/test_workflow.py): the job's peak is one torch, of the Python every row runs.
+    (setup,) = [s for s in smoke["steps"] if s.get("uses", "").startswith("actions/setup-python@") and "if" not in s]
     assert setup["with"]["python-version"] == disk.SMOKE_PYTHON
 
 

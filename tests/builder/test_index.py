@@ -22,14 +22,14 @@ def make_wheel(
     version,
     torch_version,
     cuda,
-    python_tag="cp310",
+    tags="py3-none",
     requires_python=">=3.10",
     plat="manylinux_2_28_x86_64",
     abi="stable",
     info=None,
 ):
     """A stand-in wheel; `info`: more keys of its _build_info.json (a merged wheel's kernels and bindings)."""
-    name = f"prerast-{version}-{python_tag}-abi3-{plat}.whl"
+    name = f"prerast-{version}-{tags}-{plat}.whl"
     dist_info = f"prerast-{version.split('+')[0]}.dist-info"
     files = {
         "prerast/__init__.py": b"",
@@ -47,7 +47,7 @@ def make_wheel(
             f"Metadata-Version: 2.1\nName: prerast\nVersion: {version}\nRequires-Python: {requires_python}\n"
         ).encode(),
         f"{dist_info}/WHEEL": (
-            f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: {python_tag}-abi3-{plat}\n"
+            f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: false\nTag: {tags}-{plat}\n"
         ).encode(),
     }
     record = []

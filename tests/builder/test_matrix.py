@@ -148,20 +148,18 @@ def test_local_tag_is_the_one_setup_py_stamps(cell):
 
 
 def test_wheel_name_follows_the_wheel_spec():
-    assert matrix.find("2.14.1+cu130").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl"
-    assert matrix.find("2.14.1+cu126").wheel_name("0.1.0") == "prerast-0.1.0+cu12-cp310-abi3-manylinux_2_28_x86_64.whl"
-    assert (
-        matrix.find("2.4+cu121").wheel_name("0.1.0") == "prerast-0.1.0+pt24cu121-cp310-abi3-manylinux_2_28_x86_64.whl"
-    )
+    assert matrix.find("2.14.1+cu130").wheel_name("0.1.0") == "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl"
+    assert matrix.find("2.14.1+cu126").wheel_name("0.1.0") == "prerast-0.1.0+cu12-py3-none-manylinux_2_28_x86_64.whl"
+    assert matrix.find("2.4+cu121").wheel_name("0.1.0") == "prerast-0.1.0+pt24cu121-py3-none-manylinux_2_28_x86_64.whl"
     for cell in CELLS:
         parts = cell.wheel_name("1.2.3")[: -len(".whl")].split("-")
         version = "1.2.3" + (f"+{cell.local_tag}" if cell.local_tag else "")
-        assert parts == ["prerast", version, "cp310", "abi3", cell.target.plat]
-    assert matrix.find("2.14.1+cu130-windows-amd64").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-win_amd64.whl"
-    assert matrix.find("2.14.1+cpu-macos-arm64").wheel_name("0.1.0") == "prerast-0.1.0-cp310-abi3-macosx_11_0_arm64.whl"
+        assert parts == ["prerast", version, "py3", "none", cell.target.plat]
+    assert matrix.find("2.14.1+cu130-windows-amd64").wheel_name("0.1.0") == "prerast-0.1.0-py3-none-win_amd64.whl"
+    assert matrix.find("2.14.1+cpu-macos-arm64").wheel_name("0.1.0") == "prerast-0.1.0-py3-none-macosx_11_0_arm64.whl"
     assert (
         matrix.find("2.14.1+cu126-linux-aarch64").wheel_name("0.1.0")
-        == "prerast-0.1.0+cu12-cp310-abi3-manylinux_2_28_aarch64.whl"
+        == "prerast-0.1.0+cu12-py3-none-manylinux_2_28_aarch64.whl"
     )
 
 
@@ -340,7 +338,7 @@ def test_find_resolves_full_and_minor_release_names():
     [
         (lambda t: t["torch"][0].update(pypi="cu999"), "pypi platform 'cu999' is not among"),
         (lambda t: t["torch"][0].update(publish=["cu777"]), "publish names \\['cu777'\\]"),
-        (lambda t: t["torch"][0].update(pythons=["3.9", "3.10"]), "below the abi3 floor"),
+        (lambda t: t["torch"][0].update(pythons=["3.9", "3.10"]), "below the Python floor"),
         (lambda t: t["torch"][0]["platforms"].append("cu999"), 'needs a \\[cuda."99.9"\\] table'),
         (lambda t: t["torch"].append(dict(t["torch"][0])), "listed twice"),
         (lambda t: t["torch"][0].update(version="2.4.1"), "lowest patch release of its minor"),
@@ -437,8 +435,14 @@ def inner_env(part, workspace="/w"):
 def test_cibuildwheel_environment_of_a_part():
     for part in PARTS:
         env, inner = cibw.environment(part, workspace="/w"), inner_env(part)
-        assert env["CIBW_BUILD"] == part.target.identifier(part.python)  # one build: the part is cp310-abi3
-        assert env["CIBW_TEST_SKIP"] == "*"  # a part does not run alone: the merged wheel is smoke-tested
+        # Built with its own Python, tested under it, the newest and a free-threaded one (one build: py3-none).
+        built, *others = env["CIBW_BUILD"].split()
+        assert built == part.target.identifier(part.python) and others[-1] == part.target.identifier("3.14t")
+        newest = part.cell.pythons[-1] if part.cell else "3.13"
+        assert part.target.identifier(newest) in others and len(others) == 2
+        # A part does not run alone: its test is the part check, without torch; the merged wheel is smoke-tested.
+        assert env["CIBW_TEST_COMMAND"].endswith("part-check") and "CIBW_TEST_SKIP" not in env
+        assert env["CIBW_TEST_ENVIRONMENT"] == 'PIP_NO_DEPS="1"'
         assert inner["PRERAST_PART"] == part.id and inner["PRERAST_PARTS"] == part.kind
         assert inner.get("PRERAST_ABI") == (part.abi or None)
         if part.cell:
@@ -541,9 +545,11 @@ def test_readme_platform_table_names_every_targets_one_wheel():
     rows = _table_rows("README.md", "### Platforms")
     for target in matrix.targets().values():
         os_name, machine = target.describe().split(" ", 1)
-        wheel = f"prerast-<v>-cp310-abi3-{target.plat}.whl"
+        wheel = f"prerast-<v>-py3-none-{target.plat}.whl"
         matching = [r for r in rows if r[0].lower().startswith(f"{os_name} {machine}".lower()) and f"`{wheel}`" in r[3]]
         assert len(matching) == 1, (target.name, wheel)
+        # Which Pythons it serves: every CPython from the floor on, the free-threaded builds too (py3-none).
+        assert matching[0][4].startswith(f"CPython ≥ {compat.python_floor_text()}, free-threaded"), matching[0][4]
 
 
 def test_installing_guide_names_every_published_stable_wheel():

@@ -21,7 +21,7 @@ from ci.build import merge as _merge  # noqa: E402
 from prerast_meta import build_info, compat  # noqa: E402
 
 VERSION = compat.base_version(prerast.__version__)
-TAGS = "cp310-abi3-manylinux_2_28_x86_64"
+TAGS = "py3-none-manylinux_2_28_x86_64"
 BINDING_KEYS = ("library", "cuda_library")
 
 
@@ -114,12 +114,16 @@ def test_parts_of_another_build_are_refused(parts, tmp_path):
     lib = info["kernels"]["cpu"]["library"]
     foreign = {
         "version": part_wheel(str(tmp_path / "v"), "kernels.cpu", info, [lib], version="9.9.9"),
-        "platform tag": part_wheel(str(tmp_path / "t"), "kernels.cpu", info, [lib], tags="cp310-abi3-win_amd64"),
+        "platform tag": part_wheel(str(tmp_path / "t"), "kernels.cpu", info, [lib], tags="py3-none-win_amd64"),
         "source tree": part_wheel(str(tmp_path / "s"), "kernels.cpu", dict(info, source_hash="0" * 16), [lib]),
     }
     for what, wheel in foreign.items():
         with pytest.raises(_merge.MergeRefused, match=f"parts of one {what} only"):
             _merge.merge([parts["binding"], wheel], out)
+    # A part of the old cp310-abi3 tags would shut the merged wheel out of the free-threaded Pythons.
+    abi3 = part_wheel(str(tmp_path / "a"), "kernels.cpu", info, [lib], tags="cp310-abi3-manylinux_2_28_x86_64")
+    with pytest.raises(_merge.MergeRefused, match="tagged cp310-abi3-manylinux_2_28_x86_64: a part is py3-none-"):
+        _merge.merge([parts["binding"], abi3], out)
     damaged = dict(info, libraries={lib: dict(info["libraries"][lib], sha256="f" * 64)})
     with pytest.raises(_merge.MergeRefused, match="damaged part is not merged"):
         _merge.merge([parts["binding"], part_wheel(str(tmp_path / "d"), "kernels.cpu", damaged, [lib])], out)
@@ -140,7 +144,7 @@ def test_slim_wheel_of_one_binding(parts, tmp_path):
 
 def test_merged_tags_take_the_newest_manylinux():
     make = lambda tags: _merge.Part("p.whl", VERSION, tags, {}, {})  # noqa: E731
-    assert _merge.tag_family("cp310-abi3-manylinux_2_17_x86_64") == "cp310-abi3-manylinux_*_x86_64"
-    tags = ["cp310-abi3-manylinux_2_17_x86_64", "cp310-abi3-manylinux_2_34_x86_64", "cp310-abi3-manylinux_2_28_x86_64"]
-    assert _merge.merged_tags([make(t) for t in tags]) == "cp310-abi3-manylinux_2_34_x86_64"
-    assert _merge.tag_family("cp310-abi3-win_amd64") == "cp310-abi3-win_amd64"
+    assert _merge.tag_family("py3-none-manylinux_2_17_x86_64") == "py3-none-manylinux_*_x86_64"
+    tags = ["py3-none-manylinux_2_17_x86_64", "py3-none-manylinux_2_34_x86_64", "py3-none-manylinux_2_28_x86_64"]
+    assert _merge.merged_tags([make(t) for t in tags]) == "py3-none-manylinux_2_34_x86_64"
+    assert _merge.tag_family("py3-none-win_amd64") == "py3-none-win_amd64"

@@ -54,7 +54,7 @@ def stand_in(folder, part, version=VERSION, cuda_part=True):
             z.writestr(f"prerast/{lib}", d)
         z.writestr("prerast/_build_info.json", json.dumps(info))
         z.writestr(f"{dist}/METADATA", f"Metadata-Version: 2.1\nName: prerast\nVersion: {version}+{part.local_tag}\n")
-        z.writestr(f"{dist}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp310-abi3-{part.target.plat}\n")
+        z.writestr(f"{dist}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: py3-none-{part.target.plat}\n")
         z.writestr(f"{dist}/RECORD", "")
     return path
 
@@ -78,11 +78,11 @@ def test_the_one_wheel_and_the_slim_ones_are_the_matrixs(x86, tmp_path, capsys):
     assert merge_target.main(["linux-x86_64", "--pr", "--parts", str(x86), "--out", str(tmp_path / "out")]) == 0
     written = sorted(os.listdir(tmp_path / "out"))
     assert written == sorted(parts.target_wheels(parts.select(parts.load(), pr=True), VERSION)["linux-x86_64"])
-    one = info_of(tmp_path / "out" / f"prerast-{VERSION}-cp310-abi3-manylinux_2_28_x86_64.whl")
+    one = info_of(tmp_path / "out" / f"prerast-{VERSION}-py3-none-manylinux_2_28_x86_64.whl")
     assert sorted(one["kernels"]) == ["cpu", "cu12", "cu13"]
     assert one["abi"] == "stable" and [b["torch_version"] for b in one["bindings"]] == ["2.4.0+cu121"]
     assert len(one["parts"]) == len(PR["linux-x86_64"])  # the aarch64 part was left where it was
-    slim = info_of(tmp_path / "out" / f"prerast-{VERSION}+pt24cu121-cp310-abi3-manylinux_2_28_x86_64.whl")
+    slim = info_of(tmp_path / "out" / f"prerast-{VERSION}+pt24cu121-py3-none-manylinux_2_28_x86_64.whl")
     assert slim["abi"] == "classic" and sorted(slim["kernels"]) == ["cpu", "cu12"] and slim["bindings"] == []
     assert "binding   torch 2.4.x, built with torch 2.4.0+cu121 + CUDA part" in capsys.readouterr().out
 
@@ -116,5 +116,5 @@ def test_a_target_without_cuda_merges_its_one_wheel_only(tmp_path):
     for part in PR["macos-arm64"]:
         stand_in(str(tmp_path / "parts"), part)
     written = merge_target.merge_target(PR["macos-arm64"], str(tmp_path / "parts"), str(tmp_path / "out"))
-    assert [os.path.basename(p) for p in written] == [f"prerast-{VERSION}-cp310-abi3-macosx_11_0_arm64.whl"]
+    assert [os.path.basename(p) for p in written] == [f"prerast-{VERSION}-py3-none-macosx_11_0_arm64.whl"]
     assert merge_target.main(["linux-riscv64", "--pr", "--parts", str(tmp_path), "--out", str(tmp_path)]) == 2

@@ -163,12 +163,12 @@ def test_each_target_merges_one_wheel_and_the_slim_ones_the_pages_serve():
 
 def test_wheel_names_of_a_run():
     names = parts.target_wheels(parts.select(PARTS, pr=True), "0.2.0")
-    assert names["macos-arm64"] == ["prerast-0.2.0-cp310-abi3-macosx_11_0_arm64.whl"]
-    assert names["linux-x86_64"][0] == "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"
-    assert "prerast-0.2.0+pt24cu121-cp310-abi3-manylinux_2_28_x86_64.whl" in names["linux-x86_64"]
+    assert names["macos-arm64"] == ["prerast-0.2.0-py3-none-macosx_11_0_arm64.whl"]
+    assert names["linux-x86_64"][0] == "prerast-0.2.0-py3-none-manylinux_2_28_x86_64.whl"
+    assert "prerast-0.2.0+pt24cu121-py3-none-manylinux_2_28_x86_64.whl" in names["linux-x86_64"]
     assert not [n for n in names["linux-x86_64"] if "+pt25" in n]  # the pr run builds the 2.4 binding only
     part = parts.find("kernels-cu12-linux-aarch64", PARTS)
-    assert part.wheel_name("0.2.0") == "prerast-0.2.0+kernels.cu12-cp310-abi3-manylinux_2_28_aarch64.whl"
+    assert part.wheel_name("0.2.0") == "prerast-0.2.0+kernels.cu12-py3-none-manylinux_2_28_aarch64.whl"
 
 
 def test_the_matrix_command_lists_the_parts_and_what_each_target_merges():
@@ -184,7 +184,7 @@ def test_the_matrix_command_lists_the_parts_and_what_each_target_merges():
     assert (
         "kernels-cu12-linux-aarch64   linux-aarch64  CUDA 12 kernels: nvcc 12.6 (gcc 13), archs 8.7;9.0+PTX" in listed
     )
-    assert "macos-arm64: prerast-<version>-cp310-abi3-macosx_11_0_arm64.whl of 2 parts; slim wheels: none" in listed
+    assert "macos-arm64: prerast-<version>-py3-none-macosx_11_0_arm64.whl of 2 parts; slim wheels: none" in listed
     assert "2.14.1+cu130 " in out.split("parts (", 1)[0]  # the cells still come first
     data = json.loads(
         subprocess.run(

@@ -12,7 +12,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # Prints its arguments, one per line, after a line naming the program, into $CALLS.
 RECORDER = """#!/usr/bin/env bash
 { echo "== $0"; printf '%s\\n' "$@"; } >> "$CALLS"
-echo dist/prerast-0.0.0-cp310-abi3-linux_x86_64.whl
+echo dist/prerast-0.0.0-py3-none-linux_x86_64.whl
 """
 
 

@@ -184,7 +184,7 @@ def test_every_release_stays_on_the_pages_whatever_the_live_site_shows(tmp_path)
     assert first.returncode == 0, first.stderr  # the first release: no earlier manifest to merge
     assert "1 releases merged" in first.stdout
     assets = sorted(os.listdir(fake_gh / "v0.1.0"))
-    assert assets == ["manifest-linux-x86_64.json", "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl"]
+    assert assets == ["manifest-linux-x86_64.json", "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl"]
     tag_run(
         fake_gh, work, "v0.2.0", ("0.2.0", "2.14.1+cu130", "13.0"), ("0.2.0+cu12", "2.14.1+cu126", "12.6"), deploy=False
     )
@@ -193,7 +193,7 @@ def test_every_release_stays_on_the_pages_whatever_the_live_site_shows(tmp_path)
     page = listed(work, "v0.3.0", "torch-2.12.0+cu130.html")
     for tag in ("v0.1.0", "v0.2.0", "v0.3.0"):
         version = tag[1:]
-        assert f"https://example.invalid/download/{tag}/prerast-{version}-cp310-abi3-" in page
+        assert f"https://example.invalid/download/{tag}/prerast-{version}-py3-none-" in page
     assert "v0.2.0/prerast-0.2.0+cu12-" in listed(work, "v0.3.0", "torch-2.12.0+cu126.html")
     manifest = json.load(open(work / "v0.3.0" / "site" / "whl" / "manifest.json"))
     assert len(manifest["wheels"]) == 4
@@ -218,7 +218,7 @@ def test_a_release_without_its_manifest_stops_the_deploy(tmp_path):
     assert out.returncode == 1
     assert "releases v0.1.0 have wheels but no manifest (manifest*.json)" in out.stderr
     assert not (work / "v0.2.0" / "site").exists()  # nothing to deploy
-    os.remove(fake_gh / "v0.1.0" / "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl")
+    os.remove(fake_gh / "v0.1.0" / "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl")
     out = run_step(step("pages", "Find-links pages")["run"], work / "v0.2.0", GH_STANDIN_DIR=str(fake_gh))
     assert out.returncode == 0, out.stderr
     assert "1 releases merged into previous.json: v0.2.0" in out.stdout
@@ -295,7 +295,7 @@ def test_manifests_are_the_same_bytes_anywhere():
             )
     assert made[0] == made[1] and b'"path"' not in made[0] and b"/tmp" not in made[0]
     entry = json.loads(made[0])["wheels"][0]
-    assert entry["url"] == "https://example.invalid/v0.2.0/prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl"
+    assert entry["url"] == "https://example.invalid/v0.2.0/prerast-0.2.0-py3-none-manylinux_2_28_x86_64.whl"
 
 
 def test_the_standin_refuses_what_github_refuses(tmp_path, monkeypatch):
@@ -329,7 +329,7 @@ def test_release_manifests_merge_per_target_and_older_single_manifests(tmp_path,
     old = {
         "wheels": [
             {
-                "file": "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl",
+                "file": "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl",
                 "url": "u1",
                 "sha256": "a",
                 "path": "/home/runner/w.whl",
@@ -338,11 +338,11 @@ def test_release_manifests_merge_per_target_and_older_single_manifests(tmp_path,
         ]
     }
     (state / "v0.1.0" / "manifest.json").write_text(json.dumps(old))
-    (state / "v0.1.0" / "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    (state / "v0.1.0" / "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl").write_bytes(b"")
     subprocess.run([gh, "release", "create", "v0.2.0", "--notes", ""], check=True)
     for target, plat in (("linux-x86_64", "manylinux_2_28_x86_64"), ("macos-arm64", "macosx_11_0_arm64")):
         entry = {
-            "file": f"prerast-0.2.0-cp310-abi3-{plat}.whl",
+            "file": f"prerast-0.2.0-py3-none-{plat}.whl",
             "url": f"u-{target}",
             "sha256": "b",
             "pages": ["torch-2.14.1+cpu.html"],
@@ -352,8 +352,8 @@ def test_release_manifests_merge_per_target_and_older_single_manifests(tmp_path,
     assert release.release_manifests(str(out), gh, str(tmp_path)) == ["v0.1.0", "v0.2.0"]
     merged = json.load(open(out))["wheels"]
     assert [e["file"] for e in merged] == [
-        "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl",
-        "prerast-0.2.0-cp310-abi3-macosx_11_0_arm64.whl",
-        "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl",
+        "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl",
+        "prerast-0.2.0-py3-none-macosx_11_0_arm64.whl",
+        "prerast-0.2.0-py3-none-manylinux_2_28_x86_64.whl",
     ]
     assert all("path" not in e for e in merged)

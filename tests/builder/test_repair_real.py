@@ -51,13 +51,13 @@ def run(cmd, **kw):
 def make_wheel(folder, plat, library, data):
     """A wheel as the build writes it: the package (delocate grafts into a package's folder: prerast/.dylibs), the
     plugin and a _build_info.json stamping it (prerast_meta/build_info.py)."""
-    path = os.path.join(folder, f"prerast-0.1.0-cp310-abi3-{plat}.whl")
+    path = os.path.join(folder, f"prerast-0.1.0-py3-none-{plat}.whl")
     info = {
         "abi": "stable",
         "prerast_version": "0.1.0",
         "torch_version": "2.14.1",
         "cuda_version": None,
-        "python_tag": "cp310-abi3",
+        "python_tag": "py3-none",
         "library": library,
         "libraries": {library: {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}},
     }
@@ -68,7 +68,7 @@ def make_wheel(folder, plat, library, data):
         z.writestr("prerast-0.1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: prerast\nVersion: 0.1.0\n")
         z.writestr(
             "prerast-0.1.0.dist-info/WHEEL",
-            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp310-abi3-{plat}\n",
+            f"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: py3-none-{plat}\n",
         )
         z.writestr("prerast-0.1.0.dist-info/RECORD", "")
     return path
@@ -188,7 +188,7 @@ def test_delocate_leaves_torch_to_the_cells_torch(macos):
     out = str(macos["base"] / "plain-out")
     rc, log, wheels = repair(wheel, out, macos["env"])
     assert rc == 0, log
-    assert wheels == ["prerast-0.1.0-cp310-abi3-macosx_11_0_arm64.whl"], log
+    assert wheels == ["prerast-0.1.0-py3-none-macosx_11_0_arm64.whl"], log
     plugin, names, _ = unpacked(os.path.join(out, wheels[0]), "prerast/_C.abi3.so", str(macos["base"] / "plain-x"))
     assert not [n for n in names if ".dylibs/" in n], names  # nothing grafted: the plugin needs only torch
     assert load_commands(plugin) == [f"@rpath/lib{n}.dylib" for n in TORCH_DYLIBS]
@@ -201,7 +201,7 @@ def test_delocate_grafts_a_library_that_is_not_torchs(macos):
     wheel = macos_wheel(str(macos["base"] / "graft"), macos["torch_lib"], [(vendor, "foo")])
     out = str(macos["base"] / "graft-out")
     rc, log, wheels = repair(wheel, out, macos["env"])
-    assert rc == 0 and wheels == ["prerast-0.1.0-cp310-abi3-macosx_11_0_arm64.whl"], log
+    assert rc == 0 and wheels == ["prerast-0.1.0-py3-none-macosx_11_0_arm64.whl"], log
     plugin, names, info = unpacked(os.path.join(out, wheels[0]), "prerast/_C.abi3.so", str(macos["base"] / "gx"))
     assert [n for n in names if "/.dylibs/" in n] == ["prerast/.dylibs/libfoo.dylib"]
     assert load_commands(plugin) == [f"@rpath/lib{n}.dylib" for n in TORCH_DYLIBS] + [
@@ -291,7 +291,7 @@ def test_delvewheel_excludes_torch_and_cuda(windows):
     out = str(windows["base"] / "plain-out")
     rc, log, wheels = repair(wheel, out, windows["env"])
     assert rc == 0, log
-    assert wheels == ["prerast-0.1.0-cp310-abi3-win_amd64.whl"], log
+    assert wheels == ["prerast-0.1.0-py3-none-win_amd64.whl"], log
     plugin, names, _ = unpacked(os.path.join(out, wheels[0]), "prerast/_C.pyd", str(windows["base"] / "plain-x"))
     assert not [n for n in names if n.startswith("prerast.libs/") and TORCH_OR_CUDA.search(n)], names
     assert not [n for n in names if n.endswith(".dll")], names  # nor anything else: mingw's runtime is Windows'
@@ -306,7 +306,7 @@ def test_delvewheel_grafts_a_dll_that_is_not_torchs(windows):
     out = str(windows["base"] / "graft-out")
     env = dict(windows["env"], PATH=vendor + os.pathsep + os.environ["PATH"])  # delvewheel searches PATH
     rc, log, wheels = repair(wheel, out, env)
-    assert rc == 0 and wheels == ["prerast-0.1.0-cp310-abi3-win_amd64.whl"], log
+    assert rc == 0 and wheels == ["prerast-0.1.0-py3-none-win_amd64.whl"], log
     plugin, names, info = unpacked(os.path.join(out, wheels[0]), "prerast/_C.pyd", str(windows["base"] / "gx"))
     grafted = [n for n in names if n.startswith("prerast.libs/") and n.endswith(".dll")]
     assert [re.sub(r"-[0-9a-f]{32}\.dll$", ".dll", n) for n in grafted] == ["prerast.libs/foo.dll"], grafted

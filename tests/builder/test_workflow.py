@@ -174,21 +174,33 @@ def test_wheel_job_artifacts_caches_disk_and_timeout():
     assert 'CCACHE_MAXSIZE="' in env
 
 
-def test_each_part_is_built_once_and_tested_never(monkeypatch):
-    """cibuildwheel's own option parser, given each part's environment: the part's one build identifier is built
-    (its wheel is cp310-abi3 whatever Python builds it), its test is skipped (a part does not run alone: the smoke
-    job tests the merged wheel), and a part without torch installs none before its build."""
+def test_each_part_is_built_once_and_tested_under_three_pythons(monkeypatch, tmp_path):
+    """cibuildwheel's own option parser, given each part's environment: the part's identifiers are those of its
+    oldest, newest and free-threaded Python, and no other; each is tested (python -m ci part-check, without
+    dependencies); cibuildwheel's own compatibility rule takes the part's py3-none wheel, built under the first,
+    for the others (so it builds once; an abi3 wheel would be rebuilt for the free-threaded one); and a part
+    without torch installs none before its build."""
     options = pytest.importorskip("cibuildwheel.options")
+    packaging = pytest.importorskip("cibuildwheel.util.packaging")
     monkeypatch.chdir(ROOT)
     for part in PARTS:
         env = cibw.environment(part)
         args = dataclasses.replace(options.CommandLineArguments.defaults(), platform=part.target.os)
         parsed = options.compute_options(part.target.os, args, {k: v for k, v in env.items() if k.startswith("CIBW_")})
-        identifier = part.target.identifier(part.python)
-        others = [part.target.identifier(p) for p in ("3.11", "3.12", "3.13")]
-        assert parsed.globals.build_selector(identifier) and not any(map(parsed.globals.build_selector, others))
-        assert not parsed.globals.test_selector(identifier), part.id
-        before = parsed.build_options(identifier).before_build
+        chosen = [part.target.identifier(p) for p in cibw.test_pythons(part)]
+        assert chosen[0] == part.target.identifier(part.python) and chosen[-1].startswith("cp314t-")
+        others = [part.target.identifier(p) for p in ("3.11", "3.12", "3.14", "3.13t")]
+        assert all(map(parsed.globals.build_selector, chosen)), part.id
+        assert not any(map(parsed.globals.build_selector, set(others) - set(chosen))), part.id
+        for identifier in chosen:
+            assert parsed.globals.test_selector(identifier), (part.id, identifier)
+            build = parsed.build_options(identifier)
+            assert build.test_command == "python {project}/ci/cli.py part-check"
+            assert build.test_environment.as_dictionary({})["PIP_NO_DEPS"] == "1"
+        wheel = tmp_path / part.wheel_name("0.1.0")
+        for identifier in chosen[1:]:
+            assert packaging.find_compatible_wheel([wheel], identifier) == wheel, (part.id, identifier)
+        before = parsed.build_options(chosen[0]).before_build
         assert before.split()[-1] == ("torch" if part.cell else "{project}/ci/requirements-cell.txt"), (part.id, before)
 
 
@@ -343,16 +355,19 @@ def identifiers(env_overrides, platform="linux"):
 
 def test_cibuildwheel_builds_exactly_each_parts_identifier():
     """cibuildwheel --print-build-identifiers --platform <the target's os>, given the part's environment, prints
-    exactly the part's one identifier for its target (cp310-manylinux_aarch64, cp310-win_amd64, cp310-macosx_arm64)."""
+    exactly the part's identifiers for its target, the one it is built with first (cp310-manylinux_aarch64,
+    cp310-win_amd64, cp310-macosx_arm64), and a free-threaded one among them: the runner has it."""
     seen = set()
     for part in PARTS:
-        if (part.python, part.target.name) in seen:  # parts of the same Python and target get the same answer
+        pythons = tuple(cibw.test_pythons(part))
+        if (pythons, part.target.name) in seen:  # parts of the same Pythons and target get the same answer
             continue
-        seen.add((part.python, part.target.name))
+        seen.add((pythons, part.target.name))
         env = cibw.environment(part)
         got = identifiers({k: v for k, v in env.items() if k != "CIBW_ENVIRONMENT"}, part.target.os)
-        assert got == [part.target.identifier(part.python)]
-        assert got[0].endswith(IDENTIFIER_SUFFIX[part.target.name])
+        assert got == [part.target.identifier(p) for p in pythons]
+        assert got[0] == part.target.identifier(part.python) and got[-1].startswith("cp314t-")
+        assert all(g.endswith(IDENTIFIER_SUFFIX[part.target.name]) for g in got)
     assert {t for _, t in seen} == set(matrix.targets())  # every target has a part
 
 
@@ -485,7 +500,7 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     def fake_repair(raw, dest, python, plat, log=None, only_plat=False, tool=None, archs=None):
         calls.append((plat, only_plat))
         assert tool == "auditwheel"  # the one build route's choice for a Linux tag
-        path = tmp_path / f"prerast-0.1.0+pt214cpu-cp310-abi3-{tag}.whl"
+        path = tmp_path / f"prerast-0.1.0+pt214cpu-py3-none-{tag}.whl"
         path.write_bytes(b"")
         return str(path)
 
@@ -496,7 +511,7 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     monkeypatch.setattr(wheel, "inspect", lambda path: {"forbidden": []})
     monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
     tag = "manylinux_2_28_x86_64"
-    raw = "prerast-0.1.0+pt214cpu-cp310-abi3-linux_x86_64.whl"
+    raw = "prerast-0.1.0+pt214cpu-py3-none-linux_x86_64.whl"
     assert check.repair_and_check("raw.whl", str(tmp_path)).endswith(tag + ".whl")  # no tag in the name: this OS
     calls.clear()
     assert check.repair_and_check(raw, str(tmp_path)).endswith(tag + ".whl")
@@ -534,6 +549,9 @@ def step_runs(condition, row, event="pull_request"):
     workflow uses: matrix.X, github.event_name, == / != against a quoted string, &&, ||."""
     if condition is None:
         return True
+    condition = (
+        re.fullmatch(r"\$\{\{(.*)\}\}", str(condition).strip(), re.S)[1] if "${{" in str(condition) else condition
+    )
     expr = re.sub(r"\bmatrix\.(\w+)", lambda m: f"row[{m.group(1)!r}]", str(condition))
     expr = expr.replace("github.event_name", repr(event))
     expr = expr.replace("&&", " and ").replace("||", " or ")
@@ -751,7 +769,7 @@ def test_merge_job_merges_every_part_of_its_target_on_the_tool_runner():
 def test_smoke_job_installs_the_one_wheel_next_to_pypis_torch_on_the_targets_runner(tmp_path):
     smoke = jobs()["smoke"]
     assert smoke["runs-on"] == "${{ matrix.runner }}"
-    (step,) = [s for s in smoke["steps"] if "wheel smoke" in s.get("run", "")]
+    (step,) = [s for s in smoke["steps"] if "wheel smoke smoke-venv" in s.get("run", "")]
     # No pip cache: the CUDA torch's wheels would sit on the disk twice (preflight --disk sizes it without).
     assert step["env"] == {"SMOKE_TORCH": "${{ matrix.smoke_torch }}", "PIP_NO_CACHE_DIR": "1"}
     lines = [line.strip() for line in step["run"].splitlines()]
@@ -765,11 +783,36 @@ def test_smoke_job_installs_the_one_wheel_next_to_pypis_torch_on_the_targets_run
         (tmp_path / "merged" / name).write_bytes(b"")
     pick = "\n".join(lines[:-2]) + '\necho "$wheel"'
     out = subprocess.run(["bash", "-eo", "pipefail", "-c", pick], cwd=tmp_path, capture_output=True, text=True)
-    assert out.stdout.strip() == "merged/prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl", out.stderr
+    assert out.stdout.strip() == "merged/prerast-0.2.0-py3-none-manylinux_2_28_x86_64.whl", out.stderr
     # Can fail: only slim wheels there (a merge that wrote no one wheel) stops the step.
-    os.remove(tmp_path / "merged" / "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl")
+    os.remove(tmp_path / "merged" / "prerast-0.2.0-py3-none-manylinux_2_28_x86_64.whl")
     out = subprocess.run(["bash", "-eo", "pipefail", "-c", pick], cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode != 0 and out.stdout == ""
+
+
+def test_smoke_job_renders_the_one_wheel_under_free_threaded_python_on_linux_x86_64():
+    """After the smoke render, the targets whose row names a free-threaded Python (Linux x86-64's 3.14t: the
+    matrix, not the workflow, says which) install it with setup-python and render the same wheel, picked the same
+    way, next to the same torch; python -m ci wheel smoke fails when the GIL came back on. The wheels are
+    uploaded only after it."""
+    steps = jobs()["smoke"]["steps"]
+    first = next(i for i, s in enumerate(steps) if "wheel smoke smoke-venv" in s.get("run", ""))
+    setup, render = steps[first + 1], steps[first + 2]
+    assert {r["target"]: r["free_threaded"] for r in TARGET_ROWS if r["free_threaded"]} == {"linux-x86_64": "3.14t"}
+    assert setup["uses"].startswith("actions/setup-python@")
+    assert setup["with"] == {"python-version": "${{ matrix.free_threaded }}"}
+    assert setup["if"] == render["if"] == "${{ matrix.free_threaded != '' }}"
+    assert render["env"] == steps[first]["env"]
+    lines = [line.strip() for line in render["run"].splitlines() if not line.strip().startswith("#")]
+    picks = [line.strip() for line in steps[first]["run"].splitlines() if not line.strip().startswith("#")]
+    # The first venv goes before the second is made: preflight --disk sizes the job for one CUDA torch.
+    assert lines[0] == "rm -rf smoke-venv"
+    assert lines[1:-2] == picks[:-2]
+    assert lines[-2:] == [
+        'python -m ci wheel venv free-threaded-venv "$SMOKE_TORCH" numpy',
+        'python -m ci wheel smoke free-threaded-venv "$wheel" --png smoke-free-threaded.png',
+    ]
+    assert steps[first + 3]["uses"].startswith("actions/upload-artifact@")
 
 
 # The wheels PyPI gets: tests/builder/test_publish.py (python -m ci pypi-dir).
@@ -788,7 +831,7 @@ def test_pages_install_the_linux_x86_64_wheel(tmp_path):
     out = subprocess.run(
         ["bash", "-c", pick.strip() + '\necho "$wheel"'], cwd=tmp_path, capture_output=True, text=True, env=env
     )
-    assert os.path.basename(out.stdout.strip()) == "prerast-0.2.0-cp310-abi3-manylinux_2_28_x86_64.whl", out.stderr
+    assert os.path.basename(out.stdout.strip()) == "prerast-0.2.0-py3-none-manylinux_2_28_x86_64.whl", out.stderr
 
 
 def test_preflight_covers_the_cells_of_the_wheel_jobs():

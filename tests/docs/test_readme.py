@@ -121,11 +121,11 @@ HOW = {
     'pip install "prerast==0.1.0+pt24cu121" --extra-index-url https://prerast.github.io/prerast/whl/simple': {
         "test": "tests/builder/test_index.py::test_pep503_index_serves_every_build"
     },
-    "python3.11 -m ci symbols dist/prerast-0.1.0-cp310-abi3-*.whl": {
+    "python3.11 -m ci symbols dist/prerast-0.1.0-py3-none-*.whl": {
         "help": "python3.11 -m ci symbols --help",
         "test": "tests/builder/test_built_wheel.py::test_stable_plugin_imports_only_torchs_c_shims",
     },
-    "python3.11 -m ci abi-proof dist/prerast-0.1.0-cp310-abi3-*.whl": {
+    "python3.11 -m ci abi-proof dist/prerast-0.1.0-py3-none-*.whl": {
         "help": "python3.11 -m ci abi-proof --help",
         "test": "tests/builder/test_abi_proof.py::test_proof_of_one_torch",
     },
@@ -328,7 +328,7 @@ def clone(tmp_path_factory):
     # What `ci index` indexes: a wheel in dist/cells (a stand-in with the metadata the index reads).
     cell = os.path.join(path, "dist", "cells", "2.13.0+cpu-py3.11")
     os.makedirs(cell)
-    with zipfile.ZipFile(os.path.join(cell, "prerast-0.1.0+pt213cpu-cp310-abi3-manylinux_2_28_x86_64.whl"), "w") as z:
+    with zipfile.ZipFile(os.path.join(cell, "prerast-0.1.0+pt213cpu-py3-none-manylinux_2_28_x86_64.whl"), "w") as z:
         z.writestr(
             "prerast/_build_info.json",
             json.dumps({"prerast_version": "0.1.0+pt213cpu", "torch_version": "2.13.0+cpu", "cuda_version": None}),

@@ -273,7 +273,7 @@ def test_repair_restamps_a_library_it_rewrote(tmp_path):
 
     from prerast_meta import repair as _repair
 
-    wheel = str(tmp_path / "prerast-0.1.0-cp310-abi3-manylinux_2_28_x86_64.whl")
+    wheel = str(tmp_path / "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl")
     stamp = {"_C.abi3.so": {"size": 3, "sha256": hashlib.sha256(b"old").hexdigest()}}
     info = json.dumps({"library": "_C.abi3.so", "libraries": stamp}).encode()
     with zipfile.ZipFile(wheel, "w") as z:
