@@ -73,7 +73,7 @@ def test_carried_wheels_are_what_the_check_installs(tmp_path):
     wheel = fake_wheel(str(tmp_path))
     out = dry_run(tmp_path, PRERAST_WHEEL=wheel, PYTHON=python, GPU_CHECK_WHEELS=str(tmp_path / "none"))
     assert out.returncode == 2, out.stdout + out.stderr
-    with open(os.path.join(ROOT, "ci", "gpu_check.py")) as f:
+    with open(os.path.join(ROOT, "ci", "build", "gpu_check.py")) as f:
         carry = next(line for line in f if line.startswith("CARRY = ")).split('"')[1]
     assert carry in out.stderr  # what to carry, as docs/benchmarks.md shows it
     with open(os.path.join(ROOT, "docs", "benchmarks.md")) as f:

@@ -28,7 +28,7 @@ import sys
 import time
 import zipfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPS = ("rasterize", "interpolate", "texture", "antialias")
 # What the tests need besides torch and prerast: imported from the machine's Python, else installed from the
 # wheels carried in GPU_CHECK_WHEELS (pytest's are pure Python; numpy's must fit the machine's Python).
