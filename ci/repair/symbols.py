@@ -6,6 +6,10 @@ libcudart. A C++ symbol of torch (at::, c10::, torch::) would tie it to one torc
 stable ABI avoids; a classic binding links them by design and is not audited.
 
     python -m ci symbols dist/prerast-*.whl      # prints the imports by kind; exit 1 if any is not allowed
+
+It also audits every library of a Linux wheel against what serves it (ci/repair/served.py): cudart imports
+against the oldest served runtime of the CUDA major, symbol versions against the manylinux policy, no run path
+naming the build machine.
 """
 
 import argparse
@@ -18,6 +22,7 @@ import sys
 import tempfile
 import zipfile
 
+from ci.repair import served
 from prerast_meta import build_info
 
 RUNTIME_VERSIONS = re.compile(r"(GLIBC|GLIBCXX|CXXABI|GCC)_[\d.]+")
@@ -97,6 +102,9 @@ def main(argv=None):
         for name in kinds.get("other", []):
             print(f"    not allowed: {name}")
             bad = True
+    for lib, problems in served.audit(a.wheel).items():  # what serves each library: ci/repair/served.py
+        print(f"{lib}: {'; '.join(problems) or 'served (cudart, symbol versions, run paths)'}")
+        bad = bad or bool(problems)
     sys.exit(1 if bad else 0)
 
 
