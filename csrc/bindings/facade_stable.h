@@ -56,8 +56,11 @@ constexpr const char* kOutOfMemoryMarker = "[prerast: out of memory]";
   throw std::runtime_error(m + " " + kOutOfMemoryMarker);
 }
 // An exception's message, without where the stable ABI's macros saw the failed shim call (" (originally from ...").
+// Before torch 2.13 a failed shim call carries no message of torch's, only that place.
 inline std::string message_of(const std::exception& e) {
   const std::string what = e.what();
+  if (what.find(" API call failed at ") != std::string::npos && what.find(" (originally from ") == std::string::npos)
+    return "torch gave no reason: torch before 2.13 keeps it to itself";
   return what.substr(0, what.find(" (originally from "));
 }
 
