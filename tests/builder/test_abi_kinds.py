@@ -97,10 +97,17 @@ def other_kind(tmp_path_factory):
     return kind, str(work / "lib" / "prerast" / "_C.abi3.so"), str(work / "lib" / "prerast" / "_kernels_cpu.abi3.so")
 
 
-def test_same_ops_same_schemas_same_refusals(other_kind):
+@pytest.fixture(scope="module")
+def probes(other_kind):
+    """{abi: what PROBE printed} of the installed binding and of the other kind, each in a process of its own."""
     kind, library, kernels = other_kind
     installed = _loader.require()
-    mine, theirs = probe(installed["path"], installed["kernel_path"]), probe(library, kernels)
+    return {installed["abi"]: probe(installed["path"], installed["kernel_path"]), kind: probe(library, kernels)}
+
+
+def test_same_ops_same_schemas_same_refusals(other_kind, probes):
+    kind = other_kind[0]
+    mine, theirs = probes[_loader.require()["abi"]], probes[kind]
     assert f"abi={kind}" in theirs["info"] and f"abi={kind}" not in mine["info"]
     assert mine["schemas"] == theirs["schemas"] and len(mine["schemas"]) == 12
     assert mine["covered"] == theirs["covered"] > 0
@@ -110,13 +117,9 @@ def test_same_ops_same_schemas_same_refusals(other_kind):
         assert got[0] == other[0] and got[1] == other[1], (name, got, other)
 
 
-def test_both_kinds_report_out_of_memory(other_kind):
-    kind, library, kernels = other_kind
-    installed = _loader.require()
-    for abi, got in [
-        (installed["abi"], probe(installed["path"], installed["kernel_path"])),
-        (kind, probe(library, kernels)),
-    ]:
+def test_both_kinds_report_out_of_memory(probes):
+    assert sorted(probes) == ["classic", "stable"]
+    for abi, got in probes.items():
         for where in ("raw scratch", "raw outputs"):
             name, message = got["oom"][where]
             assert out_of_memory.out_of_memory_problem(name, message, ["rasterize"], public=False) is None, (abi, where)
