@@ -224,7 +224,8 @@ def run(out, budget, setup, plan, sanitize, machine, wheel):
     env.pop("PYTHONPATH", None)  # the installed wheel, never this checkout's package/
     for i, (name, command, cap, counts) in enumerate(plan):
         left = budget - (time.monotonic() - start)
-        limit = int(min(cap, left - 10 * (len(plan) - i - 1)))  # ten seconds kept for each step after it
+        kept = left - 10 * (len(plan) - i - 1)  # ten seconds kept for each step after it, while there are
+        limit = int(min(cap, kept if kept >= 10 else left))  # an earlier step matters more than a later one
         step = {"name": name, "command": " ".join(command), "counts": counts}
         if command[0] == "compute-sanitizer" and not sanitize:
             step.update(status="skipped", detail="no compute-sanitizer on this machine")
@@ -250,8 +251,11 @@ def run(out, budget, setup, plan, sanitize, machine, wheel):
     for part in ("compare", "timing", "nvdiffrast"):
         path = os.path.join(out, f"{part}.json")
         if os.path.exists(path):
-            with open(path) as f:
-                report[part] = json.load(f)
+            try:
+                with open(path) as f:
+                    report[part] = json.load(f)
+            except ValueError as e:  # a step stopped while writing it
+                report[part] = f"unreadable: {e}"
     report["seconds"] = round(time.monotonic() - start, 1)
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)

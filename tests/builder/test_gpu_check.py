@@ -83,3 +83,30 @@ def test_carried_wheels_are_what_the_check_installs(tmp_path):
     (carried / "pytest-8.3.0-py3-none-any.whl").write_bytes(b"")
     out = dry_run(tmp_path, PRERAST_WHEEL=wheel, PYTHON=python, GPU_CHECK_WHEELS=str(carried))
     assert f"pip install -q --no-index --find-links {carried} pytest" in out.stdout, out.stdout + out.stderr
+
+
+def test_the_report_says_each_steps_outcome(tmp_path):
+    """run() with stand-in steps: a pass, a failure, a sanitizer that cannot attach (refused, not failed), a step
+    stopped at its limit, one left no time; report.json and the summary line say so, exit status 1."""
+    sys.path.insert(0, os.path.join(ROOT, "ci", "build"))
+    import gpu_check
+
+    sanitizer = tmp_path / "compute-sanitizer"
+    sanitizer.write_text(
+        "#!/bin/sh\necho '========= Error: Target application terminated before first instrumented API call'\nexit 9\n"
+    )
+    sanitizer.chmod(0o755)
+    plan = [
+        ("passes", ["true"], 30, True),
+        ("fails", ["false"], 30, True),
+        ("memcheck x", [str(sanitizer), "--tool", "memcheck"], 30, True),
+        ("slow", ["sleep", "30"], 12, True),
+        ("late", ["true"], 30, True),
+    ]
+    out = str(tmp_path / "out")
+    code = gpu_check.run(out, 16, [("venv", ["true"])], plan, str(sanitizer), {"gpu": "H100", "modules": {}}, "w.whl")
+    with open(os.path.join(out, "report.json")) as f:
+        report = json.load(f)
+    got = {s["name"]: s["status"] for s in report["steps"]}
+    assert got == {"passes": "passed", "fails": "failed", "memcheck x": "refused", "slow": "failed", "late": "skipped"}
+    assert code == 1 and report["steps"][3]["exit"] == "timeout"
