@@ -185,6 +185,7 @@ class BuildWithInfo(BuildExt):
             if isinstance(ext, kernel_build.KernelExtension):
                 kernel_build.build_kernel_library(self, ext)
             else:
+                kernel_build.drop_run_paths(self.compiler)  # torch loaded its libraries: no run path needed
                 super().build_extension(ext)
         finally:
             self.build_temp = shared

@@ -117,6 +117,10 @@ COMMANDS = {
         "ci.repair.symbols:main",
         "audit what a wheel's libraries import (a stable-ABI plugin: only torch's C shims; none: no Python C API)",
     ),
+    "cudart-exports": (
+        "ci.repair.cudart_exports:main",
+        "the cudart exports a CUDA kernel library may import (--update: make them from the matrix and PyPI)",
+    ),
     "abi-proof": (
         "ci.repair.abi_proof:main",
         "install one wheel next to other torch releases and run the op tests there",

@@ -81,12 +81,56 @@ def parse_arch_list(text):
     return items
 
 
-def arch_list(torch, cuda_home):
-    """Archs to compile: the environment's choice, else every arch >= 7.5 that torch (None: a build without
-    torch) ships SASS for and nvcc supports, with PTX of the newest so that future GPUs can JIT it."""
+def arch_pair(entry):
+    """'9.0a+PTX' -> (9, 0)."""
+    major, minor = entry.replace("+PTX", "").rstrip("a").split(".")
+    return int(major), int(minor)
+
+
+def environment_arch_list(cuda_home):
+    """The archs the environment asks for, or None. PRERAST_CUDA_ARCH_LIST, set for prerast alone, is taken as
+    it is, and an arch the toolkit cannot compile is refused (ValueError naming the variable and what the toolkit
+    supports): a wheel must not lack an arch it was asked for. TORCH_CUDA_ARCH_LIST, which images set for every
+    torch extension (often with archs a newer toolkit dropped: 5.x-7.0 for CUDA 13), is filtered as the default
+    list is: archs below 7.5 and those the toolkit cannot compile are left out, and the build says which."""
+    supported = nvcc_archs(cuda_home) if cuda_home else None
     for var in ("PRERAST_CUDA_ARCH_LIST", "TORCH_CUDA_ARCH_LIST"):
-        if os.environ.get(var):
-            return parse_arch_list(os.environ[var])
+        text = os.environ.get(var, "").strip()
+        if not text:
+            continue
+        archs = parse_arch_list(text)
+        keep = [a for a in archs if supported is None or arch_pair(a) in supported]
+        if var == "TORCH_CUDA_ARCH_LIST":
+            keep = [a for a in keep if arch_pair(a) >= MIN_ARCH]
+        can = ", ".join(f"{a[0]}.{a[1]}" for a in sorted(supported or ()))
+        version = toolkit_version(cuda_home) if cuda_home else None
+        if var == "PRERAST_CUDA_ARCH_LIST" and keep != archs:
+            raise ValueError(
+                f"{var}={text!r} asks for {', '.join(a for a in archs if a not in keep)}, which nvcc {version} "
+                f"cannot compile; it compiles {can}"
+            )
+        if not keep:
+            raise ValueError(
+                f"{var}={text!r} leaves no arch to compile: prerast needs {MIN_ARCH[0]}.{MIN_ARCH[1]} or newer, "
+                f"nvcc {version} compiles {can}; set PRERAST_CUDA_ARCH_LIST to the archs to build"
+            )
+        if keep != archs:
+            print(
+                f"prerast: {var} lists {', '.join(a for a in archs if a not in keep)}, left out (below "
+                f"{MIN_ARCH[0]}.{MIN_ARCH[1]} or not compiled by nvcc {version}); building {';'.join(keep)}",
+                file=sys.stderr,
+            )
+        return keep
+    return None
+
+
+def arch_list(torch, cuda_home):
+    """Archs to compile: the environment's choice (environment_arch_list), else every arch >= 7.5 that torch
+    (None: a build without torch) ships SASS for and nvcc supports, with PTX of the newest so that future GPUs can
+    JIT it."""
+    chosen = environment_arch_list(cuda_home)
+    if chosen is not None:
+        return chosen
     flags = torch._C._cuda_getArchFlags() if torch is not None and hasattr(torch._C, "_cuda_getArchFlags") else ""
     archs = sorted({(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"sm_(\d+)(\d)\b", flags)})
     if not archs:

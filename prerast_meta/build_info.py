@@ -58,7 +58,7 @@ KEYS = (
 BINDING_KEYS = ("abi", "torch_floor", "torch_version", "cuda_version", "cxx11_abi", "library", "cuda_library")
 # The version of kernel_table.h's interface that this package's loader expects (csrc/core/kernel_table.h's
 # kKernelInterface; tests/core/test_kernel_table.py checks that they agree).
-KERNEL_INTERFACE = 1
+KERNEL_INTERFACE = 2
 # The plugin's libraries in a package folder: _C.abi3.so and _C_cuda.abi3.so (Linux, macOS), _C.pyd and
 # _C_cuda.pyd (Windows); platforms.PLATFORMS says which.
 LIBRARY_GLOB = platforms.library_glob()

@@ -43,6 +43,13 @@ CONTRACTION_OFF = {
 }
 
 
+# nvcc's defines on every platform. CCCL_DISABLE_NVTX: CCCL (cub::DeviceScan) marks its calls with NVTX ranges
+# wherever the toolkit has the nvtx3 headers (CUDA 12.8 and 13), which load libnvToolsExt at run time through
+# dlopen/dlsym/dlclose: imports that a glibc >= 2.34 host versions GLIBC_2.34 (auditwheel: manylinux_2_34), for
+# ranges prerast has no use for.
+NVCC_DEFINES = ["-DCCCL_DISABLE_NVTX"]
+
+
 def compiler_for(platform_key, cxx=None):
     """The compiler a build on this OS uses: MSVC on Windows (torch's BuildExtension supports no other there),
     Apple clang on macOS, and on Linux clang when $CXX names it, else gcc."""
@@ -63,7 +70,7 @@ def flags(platform_key, compiler, deployment_target=None):
             f"{', '.join(COMPILERS.get(platform_key, ())) or 'nothing (unknown OS)'}"
         )
     # nvcc: no contraction in device code either, whatever the host compiler.
-    nvcc = ["-O3", CONTRACTION_OFF["nvcc"]]
+    nvcc = ["-O3", CONTRACTION_OFF["nvcc"], *NVCC_DEFINES]
     if compiler == "msvc":
         # /O2: cl's fastest (it has no /O3); /EHsc: C++ exceptions, which the bindings throw as errors for users
         # (torch's BuildExtension adds it too). No -fvisibility: a DLL exports only what is declared

@@ -41,6 +41,38 @@ def std_flag(compiler):
     return "/std:c++17" if is_msvc(compiler) else "-std=c++17"
 
 
+def without_rpath(command):
+    """A linker command line without its run paths (-Wl,-rpath,DIR, -Wl,-rpath=DIR, -Wl,-R,DIR, -Wl,-RDIR, -RDIR).
+    Python's LDSHARED names the interpreter's own lib folder so (pyenv's, a framework's), and setuptools before
+    72 links with it: a library would carry a RUNPATH of the build machine, which auditwheel leaves in place. The
+    libraries find what they link (libcudart, torch's, the C++ runtime) by soname, in the process already."""
+    out = []
+    for arg in command:
+        if arg.startswith("-R") and len(arg) > 2:
+            continue
+        if not arg.startswith("-Wl,"):
+            out.append(arg)
+            continue
+        parts, kept, skip = arg[4:].split(","), [], False
+        for part in parts:
+            if skip:
+                skip = False
+            elif part in ("-rpath", "--rpath", "-R"):
+                skip = True
+            elif not part.startswith(("-rpath=", "--rpath=", "-R")):
+                kept.append(part)
+        if kept:
+            out.append("-Wl," + ",".join(kept))
+    return out
+
+
+def drop_run_paths(compiler):
+    """compiler (a setuptools compiler object) linking without the run paths of Python's LDSHARED."""
+    for linker in ("linker_so", "linker_so_cxx"):  # linker_so_cxx: setuptools >= 72
+        if getattr(compiler, linker, None):
+            setattr(compiler, linker, without_rpath(getattr(compiler, linker)))
+
+
 def plain_compiler(cmd):
     """A compiler of this platform as setuptools configures it, without what torch's BuildExtension wraps around
     its own (torch's flags and C++ ABI define must not reach a torch-free library)."""
@@ -49,6 +81,7 @@ def plain_compiler(cmd):
 
     compiler = new_compiler(compiler=cmd.compiler.compiler_type if cmd.compiler else None, force=cmd.force)
     customize_compiler(compiler)
+    drop_run_paths(compiler)
     ccache = shutil.which("ccache")
     if ccache and not is_msvc(compiler) and "ccache" not in compiler.compiler_so[0]:
         compiler.compiler_so = [ccache] + compiler.compiler_so  # objects another folder's build made are reused

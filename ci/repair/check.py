@@ -1,7 +1,7 @@
 """cibuildwheel's repair command (python -m ci repair): the repair tool of the wheel's target with the package's
 policy, then the checks of the repaired wheel (no torch or CUDA library grafted in, the exact platform tag, the
 py3-none tags kept and no Python C API used: ci/repair/python_api.py, only torch's C shims imported by a stable-ABI
-plugin: ci/repair/symbols.py).
+plugin: ci/repair/symbols.py; on Linux, every library against what serves it: ci/repair/served.py).
 """
 
 import argparse
@@ -10,7 +10,7 @@ import sys
 
 from ci import matrix
 from ci.build import wheel
-from ci.repair import python_api, symbols
+from ci.repair import python_api, served, symbols
 from prerast_meta import compat
 
 
@@ -51,6 +51,10 @@ def repair_and_check(raw_wheel, dest_dir, plat=None):
                 f"repair: the stable-ABI wheel {os.path.basename(repaired)} imports symbols outside "
                 f"torch's stable C shims (it would load into one torch release only): {bad}"
             )
+    if target.os == "linux":  # every part's libraries against what serves them (ci/repair/served.py)
+        bad = {lib: problems for lib, problems in served.audit(repaired).items() if problems}
+        if bad:
+            raise SystemExit(f"repair: {os.path.basename(repaired)} has libraries its users cannot load: {bad}")
     return repaired
 
 

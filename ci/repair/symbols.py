@@ -9,6 +9,9 @@ stable ABI avoids; a classic binding links them by design and is not audited.
 
 It then runs the guard of the wheel's py3-none tag on every library (ci/repair/python_api.py): exit 1 if one uses
 Python's C API.
+It also audits every library of a Linux wheel against what serves it (ci/repair/served.py): cudart imports
+against the oldest served runtime of the CUDA major, symbol versions against the manylinux policy, no run path
+naming the build machine.
 """
 
 import argparse
@@ -21,7 +24,7 @@ import sys
 import tempfile
 import zipfile
 
-from ci.repair import python_api
+from ci.repair import python_api, served
 from prerast_meta import build_info
 
 RUNTIME_VERSIONS = re.compile(r"(GLIBC|GLIBCXX|CXXABI|GCC)_[\d.]+")
@@ -102,6 +105,9 @@ def main(argv=None):
             print(f"    not allowed: {name}")
             bad = True
     bad = not python_api.check_wheel(a.wheel) or bad
+    for lib, problems in served.audit(a.wheel).items():  # what serves each library: ci/repair/served.py
+        print(f"{lib}: {'; '.join(problems) or 'served (cudart, symbol versions, run paths)'}")
+        bad = bad or bool(problems)
     sys.exit(1 if bad else 0)
 
 

@@ -94,8 +94,8 @@ std::tuple<Tensor, Tensor> antialias_fwd(const Tensor& color, const Tensor& rast
   (void)pos_gradient_boost;
   AntialiasArgs a = check_inputs(color, rast, pos, tri, half_edges, group_of, group_start);
   check_host_memory(kOp, color, bytes_of({color.numel()}) + bytes_of({rast.size(0), rast.size(1), rast.size(2), 2}));
-  auto out = empty_like_float(color);
-  auto crossing = new_output(color, {a.num_images, a.height, a.width, 2});
+  auto out = empty_like_float(kOp, color);
+  auto crossing = new_output(kOp, color, {a.num_images, a.height, a.width, 2});
   a.out = data<float>(out);
   a.crossing = data<float>(crossing);
   if (crossing.numel() == 0) return {out, crossing};
@@ -123,8 +123,8 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
   PR_CHECK_VALUE(sizes(grad_out) == sizes(color), kOp, ": grad of out has shape ", shape_str(grad_out),
                  ", expected color's ", shape_str(color));
   check_host_memory(kOp, color, bytes_of({color.numel()}) + (with_pos ? bytes_of({pos.numel()}) : 0.0));
-  auto grad_color = empty_like_float(color);
-  auto grad_pos = with_pos ? gradient_like(pos) : facade::new_empty(pos, {0}, Dtype::Float);
+  auto grad_color = empty_like_float(kOp, color);
+  auto grad_pos = with_pos ? gradient_like(kOp, pos) : allocate(kOp, pos, {0}, Dtype::Float);
   a.crossing = data<float>(crossing);
   a.grad_out = data<float>(grad_out);
   a.grad_color = data<float>(grad_color);
@@ -135,7 +135,7 @@ std::tuple<Tensor, Tensor> antialias_bwd(const Tensor& color, const Tensor& rast
       kOp, color, [&] { kernels::cpu("antialias_backward_cpu", a); },
       [&](StreamHandle s) {
         const char* err = check_inputs_on_device(a, group_start.size(0), s);
-        TensorWorkspace ws{color, {}};
+        TensorWorkspace ws{kOp, color, {}};
         return err ? err : kernels::cuda("antialias_backward_cuda", a, s, ws);
       });
   return {grad_color, grad_pos};

@@ -191,61 +191,82 @@ inline double bytes_of(std::initializer_list<int64_t> dims, double element = 4.0
 // An op about to allocate `bytes` of CPU memory for its outputs raises first when the machine cannot provide them
 // (a request that cannot fit would otherwise end in std::bad_alloc or, memory being overcommitted, the OOM killer
 // part way through the kernel). `like` is a tensor on the op's device: CUDA memory comes from torch's caching
-// allocator, which raises torch.OutOfMemoryError by itself. Small requests skip the check (it reads a file).
+// allocator, which raises torch.OutOfMemoryError by itself. Small requests skip the check (it reads a file). The
+// refusal is an out-of-memory error: torch.OutOfMemoryError, as for a GPU request that cannot fit.
 inline void check_host_memory(const char* op, const Tensor& like, double bytes,
                               const char* advice = "split the batch over several calls or lower the resolution") {
   if (!like.is_cpu() || bytes < double(int64_t(64) << 20)) return;
   const double available = host_memory_available();
-  PR_CHECK(available < 0.0 || bytes <= available, op, ": the outputs need ", size_str(bytes), " of memory, but only ",
-           size_str(available), " is available (MemAvailable plus free swap); ", advice);
+  if (available >= 0.0 && bytes > available)
+    facade::raise_out_of_memory(str(op, ": the outputs need ", size_str(bytes), " of memory, but only ",
+                                    size_str(available), " is available (MemAvailable plus free swap); ", advice));
+}
+
+// A tensor of op's from torch's allocator. The shape was checked before, so a failed allocation is memory that
+// could not be had: it raises out of memory (torch.OutOfMemoryError), naming the op, the request and torch's reason.
+inline Tensor allocate(const char* op, const Tensor& like, const std::vector<int64_t>& shape, Dtype d,
+                       bool zeroed = false) {
+  try {
+    return zeroed ? facade::new_zeros(like, shape, d) : facade::new_empty(like, shape, d);
+  } catch (const std::exception& e) {
+    facade::raise_out_of_memory(str(op, ": out of memory: could not allocate a ", shape_str(shape), " ",
+                                    facade::dtype_name(d), " tensor on ", facade::device_name(like), " (",
+                                    facade::message_of(e), ")"));
+  }
 }
 
 // A float tensor that the kernel writes in full. On the CPU a large one gets huge pages: an output far larger
 // than the work that fills it (a 384 MB grad_attr from a 256x256 image) otherwise spends most of its time in page
 // faults (there: 115 ms of zeroing, 12 ms with huge pages).
-inline Tensor new_output(const Tensor& like, const std::vector<int64_t>& shape) {
-  Tensor t = facade::new_empty(like, shape, Dtype::Float);
+inline Tensor new_output(const char* op, const Tensor& like, const std::vector<int64_t>& shape) {
+  Tensor t = allocate(op, like, shape, Dtype::Float);
   if (like.is_cpu() && t.numel() >= (int64_t(1) << 20))
     advise_huge_pages(data<float>(t), (size_t)t.numel() * sizeof(float));
   return t;
 }
 
-inline Tensor empty_like_float(const Tensor& t) { return new_output(t, sizes(t)); }
+inline Tensor empty_like_float(const char* op, const Tensor& t) { return new_output(op, t, sizes(t)); }
 
 // A zeroed float tensor for a backward pass's gradient (new_output, zeroed by all threads on the CPU).
-inline Tensor new_gradient(const Tensor& like, const std::vector<int64_t>& shape) {
-  if (!like.is_cpu()) return facade::new_zeros(like, shape, Dtype::Float);
-  Tensor t = new_output(like, shape);
+inline Tensor new_gradient(const char* op, const Tensor& like, const std::vector<int64_t>& shape) {
+  if (!like.is_cpu()) return allocate(op, like, shape, Dtype::Float, true);
+  Tensor t = new_output(op, like, shape);
   float* p = data<float>(t);
   facade::parallel_for(t.numel(), int64_t(1) << 18, [p](int64_t b, int64_t e) { std::fill(p + b, p + e, 0.0f); });
   return t;
 }
-inline Tensor gradient_like(const Tensor& t) { return new_gradient(t, sizes(t)); }
+inline Tensor gradient_like(const char* op, const Tensor& t) { return new_gradient(op, t, sizes(t)); }
 
 // An exception of torch's caught where it must not cross into the kernel library (a callback the library calls):
-// its message, raised again on this side once the call has returned. Not std::exception_ptr: the stable binding
-// would import its functions from libtorch (tests/builder/test_built_wheel.py audits the imports).
+// its message, raised again on this side once the call has returned, as out of memory where the caller says it
+// was (a failed allocation). Not std::exception_ptr: the stable binding would import its functions from libtorch
+// (tests/builder/test_built_wheel.py audits the imports).
 struct CaughtError {
   std::string message;
-  void catch_current() {
+  bool out_of_memory = false;
+  void catch_current(bool allocating = false) {
     if (!message.empty()) return;
+    out_of_memory = allocating;
     try {
       throw;
     } catch (const std::exception& e) {
-      message = e.what();
+      message = facade::message_of(e);
     } catch (...) {
       message = "unknown exception";
     }
   }
-  void rethrow() const {
-    if (!message.empty()) facade::raise_runtime(message);
+  void rethrow(const char* op) const {
+    if (message.empty()) return;
+    if (out_of_memory) facade::raise_out_of_memory(str(op, ": out of memory: ", message));
+    facade::raise_runtime(str(op, ": ", message));
   }
 };
 
 // CUDA scratch memory from torch's caching allocator (byte tensors on the op's device, so that the memory is
 // tied to the launch stream), released when the op returns. A failed allocation gives the kernel library null
-// (it returns an error) and keeps torch's message (CUDA out of memory) for rethrow().
+// (it returns an error) and keeps torch's message (CUDA out of memory) for rethrow(), which raises out of memory.
 struct TensorWorkspace {
+  const char* op;
   Tensor like;
   std::vector<Tensor> held;
   CaughtError error;
@@ -257,14 +278,14 @@ struct TensorWorkspace {
       try {
         me->held.push_back(facade::new_empty(me->like, {(int64_t)bytes + 16}, Dtype::Byte));
       } catch (...) {
-        me->error.catch_current();
+        me->error.catch_current(true);
         return nullptr;
       }
       return data<uint8_t>(me->held.back());
     };
     return w;
   }
-  void rethrow() const { error.rethrow(); }
+  void rethrow() const { error.rethrow(op); }
 };
 
 // Runs the op's kernel for ref's device: cpu() in the CPU library; cuda(stream) in the CUDA library, under a

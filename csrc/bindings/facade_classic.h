@@ -40,6 +40,12 @@ inline at::ScalarType native(Dtype d) {
 [[noreturn]] inline void raise_value(const std::string& m) { C10_THROW_ERROR(ValueError, m); }
 [[noreturn]] inline void raise_index(const std::string& m) { C10_THROW_ERROR(IndexError, m); }
 [[noreturn]] inline void raise_runtime(const std::string& m) { C10_THROW_ERROR(Error, m); }
+[[noreturn]] inline void raise_out_of_memory(const std::string& m) { C10_THROW_ERROR(OutOfMemoryError, m); }
+// An exception's message, without the C++ backtrace that a c10::Error's what() may carry.
+inline std::string message_of(const std::exception& e) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+  return c10_error ? c10_error->what_without_backtrace() : e.what();
+}
 
 inline bool has_dtype(const Tensor& t, Dtype d) { return t.scalar_type() == native(d); }
 inline std::string dtype_name(const Tensor& t) { return c10::toString(t.scalar_type()); }

@@ -49,6 +49,20 @@ inline ScalarType native(Dtype d) {
 [[noreturn]] inline void raise_value(const std::string& m) { throw std::invalid_argument(m); }
 [[noreturn]] inline void raise_index(const std::string& m) { throw std::out_of_range(m); }
 [[noreturn]] inline void raise_runtime(const std::string& m) { throw std::runtime_error(m); }
+// The stable ABI has no way to raise c10::OutOfMemoryError (its type lives in libc10): the message carries
+// kOutOfMemoryMarker instead, and prerast's Python functions raise torch.OutOfMemoryError for it (_ops.py).
+constexpr const char* kOutOfMemoryMarker = "[prerast: out of memory]";
+[[noreturn]] inline void raise_out_of_memory(const std::string& m) {
+  throw std::runtime_error(m + " " + kOutOfMemoryMarker);
+}
+// An exception's message, without where the stable ABI's macros saw the failed shim call (" (originally from ...").
+// Before torch 2.13 a failed shim call carries no message of torch's, only that place.
+inline std::string message_of(const std::exception& e) {
+  const std::string what = e.what();
+  if (what.find(" API call failed at ") != std::string::npos && what.find(" (originally from ") == std::string::npos)
+    return "torch gave no reason: torch before 2.13 keeps it to itself";
+  return what.substr(0, what.find(" (originally from "));
+}
 
 inline bool has_dtype(const Tensor& t, Dtype d) { return t.scalar_type() == native(d); }
 inline std::string dtype_name(const Tensor& t) { return torch::headeronly::toString(t.scalar_type()); }

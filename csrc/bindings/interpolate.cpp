@@ -20,7 +20,7 @@ struct Inputs {
 Tensor upload_indices(const Tensor& attr, const IntListArg& diff) {
   const int64_t n = (int64_t)diff.size();
   std::vector<int32_t> host(diff.begin(), diff.end());
-  Tensor idx = facade::new_empty(attr, {n}, Dtype::Int);
+  Tensor idx = allocate(kOp, attr, {n}, Dtype::Int);
   if (n == 0) return idx;
   run_on_device(
       kOp, attr, [&] { std::copy(host.begin(), host.end(), data<int32_t>(idx)); },
@@ -76,8 +76,8 @@ std::tuple<Tensor, Tensor> interpolate_fwd(const Tensor& attr, const Tensor& ras
   Inputs in = check_inputs(attr, rast, tri, rast_db, list_or_empty(diff));
   InterpArgs& a = in.a;
   check_host_memory(kOp, attr, bytes_of({rast.size(0), rast.size(1), rast.size(2), a.num_attrs + 2 * a.num_diff}));
-  auto out = new_output(attr, {rast.size(0), rast.size(1), rast.size(2), a.num_attrs});
-  auto out_da = new_output(attr, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff});
+  auto out = new_output(kOp, attr, {rast.size(0), rast.size(1), rast.size(2), a.num_attrs});
+  auto out_da = new_output(kOp, attr, {rast.size(0), rast.size(1), rast.size(2), 2 * a.num_diff});
   a.out = data<float>(out);
   a.out_da = a.num_diff ? data<float>(out_da) : nullptr;
   if (a.num_pixels == 0) return {out, out_da};
@@ -109,9 +109,9 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
                    ": grad of out_da has shape ", shape_str(*grad_da), ", expected the output's shape");
   }
   check_host_memory(kOp, attr, bytes_of({attr.numel()}) + bytes_of({rast.numel()}) * (a.num_diff ? 2 : 1));
-  auto grad_attr = gradient_like(attr);
-  auto grad_rast = new_output(rast, sizes(rast));
-  auto grad_db = new_output(attr, a.num_diff ? sizes(*rast_db) : std::vector<int64_t>{0});
+  auto grad_attr = gradient_like(kOp, attr);
+  auto grad_rast = new_output(kOp, rast, sizes(rast));
+  auto grad_db = new_output(kOp, attr, a.num_diff ? sizes(*rast_db) : std::vector<int64_t>{0});
   a.grad_out = data<float>(grad_out);
   a.grad_da = with_da ? data<float>(*grad_da) : nullptr;
   a.grad_attr = data<float>(grad_attr);
@@ -122,7 +122,7 @@ std::tuple<Tensor, Tensor, Tensor> interpolate_bwd(const Tensor& attr, const Ten
         kOp, attr, [&] { kernels::cpu("interpolate_backward_cpu", a); },
         [&](StreamHandle s) {
           const char* err = check_on_device(a.tri, a.num_triangles, a.num_vertices, a.rast, a.num_pixels, s);
-          TensorWorkspace ws{attr, {}};
+          TensorWorkspace ws{kOp, attr, {}};
           return err ? err : kernels::cuda("interpolate_backward_cuda", a, s, ws);
         });
   }

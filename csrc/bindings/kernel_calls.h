@@ -5,7 +5,8 @@
 //     return kernels::cuda("rasterize_forward_cuda", args, stream, ws);   // the message, for run_on_device
 //
 // Torch's exceptions stay on this side: the thread pool and the scratch allocator handed to the kernel library
-// catch them and report a failure across the boundary, and the call raises their message again here.
+// catch them and report a failure across the boundary, and the call raises their message again here. A failure
+// of kind kKernelOutOfMemory, or a scratch allocation that failed, raises out of memory (torch.OutOfMemoryError).
 #pragma once
 
 #include <string>
@@ -41,7 +42,7 @@ class TorchPool {
     pool_.self = this;
   }
   const HostPool* get() const { return &pool_; }
-  void rethrow() const { error_.rethrow(); }
+  void rethrow(const char* name) const { error_.rethrow(name); }
 
  private:
   static void run(void* self, int64_t n, int64_t grain, RangeBody body, void* ctx) {
@@ -67,32 +68,41 @@ inline KernelEntry entry(const char* name) {
   return e;
 }
 
+// Raises an out-of-memory failure of entry `name`; returns any other failure's message.
+inline const char* raise_out_of_memory(const char* name, const char* err, KernelFailure kind) {
+  if (err != nullptr && kind == kKernelOutOfMemory) facade::raise_out_of_memory(str(name, ": out of memory: ", err));
+  return err;
+}
+
 // Runs the CPU entry `name` on torch's thread pool; raises what failed.
 template <class Args>
 void cpu(const char* name, const Args& args) {
   KernelEntry e = entry(name);
   TorchPool pool;
-  KernelContext context{pool.get(), facade::num_threads(), nullptr, nullptr};
+  KernelFailure kind = kKernelError;
+  KernelContext context{pool.get(), facade::num_threads(), nullptr, nullptr, &kind};
   const char* err = e(&args, &context);
-  pool.rethrow();
+  pool.rethrow(name);
+  raise_out_of_memory(name, err, kind);
   PR_CHECK(err == nullptr, name, ": ", err);
 }
 
 // Queues the CUDA entry `name` on stream; returns the kernel library's message (nullptr on success), as
-// run_on_device expects. With scratch memory, a failed allocation raises torch's own exception
-// (torch.OutOfMemoryError).
+// run_on_device expects; memory that could not be had (scratch memory, or the library's own) raises out of memory.
 template <class Args>
 const char* cuda(const char* name, const Args& args, StreamHandle stream) {
-  KernelContext context{nullptr, 0, stream, nullptr};
-  return entry(name)(&args, &context);
+  KernelFailure kind = kKernelError;
+  KernelContext context{nullptr, 0, stream, nullptr, &kind};
+  return raise_out_of_memory(name, entry(name)(&args, &context), kind);
 }
 template <class Args>
 const char* cuda(const char* name, const Args& args, StreamHandle stream, TensorWorkspace& ws) {
   const Workspace handle = ws.handle();
-  KernelContext context{nullptr, 0, stream, &handle};
+  KernelFailure kind = kKernelError;
+  KernelContext context{nullptr, 0, stream, &handle, &kind};
   const char* err = entry(name)(&args, &context);
   ws.rethrow();
-  return err;
+  return raise_out_of_memory(name, err, kind);
 }
 
 }  // namespace kernels

@@ -107,8 +107,8 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
                  " are too many pixels for one call; split the batch");
   check_host_memory(kOp, pos, (output_db ? 2 : 1) * bytes_of({g.num_images, height, width, 4}));  // rast, rast_db
   // Plain allocations: the CPU core asks for huge pages for them itself, just before shading (rasterize_cpu.cpp).
-  auto rast = facade::new_empty(pos, {g.num_images, height, width, 4}, Dtype::Float);
-  auto rast_db = facade::new_empty(pos, {g.num_images, height, width, output_db ? 4 : 0}, Dtype::Float);
+  auto rast = allocate(kOp, pos, {g.num_images, height, width, 4}, Dtype::Float);
+  auto rast_db = allocate(kOp, pos, {g.num_images, height, width, output_db ? 4 : 0}, Dtype::Float);
   if (peel_prev.has_value()) {
     check_tensor(kOp, "previous layer", *peel_prev, Dtype::Float, {4});
     check_same_device(kOp, "previous layer", *peel_prev, pos, "pos");
@@ -135,7 +135,7 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
             if (const char* err = kernels::cuda("check_indices_cuda",
                                                 IndexCheckArgs{a.tri, 3 * a.num_triangles, a.num_vertices}, stream))
               return err;
-          TensorWorkspace ws{pos, {}};
+          TensorWorkspace ws{kOp, pos, {}};
           return kernels::cuda("rasterize_forward_cuda", c, stream, ws);
         });
   }
@@ -169,7 +169,7 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast, c
                  a.num_images);
   // Every read through tri stays inside pos: on the host for CPU tensors, on the device (no sync) for CUDA.
   check_indices(kOp, tri, a.num_vertices);
-  auto grad_pos = gradient_like(pos);
+  auto grad_pos = gradient_like(kOp, pos);
   a.pos = data<float>(pos);
   a.tri = data<int32_t>(tri);
   a.rast = data<float>(rast);
@@ -181,7 +181,7 @@ Tensor rasterize_bwd(const Tensor& pos, const Tensor& tri, const Tensor& rast, c
       [&](StreamHandle stream) {
         const char* err =
             kernels::cuda("check_indices_cuda", IndexCheckArgs{a.tri, 3 * a.num_triangles, a.num_vertices}, stream);
-        TensorWorkspace ws{pos, {}};
+        TensorWorkspace ws{kOp, pos, {}};
         return err ? err : kernels::cuda("rasterize_backward_cuda", a, stream, ws);
       });
   return grad_pos;

@@ -93,7 +93,7 @@ Tensor texture_sample(const Tensor& tex, const Tensor& uv, const OptTensor& uv_d
                       const TensorListArg& mip, int64_t filter, int64_t boundary) {
   TextureArgs a = make_args(tex, uv, uv_da, bias, mip, filter, boundary);
   check_host_memory(kOp, tex, bytes_of({uv.size(0), uv.size(1), uv.size(2), tex.size(-1)}));
-  auto out = new_output(tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)});
+  auto out = new_output(kOp, tex, {uv.size(0), uv.size(1), uv.size(2), tex.size(-1)});
   a.out = data<float>(out);
   run_on_device(
       kOp, tex, [&] { kernels::cpu("texture_forward_cpu", a); },
@@ -134,7 +134,7 @@ std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptT
   PR_CHECK_VALUE(sizes(grad_out) == out_shape, kOp, ": grad of the output has shape ", shape_str(grad_out),
                  ", expected ", shape_str(out_shape));
   g.grad_out = data<float>(grad_out);
-  const auto none = [&] { return facade::new_empty(tex, {0}, Dtype::Float); };
+  const auto none = [&] { return allocate(kOp, tex, {0}, Dtype::Float); };
   // The level gradients are views of one zeroed buffer, back to back (as both paths need); without levels the
   // texture's gradient is a tensor of its own.
   int64_t total = tex.numel();
@@ -145,7 +145,7 @@ std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptT
                     bytes_of({fold_mip ? total : 2 * total - tex.numel()}) + bytes_of({uv.numel()}) +
                         (uv_da.has_value() ? bytes_of({uv_da->numel()}) : 0.0) +
                         (bias.has_value() ? bytes_of({bias->numel()}) : 0.0));
-  const Tensor flat = mip.empty() ? gradient_like(tex) : new_gradient(tex, {total});
+  const Tensor flat = mip.empty() ? gradient_like(kOp, tex) : new_gradient(kOp, tex, {total});
   const Tensor level0 = mip.empty() ? flat : facade::view(facade::narrow(flat, 0, 0, tex.numel()), sizes(tex));
   std::vector<Tensor> result = {level0, none(), none(), none()};
   g.grad_levels[0] = data<float>(result[0]);
@@ -156,23 +156,23 @@ std::vector<Tensor> texture_grad(const Tensor& tex, const Tensor& uv, const OptT
     offset += mip[k].numel();
   }
   if (filter != kFilterNearest) {
-    result[1] = gradient_like(uv);
+    result[1] = gradient_like(kOp, uv);
     g.grad_uv = data<float>(result[1]);
   }
   if (filter == kFilterMipLinear && !mip.empty()) {
     if (uv_da.has_value()) {
-      result[2] = gradient_like(*uv_da);
+      result[2] = gradient_like(kOp, *uv_da);
       g.grad_uv_da = data<float>(result[2]);
     }
     if (bias.has_value()) {
-      result[3] = gradient_like(*bias);
+      result[3] = gradient_like(kOp, *bias);
       g.grad_bias = data<float>(result[3]);
     }
   }
   run_on_device(
       kOp, tex, [&] { kernels::cpu("texture_backward_cpu", g); },
       [&](StreamHandle s) {
-        TensorWorkspace ws{tex, {}};
+        TensorWorkspace ws{kOp, tex, {}};
         return kernels::cuda("texture_backward_cuda", g, s, ws);
       });
   if (fold_mip) {
@@ -217,7 +217,7 @@ Tensor texture_mip_down(const Tensor& level) {
   const int h = (int)level.size(1), w = (int)level.size(2), C = (int)level.size(3);
   check_host_memory(kMipOp, level, bytes_of({level.size(0), mip_size(h), mip_size(w), level.size(3)}),
                     "use a smaller texture or batch");
-  auto out = new_output(level, {level.size(0), mip_size(h), mip_size(w), C});
+  auto out = new_output(kOp, level, {level.size(0), mip_size(h), mip_size(w), C});
   if (out.numel() == 0) return out;
   const float* src = data<float>(level);
   float* dst = data<float>(out);
@@ -243,7 +243,7 @@ Tensor texture_mip_down_adjoint(const Tensor& grad_next, int64_t height, int64_t
   const int h = (int)height, w = (int)width, C = (int)grad_next.size(3);
   check_host_memory(kMipOp, grad_next, bytes_of({grad_next.size(0), height, width, grad_next.size(3)}),
                     "use a smaller texture or batch");
-  auto grad = new_output(grad_next, {grad_next.size(0), height, width, C});  // every texel is written once
+  auto grad = new_output(kOp, grad_next, {grad_next.size(0), height, width, C});  // every texel is written once
   if (grad.numel() == 0) return grad;
   const float* next = data<float>(grad_next);
   float* dst = data<float>(grad);

@@ -5,12 +5,14 @@
 //
 // define an entry `name` taking `Args` (a plain struct of the op's header): its body sees the arguments as `a` and
 // the call's scope as `k` (CpuScope: pfor, num_threads; CudaScope: stream, workspace). The body's exceptions become
-// the entry's message; a thread of the binding's pool runs it with exceptions caught the same way.
+// the entry's message, std::bad_alloc (and a refused scratch allocation) of kind kKernelOutOfMemory; a thread of the
+// binding's pool runs it with exceptions caught the same way.
 #pragma once
 
 #include <exception>
 #include <map>
 #include <mutex>
+#include <new>
 #include <string>
 
 #include "kernel_table.h"
@@ -32,11 +34,23 @@ inline KernelEntry find_kernel_entry(const char* name) {
   return it == kernel_registry().end() ? nullptr : it->second;
 }
 
-// The message of a failed call, kept per thread until that thread's next failure.
-inline const char* kernel_failure(const std::string& what) {
+// The message of a failed call, kept per thread until that thread's next failure; its kind goes to the context.
+inline const char* kernel_failure(const std::string& what, KernelFailure kind, const KernelContext* context) {
   thread_local std::string message;
   message = what;
+  if (context->failure != nullptr) *context->failure = kind;
   return message.c_str();
+}
+
+// The kind of the exception being handled: out of memory for std::bad_alloc (ScratchFailed is one).
+inline KernelFailure current_failure_kind() {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return kKernelOutOfMemory;
+  } catch (...) {
+    return kKernelError;
+  }
 }
 
 // The core's ParallelFor over the binding's pool. A body that throws on a pool thread records its message (the
@@ -48,15 +62,17 @@ struct CpuScope {
 
 class PoolErrors {
  public:
-  void record(const char* what) {
+  void record(const char* what, KernelFailure kind) {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (error_.empty()) error_ = what;
+    if (error_.empty()) error_ = what, kind_ = kind;
   }
   const std::string& error() const { return error_; }
+  KernelFailure kind() const { return kind_; }
 
  private:
   std::mutex mutex_;
   std::string error_;
+  KernelFailure kind_ = kKernelError;
 };
 
 inline ParallelFor pool_parallel_for(const HostPool* pool, PoolErrors& errors) {
@@ -72,9 +88,9 @@ inline ParallelFor pool_parallel_for(const HostPool* pool, PoolErrors& errors) {
           try {
             (*c->fn)(begin, end);
           } catch (const std::exception& e) {
-            c->errors->record(e.what());
+            c->errors->record(e.what(), current_failure_kind());
           } catch (...) {
-            c->errors->record("unknown exception");
+            c->errors->record("unknown exception", kKernelError);
           }
         },
         &call);
@@ -87,16 +103,16 @@ const char* cpu_entry(const void* args, const KernelContext* context) {
   try {
     Body(*static_cast<const Args*>(args), CpuScope{pool_parallel_for(context->pool, errors), context->num_threads});
   } catch (const std::exception& e) {
-    errors.record(e.what());
+    errors.record(e.what(), current_failure_kind());
   } catch (...) {
-    errors.record("unknown exception");
+    errors.record("unknown exception", kKernelError);
   }
-  return errors.error().empty() ? nullptr : kernel_failure(errors.error());
+  return errors.error().empty() ? nullptr : kernel_failure(errors.error(), errors.kind(), context);
 }
 
 // The CUDA call's scope: the stream and the binding's scratch memory, whose failed allocation (null) becomes an
 // exception of this library, caught before the entry returns.
-struct ScratchFailed : std::exception {
+struct ScratchFailed : std::bad_alloc {
   const char* what() const noexcept override { return "could not allocate CUDA scratch memory"; }
 };
 
@@ -122,11 +138,11 @@ const char* cuda_entry(const void* args, const KernelContext* context) {
   try {
     const char* err =
         Body(*static_cast<const Args*>(args), CudaScope{context->stream, checked_workspace(context->workspace)});
-    return err ? kernel_failure(err) : nullptr;
+    return err ? kernel_failure(err, kKernelError, context) : nullptr;
   } catch (const std::exception& e) {
-    return kernel_failure(e.what());
+    return kernel_failure(e.what(), current_failure_kind(), context);
   } catch (...) {
-    return kernel_failure("unknown exception");
+    return kernel_failure("unknown exception", kKernelError, context);
   }
 }
 

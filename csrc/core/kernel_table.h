@@ -9,9 +9,11 @@
 // Every entry has one C signature: (the op's argument struct, the context of the call). Only plain structs (the
 // *Args of the core headers: pointers, integers, floats, bools), pointers, C function pointers and C strings cross
 // the boundary; no exception, std:: type or allocation does. An entry returns nullptr on success or a message
-// saying what failed (valid until the next call on the same thread). An op's entries are defined next to its
-// kernels (kernel_entry.h's PRERAST_CPU_ENTRY / PRERAST_CUDA_ENTRY), so a new op adds no line here. A change to
-// this file or to any argument struct bumps kKernelInterface, which both sides compare at load.
+// saying what failed (valid until the next call on the same thread), and writes the failure's kind to the
+// context, so that the binding raises the exception that kind calls for (torch.OutOfMemoryError for memory). An op's
+// entries are defined next to its kernels (kernel_entry.h's PRERAST_CPU_ENTRY / PRERAST_CUDA_ENTRY), so a new op adds
+// no line here. A change to this file or to any argument struct bumps kKernelInterface, which both sides compare at
+// load.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,7 @@
 
 namespace prerast {
 
-constexpr uint32_t kKernelInterface = 1;
+constexpr uint32_t kKernelInterface = 2;
 
 extern "C" {
 
@@ -40,6 +42,10 @@ struct HostPool {
   void* self;
 };
 
+// What kind of failure a call's message reports: memory that could not be had (std::bad_alloc in the library, a
+// null from the Workspace) or any other error (bad data, a CUDA error).
+enum KernelFailure : int32_t { kKernelError = 0, kKernelOutOfMemory = 1 };
+
 // What a call runs with besides its arguments: the CPU's thread pool and thread count, or the CUDA stream (a
 // cudaStream_t of the library's CUDA major) and scratch memory (Workspace: alloc returns null on failure).
 struct KernelContext {
@@ -47,6 +53,7 @@ struct KernelContext {
   int num_threads;
   StreamHandle stream;
   const Workspace* workspace;
+  KernelFailure* failure;  // where a failed call writes its kind (null: not asked)
 };
 
 typedef const char* (*KernelEntry)(const void* args, const KernelContext* context);

@@ -88,6 +88,7 @@ def antialias_construct_topology_hash(tri):
     return TopologyHash(num_triangles, order.int(), group_of.int(), group_start.int())
 
 
+@_ops.raises_typed
 def antialias(color, rast, pos, tri, topology_hash=None, pos_gradient_boost=1.0):
     """Antialias silhouette edges analytically, with gradients to the vertex positions.
 

@@ -20,3 +20,8 @@ MAX_RESOLUTION = 32768
 # (csrc/core/rasterize.h: kMaxTriangles).
 TRIANGLE_ID_BITS = 0x4A800000
 MAX_TRIANGLES = 0x7F7FFFFF - TRIANGLE_ID_BITS
+
+# What a compiled op of the stable binding appends to the message of an out-of-memory failure, which the stable ABI
+# can only raise as RuntimeError (csrc/bindings/facade_stable.h: kOutOfMemoryMarker); _ops.raises_typed turns it
+# into torch.OutOfMemoryError.
+OUT_OF_MEMORY_MARKER = "[prerast: out of memory]"

@@ -8,6 +8,7 @@ from . import _checks, _loader, _ops
 _OP = "interpolate"
 
 
+@_ops.raises_typed
 def interpolate(attr, rast, tri, rast_db=None, diff_attrs=None):
     """Interpolate vertex attributes over the rasterized image, perspective-correctly.
 

@@ -17,6 +17,11 @@ import threading
 
 import torch
 
+from . import _constants
+
+# torch.OutOfMemoryError from torch 2.5 on; the same class as torch.cuda.OutOfMemoryError, which older releases have.
+OutOfMemoryError = getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
 # op -> (fake, setup_context, backward), as the op modules define them: the fake takes the op's arguments as keyword
 # arguments, setup_context an Inputs, and the backward returns {argument name: gradient}. A backward of None makes
 # the op first-order only.
@@ -25,6 +30,41 @@ _registered = []
 # define() and register() each check, then change, OPS and _registered: one at a time, so that an op defined while
 # another thread registers is registered exactly once (a free-threaded Python has no GIL to order them).
 _lock = threading.Lock()
+
+
+# --- exception types -------------------------------------------------------------------------------------------
+# The classic binding raises torch's own exception types. The stable binding can raise ValueError, IndexError and
+# RuntimeError only, so its out-of-memory failures (an output or scratch allocation, a CPU request larger than the
+# machine's memory) are RuntimeErrors whose message carries OUT_OF_MEMORY_MARKER; every public function and
+# backward goes through raises_typed, which raises torch.OutOfMemoryError for them, as the classic binding does.
+
+
+def typed_error(e):
+    """The exception a caller should see for `e`, raised by a compiled op: torch.OutOfMemoryError for an
+    out-of-memory failure of the stable binding, else `e` itself."""
+    marker = _constants.OUT_OF_MEMORY_MARKER
+    if isinstance(e, RuntimeError) and not isinstance(e, OutOfMemoryError) and marker in str(e):
+        return OutOfMemoryError(str(e).replace(" " + marker, ""))
+    return e
+
+
+def raises_typed(fn):
+    """fn, raising typed_error of what the ops raise. While torch.compile traces, fn runs as it is: the ops run
+    later, from the compiled graph, where their fakes and the compiled code stand in for this function."""
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except RuntimeError as e:
+            typed = typed_error(e)
+            if typed is e:
+                raise
+            raise typed.with_traceback(e.__traceback__) from None
+
+    return call
 
 
 # --- arguments by name -----------------------------------------------------------------------------------------
@@ -110,6 +150,7 @@ def _by_name(op, fake, setup, backward):
     def setup_context(ctx, inputs, output):
         setup(ctx, Inputs(op, inputs), output)
 
+    @raises_typed
     def backward_impl(ctx, *grads):
         return gradients(op, backward(ctx, *grads))
 

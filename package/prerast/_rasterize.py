@@ -25,6 +25,7 @@ def _prepare(op, glctx, pos, tri, resolution, ranges):
     return height, width, ranges
 
 
+@_ops.raises_typed
 @_checks.with_limits
 def rasterize(glctx, pos, tri, resolution, ranges=None, grad_db=True):
     """Rasterize triangles into barycentric, depth and triangle-ID images.
@@ -130,6 +131,7 @@ class DepthPeeler:
         self.peeling_idx = None
         return False
 
+    @_ops.raises_typed
     def rasterize_next_layer(self):
         """Rasterize the next layer: the nearest surface behind the previous layer's, per pixel.
 

@@ -91,6 +91,7 @@ def _build_levels(tex, max_mip_level):
     return levels
 
 
+@_ops.raises_typed
 def texture_construct_mip(tex, max_mip_level=None, cube_mode=False):
     """Build the mip chain of a texture once, for reuse across :func:`texture` calls.
 
@@ -147,6 +148,7 @@ def _levels_for(op, tex, mip, cube, max_mip_level):
     return levels if max_mip_level is None else levels[:max_mip_level]
 
 
+@_ops.raises_typed
 def texture(
     tex, uv, uv_da=None, mip_level_bias=None, mip=None, filter_mode="auto", boundary_mode="wrap", max_mip_level=None
 ):

@@ -1,6 +1,8 @@
 """The two builds of one binding source: the stable-ABI plugin and the classic (ATen) one register the same ops
 with the same schemas, and a raw op refuses the same bad input with the same exception kind. The installed
-plugin is one kind; the other is built here (CPU only) and each is loaded in a process of its own."""
+plugin is one kind; the other is built here (CPU only) and each is loaded in a process of its own. Each also runs
+out of memory (tests/support/out_of_memory.py): the classic kind raises torch.OutOfMemoryError, the stable kind a
+RuntimeError that says so, which prerast's Python functions turn into torch.OutOfMemoryError."""
 
 import json
 import os
@@ -10,7 +12,8 @@ import sys
 import pytest
 import torch
 
-from prerast import _loader
+import out_of_memory
+from prerast import _loader, _ops
 from prerast_meta import compat, sources as _sources
 
 pytestmark = pytest.mark.wheel
@@ -18,15 +21,18 @@ pytestmark = pytest.mark.wheel
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # Loads one binding (its CPU part) with a CPU kernel library, as the loader does (ctypes hands the binding the
-# kernels' table), and prints its schemas and what a few bad raw calls raise.
-PROBE = r"""
-import ctypes, json, sys, torch
+# kernels' table), and prints its schemas, what a few bad raw calls raise and what running out of memory raises.
+PROBE = (
+    out_of_memory.CHILD
+    + r"""
+import ctypes
 kernels = ctypes.CDLL(sys.argv[2])
 kernels.prerast_kernel_table.restype = ctypes.c_void_p
 torch.ops.load_library(sys.argv[1])
 attach = ctypes.CDLL(sys.argv[1]).prerast_attach_kernels
 attach.restype, attach.argtypes = ctypes.c_char_p, [ctypes.c_void_p]
 assert attach(kernels.prerast_kernel_table()) is None
+oom = run(torch.ops.prerast)  # first: the kernel library keeps its scratch from call to call
 schemas = sorted(str(s) for s in torch._C._jit_get_all_schemas() if s.name.startswith("prerast::"))
 pos = torch.tensor([[[-1.0, -1.0, 0.0, 1.0], [1.0, -1.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0]]])
 tri = torch.tensor([[0, 1, 2]], dtype=torch.int32)
@@ -48,8 +54,9 @@ for name, call in calls.items():
         raised[name] = [type(e).__name__, str(e).splitlines()[0]]
 rast, _ = ops.rasterize_fwd(pos, tri, 8, 8, None, None)
 print(json.dumps({"schemas": schemas, "raised": raised, "covered": int((rast[..., 3] > 0).sum()),
-                  "info": ops.binary_info()}))
+                  "info": ops.binary_info(), "oom": oom}))
 """
+)
 
 
 def probe(library, kernels):
@@ -90,10 +97,17 @@ def other_kind(tmp_path_factory):
     return kind, str(work / "lib" / "prerast" / "_C.abi3.so"), str(work / "lib" / "prerast" / "_kernels_cpu.abi3.so")
 
 
-def test_same_ops_same_schemas_same_refusals(other_kind):
+@pytest.fixture(scope="module")
+def probes(other_kind):
+    """{abi: what PROBE printed} of the installed binding and of the other kind, each in a process of its own."""
     kind, library, kernels = other_kind
     installed = _loader.require()
-    mine, theirs = probe(installed["path"], installed["kernel_path"]), probe(library, kernels)
+    return {installed["abi"]: probe(installed["path"], installed["kernel_path"]), kind: probe(library, kernels)}
+
+
+def test_same_ops_same_schemas_same_refusals(other_kind, probes):
+    kind = other_kind[0]
+    mine, theirs = probes[_loader.require()["abi"]], probes[kind]
     assert f"abi={kind}" in theirs["info"] and f"abi={kind}" not in mine["info"]
     assert mine["schemas"] == theirs["schemas"] and len(mine["schemas"]) == 12
     assert mine["covered"] == theirs["covered"] > 0
@@ -101,3 +115,16 @@ def test_same_ops_same_schemas_same_refusals(other_kind):
         other = theirs["raised"][name]
         assert got is not None and other is not None, name
         assert got[0] == other[0] and got[1] == other[1], (name, got, other)
+
+
+def test_both_kinds_report_out_of_memory(probes):
+    assert sorted(probes) == ["classic", "stable"]
+    for abi, got in probes.items():
+        for where in ("raw scratch", "raw outputs"):
+            name, message = got["oom"][where]
+            assert out_of_memory.out_of_memory_problem(name, message, ["rasterize"], public=False) is None, (abi, where)
+            assert name == ("OutOfMemoryError" if abi == "classic" else "RuntimeError"), (abi, where, message)
+            # What the public functions raise for it (_ops.raises_typed): torch.OutOfMemoryError, either kind.
+            typed = _ops.typed_error(_ops.OutOfMemoryError(message) if abi == "classic" else RuntimeError(message))
+            assert isinstance(typed, _ops.OutOfMemoryError) and out_of_memory.OUT_OF_MEMORY_MARKER not in str(typed)
+        assert got["oom"]["raw bad input"][0] == "ValueError", (abi, got["oom"]["raw bad input"])

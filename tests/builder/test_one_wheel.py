@@ -17,12 +17,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 
 import numpy as np
 import pytest
 import torch
 
+import out_of_memory
 import prerast
 from shared_torch import TORCH_SPEC, make_venv, shared_torch
 
@@ -30,6 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 from ci.build import merge as _merge, wheel_local  # noqa: E402
 from ci.build.smoke import runtime_env  # noqa: E402
+from ci.repair import served  # noqa: E402
 
 pytestmark = [pytest.mark.wheel, pytest.mark.slow]
 SUPPORT = os.path.join(ROOT, "tests", "support")
@@ -111,6 +114,52 @@ def test_one_wheel_carries_every_part(built):
     size = os.path.getsize(merged)
     print(f"\n{name}: {size / 1e6:.1f} MB; parts: " + ", ".join(sorted(parts)))
     assert size < 25e6
+
+
+def test_every_library_is_served_where_it_goes(built):
+    """ci/repair/served.py on the merged wheel and each part: no run path of this machine, cudart imports in the
+    oldest served runtime of their CUDA major, and the kernel libraries within manylinux_2_28's symbol versions with
+    no dl* import (CCCL's NVTX ranges, which needed GLIBC_2.34 here, are compiled out). The bindings' versions
+    follow the build host's C++ runtime (CI builds them in the manylinux_2_28 image; this host's are newer)."""
+    merged, parts = built
+    for wheel in [merged, *parts.values()]:
+        report = served.audit(wheel)
+        assert report, wheel
+        for library, problems in report.items():
+            if "_kernels_" not in library:
+                problems = [p for p in problems if "newer than" not in p]
+            assert problems == [], (os.path.basename(wheel), library, problems)
+    with zipfile.ZipFile(merged) as z, tempfile.TemporaryDirectory() as tmp:
+        kernels = [z.extract(n, tmp) for n in z.namelist() if re.search(r"prerast/_kernels_\w+\.abi3\.so$", n)]
+        assert len(kernels) == 3
+        for library in kernels:
+            imports = {name for name, _ in served.dynamic_symbols(library)}
+            assert not imports & {"dlopen", "dlsym", "dlclose"}, (library, imports & {"dlopen", "dlsym", "dlclose"})
+
+
+OOM_CHILD = out_of_memory.CHILD + "\nimport prerast\nprint(json.dumps(run(ops, prerast)))\n"
+
+
+@pytest.mark.parametrize("spec,cuda_major,abi,kernels", TORCHES, ids=[t[0] for t in TORCHES])
+def test_out_of_memory_reaches_users_as_torch_out_of_memory_error(venvs, tmp_path, spec, cuda_major, abi, kernels):
+    """Under every torch the wheel serves (torch 2.10's stable ABI loses a failed allocation's message; 2.4 is the
+    classic binding), memory that cannot be had is torch.OutOfMemoryError from a public function and says so
+    from a raw op (tests/support/out_of_memory.py)."""
+    env = runtime_env(venvs[spec], str(tmp_path))
+    env.update(PYTHONWARNINGS="ignore")
+    done = subprocess.run(
+        [os.path.join(venvs[spec], "bin", "python"), "-c", OOM_CHILD], capture_output=True, text=True, env=env,
+        cwd=str(tmp_path), timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    raised = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, (kind, message) in raised.items():
+        if name == "raw bad input":
+            assert kind == "ValueError", (spec, kind, message)
+            continue
+        op = "interpolate" if "interpolate" in name else "rasterize"
+        problem = out_of_memory.out_of_memory_problem(kind, message, [op], public=name.startswith("public"))
+        assert problem is None, (spec, name, problem)
 
 
 @pytest.fixture(scope="module")

@@ -98,11 +98,13 @@ def symbols_command(wheel):
 def test_symbols_command_fails_a_wheel_with_a_planted_library(gcc, tmp_path):
     planted = open(compile_library(gcc, USES_THE_C_API, str(tmp_path / "planted.so")), "rb").read()
     clean = open(compile_library(gcc, CLEAN, str(tmp_path / "clean.so")), "rb").read()
-    bad = symbols_command(wheel_with(str(tmp_path / "bad.whl"), planted))
+    name = "prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl"  # a wheel's name: the audit reads its platform tag
+    os.makedirs(tmp_path / "bad"), os.makedirs(tmp_path / "good")
+    bad = symbols_command(wheel_with(str(tmp_path / "bad" / name), planted))
     assert bad.returncode == 1, bad.stdout + bad.stderr
     assert "_C_pt24.abi3.so: the py3-none tag does not hold" in bad.stdout
     assert "imports PyLong_FromLong" in bad.stdout and "defines PyInit_planted" in bad.stdout
-    good = symbols_command(wheel_with(str(tmp_path / "good.whl"), clean))
+    good = symbols_command(wheel_with(str(tmp_path / "good" / name), clean))
     assert good.returncode == 0, good.stdout + good.stderr
     assert "none used by its 1 libraries" in good.stdout
 

@@ -507,8 +507,10 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     from ci.build import wheel
     from prerast_meta import repair
 
+    audited = []  # every repaired wheel's libraries against what serves them (ci/repair/served.py)
     monkeypatch.setattr(repair, "repair", fake_repair)
     monkeypatch.setattr(wheel, "inspect", lambda path: {"forbidden": []})
+    monkeypatch.setattr(check.served, "audit", lambda path: audited.append(path) or {"prerast/_C.abi3.so": []})
     monkeypatch.delenv("AUDITWHEEL_PLAT", raising=False)
     tag = "manylinux_2_28_x86_64"
     raw = "prerast-0.1.0+pt214cpu-py3-none-linux_x86_64.whl"
@@ -516,6 +518,12 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     calls.clear()
     assert check.repair_and_check(raw, str(tmp_path)).endswith(tag + ".whl")
     assert calls == [("manylinux_2_28_x86_64", True)]
+    assert len(audited) == 2 and audited[-1].endswith(tag + ".whl")
+    problem = {"prerast/_kernels_cu12.abi3.so": ["imports cudaStreamGetDevice, which libcudart 12.1.105 ..."]}
+    monkeypatch.setattr(check.served, "audit", lambda path: problem)
+    with pytest.raises(SystemExit, match="cudaStreamGetDevice"):
+        check.repair_and_check(raw, str(tmp_path))
+    monkeypatch.setattr(check.served, "audit", lambda path: {})
     tag = "manylinux_2_17_x86_64.manylinux2014_x86_64"  # what auditwheel does unless told --only-plat
     with pytest.raises(SystemExit, match="not tagged exactly manylinux_2_28_x86_64"):
         check.repair_and_check("raw.whl", str(tmp_path))

@@ -119,7 +119,7 @@ constexpr const char* kOp = "scale";
 
 Tensor scale(const Tensor& x, double s) {
   check_tensor(kOp, "x", x, Dtype::Float, {1, 2, 3, 4});
-  auto out = empty_like_float(x);
+  auto out = empty_like_float(kOp, x);
   const int64_t n = out.numel();
   if (n == 0) return out;
   const ScaleArgs a{data<float>(x), n, (float)s, data<float>(out)};

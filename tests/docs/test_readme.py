@@ -137,7 +137,17 @@ HOW = {
     "python benchmarks/run.py --only rasterize --json r.json": {"help": "python benchmarks/run.py --help"},
     "python benchmarks/run.py --scenes vs-llvmpipe --json ops.json": {"help": "python benchmarks/run.py --help"},
     "python benchmarks/vs_llvmpipe.py": {"help": "python benchmarks/vs_llvmpipe.py --help"},
-    "bash ci/gpu_check.sh": {"syntax": True},
+    "python -m ci wheel-local --archs 9.0 --classic 2.4.1 --out dist": {
+        "help": "python3.11 -m ci wheel-local --help",
+        "ci": ("ci/test.sh", "ci wheel-local --archs"),
+    },
+    "pip download -d gpu-check-wheels --python-version 3.12 --only-binary=:all: pytest numpy": {
+        "test": "tests/builder/test_gpu_check.py::test_carried_wheels_are_what_the_check_installs"
+    },
+    "PRERAST_WHEEL=dist/prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl bash ci/gpu_check.sh --dry-run": {
+        "test": "tests/builder/test_gpu_check.py::test_dry_run_finds_everything_and_says_what_it_would_run"
+    },
+    "PRERAST_WHEEL=dist/prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl bash ci/gpu_check.sh": {"syntax": True},
     "python examples/triangle.py": {"test": "tests/runtime/examples/test_examples.py::test_triangle"},
     "python examples/cube.py --steps 400": {
         "help": "python examples/cube.py --help",
@@ -316,7 +326,7 @@ def test_ci_runs_the_test_script():
 
 @pytest.mark.parametrize("command", [c for c, how in HOW.items() if how.get("syntax")])
 def test_script_parses(command):
-    script = shlex.split(command)[1]
+    script = next(word for word in shlex.split(command) if word.endswith(".sh"))
     out = subprocess.run(["bash", "-n", script], cwd=fresh_clone.ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
 

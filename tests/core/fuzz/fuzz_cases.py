@@ -7,16 +7,26 @@ some compared with a reference. Cases are made deterministically, so that a chil
 resume after case i. A case passes when it
 - succeeds ('ok' or 'any') with finite outputs where its inputs are finite, and its check (if any) holds, or
 - ('error' or 'any') raises TypeError, ValueError, IndexError, RuntimeError or NotImplementedError with a message
-  that names the op or the argument (torch.OutOfMemoryError for a GPU request that cannot fit); on a GPU, a
+  that names the op or the argument (for a request that cannot fit: an out-of-memory error as
+  tests/support/out_of_memory.py says, naming the op); on a GPU, a
   device-side assert where the case corrupts index data (the ops check indices on the device, without waiting).
 """
 
+import os
 import random
+import sys
 import zlib
 
 import torch
 
 import prerast
+
+# The child processes of fuzz_runner.py import this module from its folder: the rule for an out-of-memory failure
+# is tests/support's, shared with the out-of-memory tests.
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "support")
+)
+import out_of_memory  # noqa: E402
 
 OPS = torch.ops.prerast
 CLEAR = (TypeError, ValueError, IndexError, RuntimeError, NotImplementedError)
@@ -107,8 +117,8 @@ def _judge_error(case, device, e):
         return f"raised {msg}", broken
     if not isinstance(e, CLEAR):
         return f"raised an exception of an unclear type, {msg}", broken
-    if isinstance(e, torch.OutOfMemoryError):  # a GPU request that cannot fit: torch's own clear error
-        return None, False
+    if out_of_memory.is_out_of_memory(type(e).__name__, str(e)):  # a request that cannot fit
+        return out_of_memory.out_of_memory_problem(type(e).__name__, str(e), case.words, public=False), False
     if broken:
         return (None if case.device_assert else f"CUDA error: {msg}"), True
     if not any(w in str(e) for w in case.words):
