@@ -1,7 +1,7 @@
 """A release rehearsal: the publishing jobs of a tag run (release, pypi, pages of .github/workflows/wheels.yml), run
 here with stand-ins for GitHub only, then `pip install prerast` from what they published.
 
-    python -m ci rehearse [--wheels DIR] [--report FILE] [--work DIR] [--keep]
+    python -m ci rehearse [--wheels DIR] [--parts DIR] [--no-reruns] [--report FILE] [--work DIR] [--keep]
 
 The jobs' own `run:` steps that call `python -m ci` run as GitHub runs them (bash -eo pipefail, the step's env),
 with `gh` the stand-in ci/publish/gh_standin.py over a folder. Their `uses:` steps are played here: download-artifact
@@ -12,10 +12,14 @@ download.pytorch.org and sphinx: `bash ci/test.sh` builds the docs). configure-p
 base_url GitHub gives this repository, so the Pages URL check runs too.
 
 Wheels: those of DIR (the one wheel of this machine's target, Linux x86-64, untagged, is needed: the installs use
-it; `python -m ci wheel-local` makes it), else `python -m ci wheel build` builds it; every other wheel that the
-published parts' merges make (ci/matrix/parts.py: each target's one wheel and slim wheels) is made from it, with
+it; `python -m ci wheel-local` makes it), else one merged here of the real parts (below); every other wheel that
+the published parts' merges make (ci/matrix/parts.py: each target's one wheel and slim wheels) is made from it, with
 the file name, tags, version and the bindings and kernel libraries in its build metadata of that wheel: listed,
 uploaded and indexed, and installed here only where its libraries are the given wheel's (this target's +cpu).
+
+Then the re-runs (ci/publish/rerun.py): a run whose part job failed, "Re-run failed jobs", "Re-run all jobs", from
+real parts (the Linux x86-64 CPU kernels and stable binding: --parts, else build/wheel-local/parts when built from
+this checkout, else built here) and stand-ins made of them, merged by the workflow's own merge step.
 
 Scenarios, each checked: clean (every target publishes); the same run again (nothing changes); one target's
 wheels missing (the others publish, it is named in the plan, the summary and the notes); the re-run with it
@@ -42,7 +46,7 @@ import time
 import urllib.request
 import zipfile
 
-from ci.build import shared_torch
+from ci.build import merge, shared_torch
 from ci.matrix import parts as _parts
 from ci.publish import plan as publish, release, rerun
 from prerast_meta import compat, integrity, repair
@@ -775,11 +779,27 @@ def rerun_scenarios(parts_dir, work, selected, version, tag, torch_site):
     return report
 
 
+# The Python modules the rehearsal runs besides the build's (the pip packages of ci/requirements-ci.txt).
+NEEDED_MODULES = {"pypiserver": "pypiserver", "twine": "twine", "yaml": "pyyaml"}
+# The one command that makes a virtualenv the rehearsal runs from (README.md, docs/releasing.md).
+VENV_COMMAND = "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt"
+
+
+def missing_modules(find=None):
+    """The pip packages of NEEDED_MODULES that this Python cannot import."""
+    import importlib.util
+
+    find = find or importlib.util.find_spec
+    return [package for module, package in NEEDED_MODULES.items() if find(module) is None]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m ci rehearse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--wheels", help="a folder with the Linux x86-64 one wheel (default: build it here)")
+    ap.add_argument(
+        "--wheels", help="a folder with the Linux x86-64 one wheel (default: merged here of the real parts)"
+    )
     ap.add_argument(
         "--parts",
         default=DEFAULT_PARTS if os.path.isdir(DEFAULT_PARTS) else None,
@@ -790,15 +810,27 @@ def main(argv=None):
     ap.add_argument("--work", help="the working folder (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the working folder")
     a = ap.parse_args(argv)
+    missing = missing_modules()
+    if missing:
+        print(
+            f"python -m ci rehearse: this Python ({sys.executable}) lacks {', '.join(missing)}, which the rehearsal "
+            f"runs (a package index, the upload, the workflow's YAML); install them with\n"
+            f"  {sys.executable} -m pip install -r ci/requirements-ci.txt\n"
+            "or make the rehearsal's virtualenv with everything it needs:\n  " + VENV_COMMAND,
+            file=sys.stderr,
+        )
+        return 2
     work = os.path.abspath(a.work) if a.work else tempfile.mkdtemp(prefix="prerast-rehearse-")
     os.makedirs(work, exist_ok=True)
     start = time.monotonic()
     try:
         given = a.wheels
-        if not given:
-            given = os.path.join(work, "built")
-            subprocess.run([sys.executable, "-m", "ci", "wheel", "build", "--out", given], cwd=ROOT, check=True)
         parts = False if a.no_reruns else (os.path.abspath(a.parts) if a.parts else None)
+        if not given:
+            # The Linux x86-64 one wheel the installs use, merged of the real parts (python -m ci merge).
+            given = os.path.join(work, "built")
+            parts = rerun.real_parts(parts or None, os.path.join(work, "real-0"), log)
+            log(f"merged {merge.merge(list(parts.values()), given)}")
         report = rehearse(os.path.abspath(given), work, parts=parts)
     finally:
         if not a.keep:

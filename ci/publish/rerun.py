@@ -158,11 +158,14 @@ def of_this_checkout(wheel):
 
 
 def real_parts(given, work, log, rebuild=False):
-    """{name: wheel} of the REAL parts: those of `given` (build/wheel-local/parts: <name>/prerast-*.whl) where
-    they were built from this checkout, unless rebuild; else built here."""
+    """{name: wheel} of the REAL parts: those of `given` (build/wheel-local/parts: <name>/prerast-*.whl, or
+    {name: wheel}) where they were built from this checkout, unless rebuild; else built here."""
     found = {}
     for name in REAL:
-        there = sorted(glob.glob(os.path.join(given or "", name, "prerast-*.whl")))
+        if isinstance(given, dict):  # {name: wheel} already found
+            there = [given[name]] if name in given else []
+        else:
+            there = sorted(glob.glob(os.path.join(given or "", name, "prerast-*.whl")))
         stale = of_this_checkout(there[0]) if there else "none given"
         if there and not rebuild and not stale:
             found[name] = there[0]
