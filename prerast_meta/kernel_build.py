@@ -66,7 +66,10 @@ def nvcc_command(ext, source, obj, msvc):
     nvcc = os.path.join(ext.cuda_home, "bin", "nvcc")
     launcher = [shutil.which("ccache")] if shutil.which("ccache") and not msvc else []
     host = [] if msvc else ["-Xcompiler", "-fPIC"]
-    return launcher + [nvcc, "-c", source, "-o", obj, "-std=c++17", *host, *ext.nvcc_flags]
+    # --objdir-as-tempdir: nvcc names its intermediate files after the object rather than its process id
+    # (tmpxft_<pid>_...), a name the library keeps (symbols, module ids): two builds would otherwise differ.
+    same = ["--objdir-as-tempdir"]
+    return launcher + [nvcc, "-c", source, "-o", obj, "-std=c++17", *host, *same, *ext.nvcc_flags]
 
 
 def dependencies(depfile):
