@@ -77,3 +77,24 @@ def test_gcc_writes_the_mapped_folder_into_file_macros(tmp_path):
     subprocess.run([cxx, "-c", str(src), "-o", str(tmp_path / "x.o"), *flags], check=True)
     data = (tmp_path / "x.o").read_bytes()
     assert b"./x.cpp" in data and str(tmp_path).encode() not in data
+
+
+def test_every_part_build_is_dated_by_the_commit(monkeypatch):
+    """wheel-local's parts and the workflow's part jobs (cibuildwheel's environment) build with SOURCE_DATE_EPOCH
+    the commit's date, which built_at then records instead of the clock."""
+    from ci.build import wheel_local
+    from ci.matrix import cibw, parts
+    from prerast_meta import build_info
+
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    epoch = sources.commit_epoch(ROOT)
+    if epoch is None:
+        pytest.skip("not a git checkout")
+    git = subprocess.run(["git", "-C", ROOT, "show", "-s", "--format=%ct", "HEAD"], capture_output=True, text=True)
+    assert epoch == git.stdout.strip()
+    for _, spec in wheel_local.part_specs(None, {}, ()):
+        assert dict(spec.env)["SOURCE_DATE_EPOCH"] == epoch
+    env = cibw.environment(parts.find("kernels-cpu", parts.load()))["CIBW_ENVIRONMENT"]
+    assert f'SOURCE_DATE_EPOCH="{epoch}"' in env
+    assert build_info.built_at({"SOURCE_DATE_EPOCH": "1767225600"}) == "2026-01-01T00:00:00Z"
+    assert build_info.built_at({}) != build_info.built_at({"SOURCE_DATE_EPOCH": "0"})
