@@ -8,7 +8,6 @@ setuptools links them (with the CUDA runtime, for a CUDA library). Standard libr
 """
 
 import concurrent.futures
-import functools
 import os
 import shutil
 import subprocess
@@ -63,25 +62,15 @@ def object_name(source, build_temp, suffix):
     return os.path.join(build_temp, os.path.splitext(os.path.relpath(source))[0] + suffix)
 
 
-@functools.cache
-def takes_random_seed(nvcc):
-    """Does this nvcc know -frandom-seed (its --help lists it)?"""
-    try:
-        out = subprocess.run([nvcc, "--help"], capture_output=True, text=True, timeout=60).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--frandom-seed" in out
-
-
 def nvcc_command(ext, source, obj, msvc):
     nvcc = os.path.join(ext.cuda_home, "bin", "nvcc")
     launcher = [shutil.which("ccache")] if shutil.which("ccache") and not msvc else []
     host = [] if msvc else ["-Xcompiler", "-fPIC"]
     # --objdir-as-tempdir: nvcc names its intermediate files after the object rather than its process id
-    # (tmpxft_<pid>_...), a name the library keeps (symbols, module ids): two builds would otherwise differ.
-    # -frandom-seed (CUDA 13 has it, 12.4 not): the anonymous namespaces' mangled names from the source's path
-    # rather than a random number (12.4 derives them from the file already).
-    same = ["--objdir-as-tempdir"] + ([f"-frandom-seed={source}"] if takes_random_seed(nvcc) else [])
+    # (tmpxft_<pid>_...), a name the library keeps (symbols, module ids): two builds would otherwise differ. What
+    # still follows the folder: the anonymous namespaces' mangled names hash the source's absolute path
+    # (docs/building-wheels.md), so builds in one folder (CI's, wheel-local's) are the same bytes.
+    same = ["--objdir-as-tempdir"]
     return launcher + [nvcc, "-c", source, "-o", obj, "-std=c++17", *host, *same, *ext.nvcc_flags]
 
 
