@@ -169,6 +169,12 @@ def extensions():
     # The optimisation, visibility and no-contraction flags of this OS's compiler (prerast_meta/compiler_flags.py
     # says why each).
     flags = compiler_flags.build_flags(platforms.key())
+    # The source folder and torch's written as "." and "torch" in the objects: the same commit built in any folder
+    # or virtualenv gives the same libraries.
+    maps = {ROOT: "."} if torch is None else {ROOT: ".", os.path.dirname(torch.__file__): "torch"}
+    compiler = compiler_flags.compiler_for(platforms.key(), os.environ.get("CXX"))
+    mapped = compiler_flags.prefix_map(platforms.key(), compiler, maps)
+    flags = compiler_flags.Flags(*(a + b for a, b in zip(flags, mapped)))
     return (binding_extensions(flags) if "binding" in PARTS else []) + kernel_extensions(flags)
 
 

@@ -77,8 +77,21 @@ def make(torch, version, root, abi=None, cuda_version=None):
         "python_tag": compat.WHEEL_TAG,
         "python_built_with": "%d.%d" % sys.version_info[:2],
         "git_commit": sources.git_commit(root),
-        "built_at": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "built_at": built_at(),
     }
+
+
+def built_at(environ=None):
+    """When the build ran: $SOURCE_DATE_EPOCH where set (a reproducible build: the commit's date, so that two builds
+    of one commit write the same metadata), else now; UTC."""
+    environ = os.environ if environ is None else environ
+    epoch = environ.get("SOURCE_DATE_EPOCH", "").strip()
+    when = (
+        datetime.datetime.fromtimestamp(int(epoch), datetime.timezone.utc)
+        if epoch.isdigit()
+        else datetime.datetime.now(datetime.timezone.utc)
+    )
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def kernel_entry(library, cuda_version, nvcc_version, archs):

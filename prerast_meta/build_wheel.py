@@ -177,8 +177,18 @@ def repaired(raw, spec, log=print):
         return shutil.copy(raw, spec.out_dir)
     tool = repair_tool(raw, spec)
     archs = delocate_archs(spec.plat or platform_tag(raw)) if tool == "delocate" else None
+    # The spec's own variables reach the repair too (SOURCE_DATE_EPOCH: the repaired wheel's dates).
+    environ = {k: v for k, v in {**os.environ, **dict(spec.env)}.items() if v is not None}
     return _repair.repair(
-        raw, spec.out_dir, spec.python, spec.plat, log=log, only_plat=spec.only_plat, tool=tool, archs=archs
+        raw,
+        spec.out_dir,
+        spec.python,
+        spec.plat,
+        log=log,
+        only_plat=spec.only_plat,
+        tool=tool,
+        archs=archs,
+        environ=environ,
     )
 
 

@@ -99,7 +99,12 @@ def nvcc_command(ext, source, obj, msvc):
     nvcc = os.path.join(ext.cuda_home, "bin", "nvcc")
     launcher = [shutil.which("ccache")] if shutil.which("ccache") and not msvc else []
     host = [] if msvc else ["-Xcompiler", "-fPIC"]
-    return launcher + [nvcc, "-c", source, "-o", obj, "-std=c++17", *host, *ext.nvcc_flags]
+    # --objdir-as-tempdir: nvcc names its intermediate files after the object rather than its process id
+    # (tmpxft_<pid>_...), a name the library keeps (symbols, module ids): two builds would otherwise differ. What
+    # still follows the folder: the anonymous namespaces' mangled names hash the source's absolute path
+    # (docs/building-wheels.md), so builds in one folder (CI's, wheel-local's) are the same bytes.
+    same = ["--objdir-as-tempdir"]
+    return launcher + [nvcc, "-c", source, "-o", obj, "-std=c++17", *host, *same, *ext.nvcc_flags]
 
 
 def dependencies(depfile):

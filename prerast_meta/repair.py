@@ -180,15 +180,27 @@ def _stem(wheel):
     return os.path.basename(wheel)[: -len(".whl")].rsplit("-", 1)[0]
 
 
-def repair(wheel, out_dir, python=sys.executable, plat=None, log=print, only_plat=False, tool="auditwheel", archs=None):
+def repair(
+    wheel,
+    out_dir,
+    python=sys.executable,
+    plat=None,
+    log=print,
+    only_plat=False,
+    tool="auditwheel",
+    archs=None,
+    environ=None,
+):
     """Repair `wheel` into out_dir with `tool` (replacing an older build of the same name); returns the path.
-    only_plat: tag exactly `plat` (auditwheel otherwise retags to an older manylinux the symbols would allow)."""
+    only_plat: tag exactly `plat` (auditwheel otherwise retags to an older manylinux the symbols would allow).
+    environ: the tool's environment before tool_env's additions (the build's, with its SOURCE_DATE_EPOCH, which
+    auditwheel dates the repaired wheel's members with); default os.environ."""
     os.makedirs(out_dir, exist_ok=True)
     name = _stem(wheel)
     for old in glob.glob(os.path.join(out_dir, name + "-*.whl")):
         os.remove(old)
     cmd = repair_command(tool, wheel, out_dir, python, plat, only_plat, archs)
-    env = tool_env(tool, python)
+    env = tool_env(tool, python, environ)
     if tool == "delocate":
         log(f"DYLD_FALLBACK_LIBRARY_PATH={env['DYLD_FALLBACK_LIBRARY_PATH']} (where delocate finds torch's libraries)")
     log("$ " + " ".join(cmd))

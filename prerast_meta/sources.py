@@ -140,6 +140,18 @@ def source_commit(root):
     return git_commit(root)
 
 
+def commit_epoch(root, commit="HEAD"):
+    """The commit's date in seconds since 1970, as text (SOURCE_DATE_EPOCH for a reproducible build of it), or None
+    (no git, no checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", root, "log", "-1", "--format=%ct", commit], capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip().isdigit() else None
+
+
 def git_commit(root):
     """HEAD of the git checkout at root, or None (no git, no checkout)."""
     try:

@@ -13,6 +13,11 @@ one record per part (its ABI and torch range or compute, archs, file, SHA-256 an
 `python -m prerast doctor` shows. The first binding (the stable one, where there is one) keeps its file names;
 another binding's files get its tag (_C_pt24.abi3.so), so that every library lies in prerast/ as the repair left
 it. Standard library only.
+
+The same parts make the same bytes, whenever, wherever and under whatever timezone or umask the merge runs (a
+re-run of a tag's merge jobs must give the wheels already published): every member is dated $SOURCE_DATE_EPOCH,
+else the newest member date of the parts; mode 0755 where the part's member was executable, else 0644; members in
+one fixed order, deflated at one level.
 """
 
 import argparse
@@ -22,6 +27,7 @@ import json
 import os
 import re
 import sys
+import time
 import zipfile
 
 from prerast_meta import build_info, compat, integrity
@@ -39,6 +45,8 @@ class Part:
     tags: str  # "py3-none-manylinux_2_28_x86_64"
     info: dict
     members: dict  # archive name -> bytes
+    executable: frozenset = frozenset()  # the archive names with an executable mode
+    newest: tuple = (1980, 1, 1, 0, 0, 0)  # the newest member date (zip's date_time fields)
 
     @property
     def name(self):
@@ -62,7 +70,8 @@ def read_part(path):
     _, version, tags = wheel_fields(path)
     try:
         with zipfile.ZipFile(path) as z:
-            members = {item.filename: z.read(item.filename) for item in z.infolist() if not item.is_dir()}
+            items = [item for item in z.infolist() if not item.is_dir()]
+            members = {item.filename: z.read(item.filename) for item in items}
     except (OSError, zipfile.BadZipFile) as e:
         raise MergeRefused(f"{path}: cannot be read as a wheel: {e}") from e
     if INFO not in members:
@@ -77,7 +86,24 @@ def read_part(path):
                 f"{path}: prerast/{name} {what}, but its build stamped {stamp['size']} bytes, SHA-256 "
                 f"{stamp['sha256'][:16]}...: a damaged part is not merged"
             )
-    return Part(path, version, tags, info, members)
+    executable = frozenset(item.filename for item in items if (item.external_attr >> 16) & 0o111)
+    newest = max((item.date_time for item in items), default=(1980, 1, 1, 0, 0, 0))
+    return Part(path, version, tags, info, members, executable, newest)
+
+
+def member_date(parts, environ=None):
+    """The date of every member of a merged wheel: $SOURCE_DATE_EPOCH (UTC, clamped to zip's 1980..2107), else the
+    newest member date of the parts, so that the date follows from the inputs and never from the clock."""
+    environ = os.environ if environ is None else environ
+    epoch = environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch:
+        if not epoch.isdigit():
+            raise MergeRefused(
+                f"SOURCE_DATE_EPOCH={epoch!r}: expected whole seconds since 1970 (git log -1 --format=%ct)"
+            )
+        date = tuple(time.gmtime(int(epoch))[:6])
+        return min(max(date, (1980, 1, 1, 0, 0, 0)), (2107, 12, 31, 23, 59, 58))
+    return max(p.newest for p in parts)
 
 
 def binding_tag(info):
@@ -224,7 +250,8 @@ def merge(paths, out_dir, slim=False):
     """Merge the part wheels at `paths` into one wheel in out_dir; returns its path."""
     if not paths:
         raise MergeRefused("no parts given")
-    parts = [read_part(p) for p in paths]
+    # By file name: the order the parts are given in (a folder's listing, a shell glob) changes nothing.
+    parts = sorted((read_part(p) for p in paths), key=lambda p: p.name)
     check_alike(parts)
     bindings, kernels = gather(parts)
     base = compat.base_version(parts[0].version)
@@ -240,23 +267,34 @@ def merge(paths, out_dir, slim=False):
     else:
         version = base
     info, moves = merged_info(parts, bindings, kernels, version)
-    members = {}
+    members, executable = {}, set()
     for part in [bindings[0]] + [p for p in parts if p is not bindings[0]]:
         for name, data in part.members.items():
             if ".dist-info/" in name or name == INFO:
                 continue
-            name = moves.get((part.path, name), name)
+            old, name = name, moves.get((part.path, name), name)
+            if name not in members and old in part.executable:
+                executable.add(name)
             if name in members and members[name] != data and name.split("/")[0].endswith(".libs"):
                 raise MergeRefused(f"{part.name} and another part both carry {name}, with different contents")
             members.setdefault(name, data)  # the Python package and shipped sources: the first binding's copy
     info["libraries"] = {n: integrity.stamp_bytes(members["prerast/" + n]) for n in build_info.library_names(info)}
     members[INFO] = json.dumps(info, indent=2, sort_keys=True).encode()
-    return write_wheel(bindings[0], version, members, out_dir, merged_tags(parts))
+    return write_wheel(bindings[0], version, members, out_dir, merged_tags(parts), member_date(parts), executable)
 
 
-def write_wheel(primary, version, members, out_dir, tags):
+def member_info(name, date, executable):
+    """The zip entry of one member, with nothing of the machine, the clock or the umask in it."""
+    item = zipfile.ZipInfo(name, date_time=date)
+    item.compress_type = zipfile.ZIP_DEFLATED
+    item.create_system = 3  # Unix, whatever the merging OS: the mode bits below are Unix's
+    item.external_attr = (0o100755 if executable else 0o100644) << 16
+    return item
+
+
+def write_wheel(primary, version, members, out_dir, tags, date, executable=frozenset()):
     """The wheel of members with the primary part's dist-info, renamed to `version` and tagged `tags`, and a fresh
-    RECORD."""
+    RECORD; every member dated `date`, mode 0755 for the names in `executable`, else 0644."""
     old_dist = next(n.split("/")[0] for n in primary.members if n.split("/")[0].endswith(".dist-info"))
     dist = f"prerast-{version}.dist-info"
     for name, data in primary.members.items():
@@ -275,10 +313,10 @@ def write_wheel(primary, version, members, out_dir, tags):
     os.makedirs(out_dir, exist_ok=True)
     out = os.path.join(out_dir, f"prerast-{version}-{tags}.whl")
     tmp = out + ".part"
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
         # RECORD last, the dist-info after the package, as wheel writers order them.
         for name in sorted(members, key=lambda n: (".dist-info/" in n, n.endswith("/RECORD"), n)):
-            z.writestr(name, members[name])
+            z.writestr(member_info(name, date, name in executable), members[name], compresslevel=6)
     os.replace(tmp, out)
     return out
 

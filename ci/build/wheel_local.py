@@ -136,7 +136,10 @@ def build_part(name, spec, parts_dir):
 def part_specs(archs, classic, cuda_majors, python=sys.executable, source=ROOT):
     """[(name, BuildSpec)] of every part of the wheel, built from `source`. archs None: each toolkit's from the
     matrix."""
-    common = {"source": source, "out_dir": "", "commit": sources.git_commit(ROOT)}
+    # The commit's date for every date a build writes (zip members, built_at): one commit, one set of bytes.
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or sources.commit_epoch(ROOT)
+    env = (("SOURCE_DATE_EPOCH", epoch),) if epoch else ()
+    common = {"source": source, "out_dir": "", "commit": sources.git_commit(ROOT), "env": env}
     specs = [("kernels-cpu", _route.BuildSpec(**common, python=python, parts="kernels"))]
     homes = toolkits(cuda_majors)
     for major in cuda_majors:

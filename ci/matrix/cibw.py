@@ -31,6 +31,7 @@ import sys
 
 from ci import matrix
 from ci.matrix import parts as _parts
+from prerast_meta import sources
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -154,6 +155,11 @@ def environment(part, workspace=None):
     workspace = workspace or os.environ.get("GITHUB_WORKSPACE") or ROOT
     target = part.target
     inner = {"PRERAST_PART": part.id, "PRERAST_PARTS": part.kind}
+    # The commit's date for every date the build and the repair write (wheel's and auditwheel's zip members,
+    # _build_info.json's built_at): a part built again from the same commit has the same bytes.
+    epoch = os.environ.get("SOURCE_DATE_EPOCH") or sources.commit_epoch(ROOT)
+    if epoch:
+        inner["SOURCE_DATE_EPOCH"] = epoch
     if part.kind == "binding":
         inner["PRERAST_ABI"] = part.abi
     if part.cell:

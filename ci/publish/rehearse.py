@@ -1,7 +1,7 @@
 """A release rehearsal: the publishing jobs of a tag run (release, pypi, pages of .github/workflows/wheels.yml), run
 here with stand-ins for GitHub only, then `pip install prerast` from what they published.
 
-    python -m ci rehearse [--wheels DIR] [--report FILE] [--work DIR] [--keep]
+    python -m ci rehearse [--wheels DIR] [--parts DIR] [--no-reruns] [--report FILE] [--work DIR] [--keep]
 
 The jobs' own `run:` steps that call `python -m ci` run as GitHub runs them (bash -eo pipefail, the step's env),
 with `gh` the stand-in ci/publish/gh_standin.py over a folder. Their `uses:` steps are played here: download-artifact
@@ -12,10 +12,14 @@ download.pytorch.org and sphinx: `bash ci/test.sh` builds the docs). configure-p
 base_url GitHub gives this repository, so the Pages URL check runs too.
 
 Wheels: those of DIR (the one wheel of this machine's target, Linux x86-64, untagged, is needed: the installs use
-it; `python -m ci wheel-local` makes it), else `python -m ci wheel build` builds it; every other wheel that the
-published parts' merges make (ci/matrix/parts.py: each target's one wheel and slim wheels) is made from it, with
+it; `python -m ci wheel-local` makes it), else one merged here of the real parts (below); every other wheel that
+the published parts' merges make (ci/matrix/parts.py: each target's one wheel and slim wheels) is made from it, with
 the file name, tags, version and the bindings and kernel libraries in its build metadata of that wheel: listed,
 uploaded and indexed, and installed here only where its libraries are the given wheel's (this target's +cpu).
+
+Then the re-runs (ci/publish/rerun.py): a run whose part job failed, "Re-run failed jobs", "Re-run all jobs", from
+real parts (the Linux x86-64 CPU kernels and stable binding: --parts, else build/wheel-local/parts when built from
+this checkout, else built here) and stand-ins made of them, merged by the workflow's own merge step.
 
 Scenarios, each checked: clean (every target publishes); the same run again (nothing changes); one target's
 wheels missing (the others publish, it is named in the plan, the summary and the notes); the re-run with it
@@ -42,14 +46,15 @@ import time
 import urllib.request
 import zipfile
 
-from ci.build import shared_torch
+from ci.build import merge, shared_torch
 from ci.matrix import parts as _parts
-from ci.publish import plan as publish, release
+from ci.publish import plan as publish, release, rerun
 from prerast_meta import compat, integrity, repair
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 WORKFLOW = os.path.join(ROOT, ".github", "workflows", "wheels.yml")
 JOBS = ("release", "pypi", "pages")
+DEFAULT_PARTS = os.path.join(ROOT, "build", "wheel-local", "parts")
 REPO = "prerast/prerast"
 MISSING_TARGET = "windows-amd64"
 SMOKE = """
@@ -566,8 +571,10 @@ def check(name, results, plan, before, after, selected, wheels, jobs):
     return problems
 
 
-def rehearse(given, work, version=None):
-    """Run the scenarios; returns the report."""
+def rehearse(given, work, version=None, parts=None):
+    """Run the scenarios; returns the report. parts: the folder of the real parts for the re-run scenarios
+    (ci/publish/rerun.py: <name>/prerast-*.whl, as python -m ci wheel-local leaves them), None to build them,
+    False to leave the re-run scenarios out."""
     version = version or release.package_version()
     tag = f"v{version}"
     selected = _parts.select(_parts.load(), published=True)
@@ -634,33 +641,197 @@ def rehearse(given, work, version=None):
                     "pypi_files": sorted(after["pypi"]),
                     "release_assets": sorted(after["assets"]),
                     "installs": installs,
+                    "jobs_ran": [j for j, r in results.items() if r["ok"] is not None],
                 }
             )
             log(f"scenario {name!r}: {'ok' if not problems else 'FAILED'} ({time.monotonic() - start:.1f} s)")
     finally:
         for w in worlds.values():
             w.close()
+    if parts is not False:
+        report += rerun_scenarios(parts, work, selected, version, tag, torch_site)
     return {"scenarios": report}
+
+
+def tools_env(work):
+    """The environment of a played `run:` step outside the publishing jobs: `python` this interpreter, the
+    checkout importable."""
+    bin_dir = os.path.join(work, "bin")
+    os.makedirs(bin_dir, exist_ok=True)
+    with open(os.path.join(bin_dir, "python"), "w") as f:
+        f.write(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    os.chmod(os.path.join(bin_dir, "python"), 0o755)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "GH_", "PIP_"))}
+    return dict(env, PATH=bin_dir + os.pathsep + os.environ["PATH"], PYTHONPATH=ROOT)
+
+
+def job_rows(jobs, selected, names, failed_rows=None):
+    """The rows of the jobs `names`: one per part of the wheel job (only the failed rows, where given), one per
+    target of the merge and smoke jobs, the job itself for every other."""
+    rows = []
+    for job in names:
+        if job == "wheel":
+            rows += [f"part {p.id}" for p in selected if failed_rows is None or f"part {p.id}" in failed_rows]
+        elif job in rerun.MATRIX_JOBS:
+            rows += [f"{job} {t}" for t in _parts.by_target(selected)]
+        else:
+            rows.append(job)
+    return rows
+
+
+def rerun_rows(jobs, selected, failed_rows):
+    """The rows GitHub runs again on "Re-run failed jobs": the failed rows, and every row of each job that depends
+    (transitively, by the workflow's `needs`) on a job with a failed row."""
+    failed_jobs = {"wheel" if row.startswith("part ") else row.split(" ")[0] for row in failed_rows}
+    return job_rows(jobs, selected, rerun.with_dependents(jobs, failed_jobs), failed_rows)
+
+
+def rerun_problems(number, rows, results, plan, before, after, first, targets, failed, broken=()):
+    """What is wrong with attempt `number` of the re-run scenarios (empty: it is as it should be)."""
+    problems = []
+    bad = [j for j, r in results.items() if not r["ok"]]
+    if bad:
+        problems.append("jobs failed: " + "; ".join(f"{j}: {results[j]['output'][-1500:]}" for j in bad))
+    want = [t for t in targets if t not in failed]
+    if plan.get("published") != want:
+        problems.append(f"published {plan.get('published')}, expected {want}")
+    failed_rows = sorted(r for r, ok in rows.items() if not ok)
+    expected = sorted([f"{job} {t}" for t in failed for job in ("merge", "smoke")] + [f"part {p}" for p in broken])
+    if failed_rows != expected:
+        problems.append(f"rows that failed: {failed_rows}, expected {expected}")
+    changed = [n for n, d in (first or {}).items() if after["assets"].get(n) != d]
+    if changed:
+        problems.append(f"published assets changed: {changed}")
+    if number == 3 and after != before:
+        problems.append("re-running all jobs changed the release, PyPI or the pages")
+    return problems
+
+
+def rerun_scenarios(parts_dir, work, selected, version, tag, torch_site):
+    """A tag run whose part job failed; "Re-run failed jobs"; "Re-run all jobs" (ci/publish/rerun.py): the
+    report's entries, each with the jobs (rows) that ran."""
+    jobs = workflow_jobs()
+    world = World(os.path.join(work, "world-rerun"))
+    artifacts = rerun.Artifacts(os.path.join(work, "artifacts"))
+    env = tools_env(work)
+    broken = next(p for p in selected if p.target.name == MISSING_TARGET and p.abi == "stable")
+    targets = list(_parts.by_target(selected))
+    report, first, failed_rows = [], None, []
+    try:
+        real = rerun.real_parts(parts_dir, os.path.join(work, "real-1"), log)
+        for name, number in (("part job failed", 1), ("re-run failed jobs", 2), ("re-run all jobs", 3)):
+            start = time.monotonic()
+            log(f"scenario {name!r}: run 3001 attempt {number}")
+            failed = (MISSING_TARGET,) if number == 1 else ()
+            if number == 2:
+                ran = rerun_rows(jobs, selected, failed_rows)
+            else:
+                ran = job_rows(jobs, selected, list(jobs))
+            if number == 3:  # every part built again, the real ones from scratch
+                real = rerun.real_parts(None, os.path.join(work, "real-3"), log, rebuild=True)
+            # The wheel rows that ran, less the one that fails in the first attempt: their parts, built again.
+            skip = f"part {broken.id}" if number == 1 else None
+            wheel_rows = [r[len("part ") :] for r in ran if r.startswith("part ") and r != skip]
+            built = rerun.build_parts(selected, real, version, os.path.join(work, f"parts-{number}"), only=wheel_rows)
+            rows = rerun.attempt(
+                jobs, selected, artifacts, number, ran, built, os.path.join(work, f"rows-{number}"), env, log
+            )
+            failed_rows = [r for r, ok in rows.items() if not ok]
+            wheels = os.path.join(work, f"wheelhouse-{number}")
+            artifacts.download("wheels-*", number, True, wheels)
+            before = world.state(tag)
+            api = jobs_api(selected, world.server_url, 3001, failed)
+            results = run_jobs(world, wheels, tag, 3001, number, os.path.join(work, f"rerun-{number}"), api)
+            after = world.state(tag)
+            plan_path = os.path.join(results["release"]["dir"], "plan.json")
+            plan = json.load(open(plan_path)) if os.path.exists(plan_path) else {}
+            problems = rerun_problems(
+                number, rows, results, plan, before, after, first, targets, failed, [broken.id] * (number == 1)
+            )
+            first = first or dict(after["assets"])
+            installs = []
+            for kind, url in (
+                ("pypi", world.pypi_url + "/simple/"),
+                ("pages", f"{world.server_url}/site/whl/{torch_page()}"),
+            ):
+                ok, output = install(kind, url, version, os.path.join(work, f"rerun-{number}"), torch_site)
+                installs.append({"from": kind, "ok": ok})
+                if not ok:
+                    problems.append(f"pip install from {kind} ({url}) failed:\n{output[-3000:]}")
+            for p in problems:
+                log(f"  PROBLEM: {p}")
+            report.append(
+                {
+                    "name": name,
+                    "ok": not problems,
+                    "published": plan.get("published", []) if results["release"]["ok"] else [],
+                    "missing": [m["target"] for m in plan.get("missing", [])],
+                    "pypi_files": sorted(after["pypi"]),
+                    "release_assets": sorted(after["assets"]),
+                    "installs": installs,
+                    "jobs_ran": ran,
+                }
+            )
+            log(f"scenario {name!r}: {'ok' if not problems else 'FAILED'} ({time.monotonic() - start:.1f} s)")
+            log(f"  jobs that ran: {', '.join(ran)}")
+    finally:
+        world.close()
+    return report
+
+
+# The Python modules the rehearsal runs besides the build's (the pip packages of ci/requirements-ci.txt).
+NEEDED_MODULES = {"pypiserver": "pypiserver", "twine": "twine", "yaml": "pyyaml"}
+# The one command that makes a virtualenv the rehearsal runs from (README.md, docs/releasing.md).
+VENV_COMMAND = "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt"
+
+
+def missing_modules(find=None):
+    """The pip packages of NEEDED_MODULES that this Python cannot import."""
+    import importlib.util
+
+    find = find or importlib.util.find_spec
+    return [package for module, package in NEEDED_MODULES.items() if find(module) is None]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m ci rehearse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--wheels", help="a folder with the Linux x86-64 one wheel (default: build it here)")
+    ap.add_argument(
+        "--wheels", help="a folder with the Linux x86-64 one wheel (default: merged here of the real parts)"
+    )
+    ap.add_argument(
+        "--parts",
+        default=DEFAULT_PARTS if os.path.isdir(DEFAULT_PARTS) else None,
+        help="the real parts of the re-run scenarios (default: build/wheel-local/parts when there, else built)",
+    )
+    ap.add_argument("--no-reruns", action="store_true", help="leave out the re-run scenarios (no part is built)")
     ap.add_argument("--report", help="write the scenarios' outcome here, JSON")
     ap.add_argument("--work", help="the working folder (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the working folder")
     a = ap.parse_args(argv)
+    missing = missing_modules()
+    if missing:
+        print(
+            f"python -m ci rehearse: this Python ({sys.executable}) lacks {', '.join(missing)}, which the rehearsal "
+            f"runs (a package index, the upload, the workflow's YAML); install them with\n"
+            f"  {sys.executable} -m pip install -r ci/requirements-ci.txt\n"
+            "or make the rehearsal's virtualenv with everything it needs:\n  " + VENV_COMMAND,
+            file=sys.stderr,
+        )
+        return 2
     work = os.path.abspath(a.work) if a.work else tempfile.mkdtemp(prefix="prerast-rehearse-")
     os.makedirs(work, exist_ok=True)
     start = time.monotonic()
     try:
         given = a.wheels
+        parts = False if a.no_reruns else (os.path.abspath(a.parts) if a.parts else None)
         if not given:
+            # The Linux x86-64 one wheel the installs use, merged of the real parts (python -m ci merge).
             given = os.path.join(work, "built")
-            subprocess.run([sys.executable, "-m", "ci", "wheel", "build", "--out", given], cwd=ROOT, check=True)
-        report = rehearse(os.path.abspath(given), work)
+            parts = rerun.real_parts(parts or None, os.path.join(work, "real-0"), log)
+            log(f"merged {merge.merge(list(parts.values()), given)}")
+        report = rehearse(os.path.abspath(given), work, parts=parts)
     finally:
         if not a.keep:
             shutil.rmtree(work, ignore_errors=True)

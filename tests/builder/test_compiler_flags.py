@@ -96,6 +96,7 @@ class BuildExtension:
 
 torch = types.ModuleType("torch")
 torch.__version__ = "2.14.1"
+torch.__file__ = "/fake/site-packages/torch/__init__.py"
 torch.version = types.SimpleNamespace(cuda="13.0" if cuda else None)
 cpp = types.ModuleType("torch.utils.cpp_extension")
 cpp.BuildExtension, cpp.CppExtension, cpp.CUDAExtension = BuildExtension, Ext, Ext
@@ -150,6 +151,9 @@ def test_setup_py_builds_with_these_flags(platform_key, compiler, tmp_path):
     if compiler == "clang":
         env["CXX"] = "clang++"
     want = compiler_flags.flags(platform_key, compiler, env.get("MACOSX_DEPLOYMENT_TARGET"))
+    # Then the folders the objects must not name: the sources as ".", torch's package as "torch".
+    mapped = compiler_flags.prefix_map(platform_key, compiler, {ROOT: ".", "/fake/site-packages/torch": "torch"})
+    want = compiler_flags.Flags(*(a + b for a, b in zip(want, mapped)))
     exts = setup_extensions(platform_key, cuda, tmp_path, **env)
     bindings, kernels = ["prerast._C", "prerast._C_cuda"], ["prerast._kernels_cpu", "prerast._kernels_cu13"]
     assert sorted(exts) == sorted(bindings + kernels if cuda else bindings[:1] + kernels[:1])

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import zipfile
 
 import pytest
@@ -148,3 +149,45 @@ def test_merged_tags_take_the_newest_manylinux():
     tags = ["py3-none-manylinux_2_17_x86_64", "py3-none-manylinux_2_34_x86_64", "py3-none-manylinux_2_28_x86_64"]
     assert _merge.merged_tags([make(t) for t in tags]) == "py3-none-manylinux_2_34_x86_64"
     assert _merge.tag_family("py3-none-win_amd64") == "py3-none-win_amd64"
+
+
+def merge_in_child(parts, out, tz, umask, epoch=None):
+    """`python -m ci merge` in a process of its own with that TZ, umask and $SOURCE_DATE_EPOCH; the wheel's bytes."""
+    env = {k: v for k, v in os.environ.items() if k != "SOURCE_DATE_EPOCH"}
+    env.update(TZ=tz, **({"SOURCE_DATE_EPOCH": str(epoch)} if epoch is not None else {}))
+    script = f"umask {umask} && exec {sys.executable} -m ci merge --out {out} " + " ".join(parts)
+    done = subprocess.run(["sh", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (path,) = [os.path.join(out, f) for f in os.listdir(out) if f.endswith(".whl")]
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def test_the_same_parts_merge_into_the_same_bytes_at_any_time_tz_and_umask(parts, tmp_path):
+    order = [parts["kernels"], parts["binding"]]
+    first = merge_in_child(order, tmp_path / "a", "UTC", "022")
+    time.sleep(2.1)  # past zip's 2-second date resolution: a merge that read the clock would differ
+    second = merge_in_child(order[::-1], tmp_path / "b", "Asia/Kolkata", "077")
+    assert hashlib.sha256(first).hexdigest() == hashlib.sha256(second).hexdigest()
+    # The dates are the parts' newest; the modes 0755 for what the parts had executable, 0644 for the rest.
+    with zipfile.ZipFile(parts["kernels"]) as k, zipfile.ZipFile(parts["binding"]) as b:
+        inputs = k.infolist() + b.infolist()
+    newest = max(i.date_time for i in inputs)
+    executable = {i.filename for i in inputs if (i.external_attr >> 16) & 0o111}
+    assert executable, "the part wheels carry no executable library to check the modes with"
+    with zipfile.ZipFile(tmp_path / "a" / os.listdir(tmp_path / "a")[0]) as z:
+        for item in z.infolist():
+            assert item.date_time == newest, item.filename
+            mode = 0o755 if item.filename in executable else 0o644
+            assert (item.external_attr >> 16) & 0o7777 == mode, item.filename
+
+
+def test_source_date_epoch_dates_every_member(parts, tmp_path):
+    epoch = 1767225600  # 2026-01-01 00:00:00 UTC, whatever TZ the merge runs under
+    data = merge_in_child([parts["kernels"], parts["binding"]], tmp_path / "a", "America/New_York", "022", epoch)
+    other = merge_in_child([parts["kernels"], parts["binding"]], tmp_path / "b", "Asia/Tokyo", "002", epoch)
+    assert data == other
+    with zipfile.ZipFile(tmp_path / "a" / os.listdir(tmp_path / "a")[0]) as z:
+        assert {i.date_time for i in z.infolist()} == {(2026, 1, 1, 0, 0, 0)}
+    with pytest.raises(_merge.MergeRefused, match="SOURCE_DATE_EPOCH"):
+        _merge.member_date([], {"SOURCE_DATE_EPOCH": "yesterday"})

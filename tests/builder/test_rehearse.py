@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wheel_under_test import ROOT, find_test_wheel  # noqa: E402
@@ -57,10 +58,19 @@ def report(tmp_path_factory):
 
 def test_every_scenario_is_ok_and_the_command_says_so(report):
     code, scenarios = report
-    assert list(scenarios) == ["clean", "same run again", "one target missing", "re-run with it present", "tampered"]
+    assert list(scenarios) == [
+        "clean",
+        "same run again",
+        "one target missing",
+        "re-run with it present",
+        "tampered",
+        "part job failed",
+        "re-run failed jobs",
+        "re-run all jobs",
+    ]
     assert all(s["ok"] for s in scenarios.values()) and code == 0
     for s in scenarios.values():
-        assert set(s) == {"name", "ok", "published", "missing", "pypi_files", "release_assets", "installs"}
+        assert set(s) == {"name", "ok", "published", "missing", "pypi_files", "release_assets", "installs", "jobs_ran"}
 
 
 def test_a_clean_run_publishes_every_target_and_installs_from_both(report):
@@ -100,3 +110,57 @@ def test_a_rebuilt_wheel_with_other_bytes_stops_the_release(report):
     # The release as it was: the same assets and PyPI files as after the re-run that completed it.
     done = report[1]["re-run with it present"]
     assert tampered["release_assets"] == done["release_assets"] and tampered["pypi_files"] == done["pypi_files"]
+
+
+def job_of(row):
+    """The workflow job of a report row: 'part X' -> wheel, 'merge T' -> merge, 'release' -> release."""
+    return "wheel" if row.startswith("part ") else row.split(" ")[0]
+
+
+def needs_closure(start):
+    """Every job of the workflow that needs one of `start`, transitively, with them (GitHub's re-run rule)."""
+    jobs = yaml.safe_load(open(os.path.join(ROOT, ".github", "workflows", "wheels.yml")))["jobs"]
+    found = set(start)
+    while True:
+        more = {
+            n
+            for n, j in jobs.items()
+            if set([j["needs"]] if isinstance(j.get("needs"), str) else j.get("needs", [])) & found
+        }
+        if more <= found:
+            return found
+        found |= more
+
+
+def test_a_failed_part_then_rerun_failed_jobs_completes_the_release_unchanged(report):
+    failed, rerun = report[1]["part job failed"], report[1]["re-run failed jobs"]
+    assert failed["missing"] == ["windows-amd64"] and failed["published"] == [
+        t for t in TARGETS if t != "windows-amd64"
+    ]
+    assert rerun["published"] == TARGETS and rerun["missing"] == []
+    # The failed part's row, and every row of the jobs that need a re-run job (derived from the workflow).
+    parts_rerun = [r for r in rerun["jobs_ran"] if r.startswith("part ")]
+    assert len(parts_rerun) == 1 and "windows-amd64" in parts_rerun[0]
+    assert {job_of(r) for r in rerun["jobs_ran"]} == needs_closure({"wheel", "merge", "smoke"})
+    assert {f"merge {t}" for t in TARGETS} <= set(rerun["jobs_ran"])
+    # Every asset of the first attempt is still there (the rehearsal compared their bytes: ok), and the rest added.
+    assert set(failed["release_assets"]) < set(rerun["release_assets"])
+    assert set(failed["pypi_files"]) < set(rerun["pypi_files"])
+    assert all(s["ok"] and all(i["ok"] for i in s["installs"]) for s in (failed, rerun))
+
+
+def test_rerun_all_jobs_rebuilds_every_part_and_changes_nothing(report):
+    again, rerun = report[1]["re-run all jobs"], report[1]["re-run failed jobs"]
+    assert again["ok"] and again["published"] == TARGETS
+    assert len([r for r in again["jobs_ran"] if r.startswith("part ")]) == len(
+        parts.select(parts.load(), published=True)
+    )
+    assert (again["release_assets"], again["pypi_files"]) == (rerun["release_assets"], rerun["pypi_files"])
+
+
+def test_rehearse_names_what_it_lacks_and_the_command_that_installs_it():
+    """Before any work: with no site-packages (python -S), pypiserver, twine and pyyaml are missing."""
+    out = subprocess.run([sys.executable, "-S", "-m", "ci", "rehearse"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "pypiserver, twine, pyyaml" in out.stderr and "pip install -r ci/requirements-ci.txt" in out.stderr
+    assert "-m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt" in out.stderr

@@ -497,7 +497,7 @@ def test_the_cd_form_fails_from_another_folder(tmp_path):
 def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
     calls = []
 
-    def fake_repair(raw, dest, python, plat, log=None, only_plat=False, tool=None, archs=None):
+    def fake_repair(raw, dest, python, plat, log=None, only_plat=False, tool=None, archs=None, environ=None):
         calls.append((plat, only_plat))
         assert tool == "auditwheel"  # the one build route's choice for a Linux tag
         path = tmp_path / f"prerast-0.1.0+pt214cpu-py3-none-{tag}.whl"

@@ -205,6 +205,10 @@ HOW = {
     "python -m pytest -q -m platforms tests/builder/test_aarch64_wheel.py": {
         "test": ARM + "test_cpu_op_tests_pass_under_qemu"
     },
+    "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt": {
+        "ci": ("ci/test.sh", "-m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt"),
+        "test": "tests/builder/test_rehearse.py::test_rehearse_names_what_it_lacks_and_the_command_that_installs_it",
+    },
     ".venv/build/bin/python -m ci rehearse --report rehearsal.json": {
         "help": "python -m ci rehearse --help",
         "test": "tests/builder/test_rehearse.py::test_every_scenario_is_ok_and_the_command_says_so",
