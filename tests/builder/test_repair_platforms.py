@@ -16,7 +16,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.build import smoke  # noqa: E402
+from ci.builder import smoke  # noqa: E402
 from ci.matrix import cibw
 from ci.repair import check
 from prerast_meta import repair  # noqa: E402
@@ -90,10 +90,11 @@ def test_macos_wheels_go_through_delocate_for_arm64_and_keep_the_targets_tag(tmp
 
 
 def test_linux_aarch64_wheels_get_the_aarch64_policy_tag(tmp_path, fake_tool, monkeypatch):
-    from ci.repair import python_api, symbols
+    from ci.repair import python_api, served, symbols
 
     monkeypatch.setattr(symbols, "audit_wheel", lambda path, only_held=False: {})
     monkeypatch.setattr(python_api, "audit_wheel", lambda path: {"_C.abi3.so": []})  # the stand-in is no ELF file
+    monkeypatch.setattr(served, "audit", lambda path: {"_C.abi3.so": []})
     raw = raw_wheel(str(tmp_path / "raw"), "linux_aarch64", "_C.abi3.so")
     assert check.repair_and_check(raw, str(tmp_path / "out")).endswith("-manylinux_2_28_aarch64.whl")
     (cmd,) = fake_tool["calls"]
