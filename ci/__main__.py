@@ -1,7 +1,7 @@
 """prerast's wheel builder: `python -m ci <command>` from the repository root (`python -m ci <command> --help`).
 
 Each command is a main(argv) of a module of ci's subpackages, by job: ci/matrix (the cells, the workflow's job
-matrix), ci/toolkit (Windows's CUDA toolkit and compiler, Debian's CUDA 12.4), ci/build (building cells and wheels
+matrix), ci/toolkit (Windows's CUDA toolkit and compiler, Debian's CUDA 12.4), ci/builder (building cells and wheels
 here), ci/repair (cibuildwheel's repair step and the checks of a repaired wheel), ci/publish (index, release and
 its rehearsal).
 """
@@ -18,27 +18,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # command -> ("module:function", help). The names are the workflow's and the docs' contract: never rename one.
 COMMANDS = {
     "matrix": (
-        "ci.build.commands:matrix_main",
+        "ci.builder.commands:matrix_main",
         "list the cells of ci/matrix.toml and the parts of each target's wheel (--local: which cells this machine can "
         "build, and why not)",
     ),
     "build": (
-        "ci.build.commands:build_main",
+        "ci.builder.commands:build_main",
         "build, repair and smoke-test cells: --cell 2.14.1+cu130 [--cell 2.14.1+cu130@3.12] or --all-local",
     ),
     "wheel-local": (
-        "ci.build.wheel_local:main",
+        "ci.builder.wheel_local:main",
         "the one Linux x86-64 wheel from parts built here: --archs 8.0 --classic 2.4 --out DIR",
     ),
     "merge": (
-        "ci.build.merge:main",
+        "ci.builder.merge:main",
         "combine part wheels (bindings, kernel libraries) into one wheel: --out DIR [--slim] PARTS...",
     ),
     "merge-target": (
-        "ci.build.merge_target:main",
+        "ci.builder.merge_target:main",
         "one target's wheels from its part wheels: the one wheel and the slim ones (the workflow's merge job)",
     ),
-    "summary": ("ci.build.commands:summary_main", "the summary table of the cells built so far (dist/cells)"),
+    "summary": ("ci.builder.commands:summary_main", "the summary table of the cells built so far (dist/cells)"),
     "index": ("ci.publish.index:main", "find-links pages and a PEP 503 index from a folder of wheels"),
     "cibw-env": (
         "ci.matrix.cibw:env_main",
@@ -106,11 +106,11 @@ COMMANDS = {
         "repair one wheel with the package's policy and check it (cibuildwheel's repair command)",
     ),
     "smoke": (
-        "ci.build.smoke:main",
+        "ci.builder.smoke:main",
         "smoke-test an installed or given wheel with no compiler (cibuildwheel's test command)",
     ),
     "part-check": (
-        "ci.build.part_check:main",
+        "ci.builder.part_check:main",
         "a part's wheel installed under this Python is whole and py3-none (cibuildwheel's test of a part)",
     ),
     "symbols": (
@@ -125,13 +125,13 @@ COMMANDS = {
         "ci.repair.abi_proof:main",
         "install one wheel next to other torch releases and run the op tests there",
     ),
-    "wheel": ("ci.build.wheel:main", "build/venv/smoke helpers of the quick start"),
+    "wheel": ("ci.builder.wheel:main", "build/venv/smoke helpers of the quick start"),
     "cross": (
-        "ci.build.cross:main",
+        "ci.builder.cross:main",
         "cross-build the aarch64 CPU wheel here and run it under qemu (fetch, build, python, cuda-probe)",
     ),
     "dev": (
-        "ci.build.dev:main",
+        "ci.builder.dev:main",
         "the dev loop: build the plugin in place into package/prerast (--cpu: the CPU "
         "library only), recompiling only what changed, then (after --) run pytest against it",
     ),

@@ -1,7 +1,7 @@
 """Progress of a long command, such as a compile: its whole output goes to a log file, the lines worth showing
 are echoed, and while the command is quiet a heartbeat line says that it still runs and for how long.
 
-Standard library only and free of prerast imports: the wheel builder (ci/build/progress.py) and the first-use build
+Standard library only and free of prerast imports: the wheel builder (ci/builder/progress.py) and the first-use build
 share it, and importing it loads no plugin.
 """
 

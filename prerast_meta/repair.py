@@ -1,6 +1,6 @@
 """Wheel repair policy: the platform's repair tool (auditwheel on Linux, delvewheel on Windows, delocate on macOS)
 with every torch and CUDA library excluded, so that the wheel uses the ones torch brings at run time. Standard library only, and free of prerast imports, so that build tooling imports
-it without loading the plugin (see ci/build/wheel.py)."""
+it without loading the plugin (see ci/builder/wheel.py)."""
 
 import base64
 import fnmatch

@@ -258,7 +258,7 @@ class Cell:
     def host_torch_requirement(self):
         """(requirement, extra pip arguments) of the torch a cross build of this CPU cell compiles with on the
         build machine: the CPU build of its release there, for its headers (the library links against the
-        target's own torch, ci/build/cross.py)."""
+        target's own torch, ci/builder/cross.py)."""
         return f"torch=={self.torch}+cpu", ["--extra-index-url", self.policy["torch_index"].format(platform="cpu")]
 
     def torch_index(self):

@@ -44,7 +44,7 @@ def toolkit_packages(part, path=matrix.MATRIX_FILE):
     return [f"{p}-{suffix}" for p in matrix.toolkit(path)["packages"]]
 
 
-# torch's cpp_extension puts a ccache found on PATH in front of the host compiler from 2.13 on (ci/build/cells.py
+# torch's cpp_extension puts a ccache found on PATH in front of the host compiler from 2.13 on (ci/builder/cells.py
 # reads it from the source: wraps_compiler); a binding built with older torch compiles uncached (CXX names
 # gcc-toolset's g++ itself: a ccache in front of it would fail torch's compiler check). The kernel libraries put
 # ccache in front of gcc and nvcc themselves (prerast_meta/kernel_build.py).

@@ -1,7 +1,7 @@
 """The parts each target's one wheel is merged from: what the workflow's wheel jobs build, and the wheels each
 target's merge makes of them. Everything that builds, merges or publishes parts asks this module.
 
-A target's wheel (ci/build/merge.py) is made of parts, each built by a job of its own on the target's runner:
+A target's wheel (ci/builder/merge.py) is made of parts, each built by a job of its own on the target's runner:
   kernels   torch-free kernel libraries: the CPU one, and one per CUDA major that the target's cells use (the
             majors of their cuXXX platforms), each compiled by ONE toolkit of that major ([kernels] cuda of
             ci/matrix.toml, or the target's `kernels` table) for that toolkit's archs: nvcc runs once per (target,
@@ -117,7 +117,7 @@ class Merge:
     target: matrix.Target
     parts: tuple  # Part
     slim: bool
-    local_tag: str  # "" for the one wheel; "cu12", "pt24cu121", ... as ci/build/merge.py's slim_tag gives it
+    local_tag: str  # "" for the one wheel; "cu12", "pt24cu121", ... as ci/builder/merge.py's slim_tag gives it
 
     def wheel_name(self, version):
         local = f"+{self.local_tag}" if self.local_tag else ""

@@ -31,7 +31,7 @@ import sys
 import zipfile
 
 from ci import matrix
-from ci.build import wheel
+from ci.builder import wheel
 from prerast_meta import compat
 
 PROJECT = "prerast"

@@ -25,7 +25,7 @@ Scenarios, each checked: clean (every target publishes); the same run again (not
 wheels missing (the others publish, it is named in the plan, the summary and the notes); the re-run with it
 present (the release completes, nothing replaced); a rebuilt wheel with other bytes (the upload stops and names
 both sha256). After each publishing scenario: pip install from the local index and from the pages into fresh
-virtualenvs (torch shared from ci/build/shared_torch.py), each rendering a small scene on the CPU.
+virtualenvs (torch shared from ci/builder/shared_torch.py), each rendering a small scene on the CPU.
 """
 
 import argparse
@@ -46,7 +46,7 @@ import time
 import urllib.request
 import zipfile
 
-from ci.build import merge, shared_torch
+from ci.builder import merge, shared_torch
 from ci.matrix import parts as _parts
 from ci.publish import plan as publish, release, rerun
 from prerast_meta import compat, integrity, repair
@@ -127,7 +127,7 @@ def tree_digest(folder):
 
 
 def _binding_entry(part):
-    """A binding's fields in _build_info.json, as ci/build/merge.py writes them for the part."""
+    """A binding's fields in _build_info.json, as ci/builder/merge.py writes them for the part."""
     cell = part.cell
     return {
         "abi": part.abi,

@@ -16,7 +16,7 @@ import shutil
 import zipfile
 
 from ci import matrix
-from ci.build import merge as _merge
+from ci.builder import merge as _merge
 from prerast_meta import build_info, compat, integrity
 from prerast_meta.repair import INFO, record_hash
 

@@ -25,8 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if __name__ == "__main__":
     sys.path.insert(0, ROOT)
 
-from ci.build import local
-from ci.build.progress import clock, log  # noqa: E402
+from ci.builder import local
+from ci.builder.progress import clock, log  # noqa: E402
 from ci.repair import python_api, symbols  # noqa: E402
 from prerast_meta import build_env, build_wheel as _route, sources  # noqa: E402
 

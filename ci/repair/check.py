@@ -9,7 +9,7 @@ import os
 import sys
 
 from ci import matrix
-from ci.build import wheel
+from ci.builder import wheel
 from ci.repair import python_api, served, symbols
 from prerast_meta import compat
 

@@ -22,7 +22,7 @@ import tempfile
 import zipfile
 
 from ci import matrix
-from ci.build import wheel as _wheel
+from ci.builder import wheel as _wheel
 
 CUDART_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cudart")
 RUNTIME_LIBRARIES = ("GLIBC", "GLIBCXX", "CXXABI", "GCC")

@@ -3,7 +3,7 @@
 Every page (Markdown or reST source) is read for the code it names, and each name is looked up:
 
   a dotted name of the project's packages in inline code   `prerast.rasterize`, `prerast_meta.compat.PAGES_URL`,
-                                                            `ci.build.cross`, `torch.ops.prerast.texture_fwd`: imported
+                                                            `ci.builder.cross`, `torch.ops.prerast.texture_fwd`: imported
   a path of the repository in inline code                   `ci/matrix/__init__.py`, `csrc/core/*.cu`,
                                                             `tests/docs/test_guides.py::test_x`: found on disk
   a command of the project's command-line programs          python -m ci <command>, python -m prerast <command>

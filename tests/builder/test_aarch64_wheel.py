@@ -1,4 +1,4 @@
-"""The Linux aarch64 CPU wheel, cross-built here (ci/build/cross.py) and run under qemu-user with Debian's arm64 Python
+"""The Linux aarch64 CPU wheel, cross-built here (ci/builder/cross.py) and run under qemu-user with Debian's arm64 Python
 and PyPI's torch 2.10.0 aarch64 build: every library in it is aarch64 code, its platform tag is the one its glibc
 symbol versions allow, it imports only torch's stable C shims (each defined by torch 2.10's aarch64 libtorch_cpu),
 and under qemu the CPU op tests pass and a rendered scene has the same bits as the x86-64 wheel's render.
@@ -26,8 +26,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from ci.build import buildable, cross, wheel as wheels
-from ci.build.tools import ToolsMissing  # noqa: E402
+from ci.builder import buildable, cross, wheel as wheels
+from ci.builder.tools import ToolsMissing  # noqa: E402
 from ci.repair import symbols  # noqa: E402
 
 EM_AARCH64 = 183  # e_machine of an ELF file for aarch64 (x86-64 is 62)
@@ -315,7 +315,7 @@ def test_cross_cell_without_its_toolchain_names_the_packages(monkeypatch, capsys
 def test_build_cell_of_another_machine_goes_to_the_cross_build(monkeypatch, tmp_path):
     """`ci build --cell` takes the cross build for the aarch64 CPU cell, the native one for this machine's."""
     from ci import __main__ as cli
-    from ci.build import buildable, cells
+    from ci.builder import buildable, cells
 
     monkeypatch.setattr(buildable, "verdict", lambda cell, py=None: (True, ""))
     calls = []

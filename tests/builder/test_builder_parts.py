@@ -9,7 +9,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix  # noqa: E402
-from ci.build import buildable, local, progress, summary, tools
+from ci.builder import buildable, local, progress, summary, tools
 
 
 @pytest.fixture
@@ -186,7 +186,7 @@ def test_tool_check_names_each_missing_program_with_its_fix(tmp_path, monkeypatc
 
 def test_build_stops_before_any_work_when_a_tool_is_missing(monkeypatch, tmp_path, capsys):
     from ci import __main__ as cli
-    from ci.build import cells
+    from ci.builder import cells
 
     monkeypatch.setattr(buildable, "verdict", lambda cell, py=None: (True, ""))
     monkeypatch.setattr(

@@ -14,7 +14,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix
-from ci.build import wheel  # noqa: E402
+from ci.builder import wheel  # noqa: E402
 from ci.repair import python_api, symbols
 from prerast_meta import build_info  # noqa: E402
 from wheel_under_test import find_test_wheel  # noqa: E402

@@ -16,7 +16,7 @@ import fresh_clone
 
 ROOT = fresh_clone.ROOT
 sys.path.insert(0, ROOT)
-from ci.build import cells, dev  # noqa: E402
+from ci.builder import cells, dev  # noqa: E402
 from prerast_meta import sources as _sources  # noqa: E402
 
 pytestmark = pytest.mark.slow  # in-place builds in a copy of the tree

@@ -73,7 +73,7 @@ def test_carried_wheels_are_what_the_check_installs(tmp_path):
     wheel = fake_wheel(str(tmp_path))
     out = dry_run(tmp_path, PRERAST_WHEEL=wheel, PYTHON=python, GPU_CHECK_WHEELS=str(tmp_path / "none"))
     assert out.returncode == 2, out.stdout + out.stderr
-    with open(os.path.join(ROOT, "ci", "build", "gpu_check.py")) as f:
+    with open(os.path.join(ROOT, "ci", "builder", "gpu_check.py")) as f:
         carry = next(line for line in f if line.startswith("CARRY = ")).split('"')[1]
     assert carry in out.stderr  # what to carry, as docs/benchmarks.md shows it
     with open(os.path.join(ROOT, "docs", "benchmarks.md")) as f:
@@ -88,7 +88,7 @@ def test_carried_wheels_are_what_the_check_installs(tmp_path):
 def test_the_report_says_each_steps_outcome(tmp_path):
     """run() with stand-in steps: a pass, a failure, a sanitizer that cannot attach (refused, not failed), a step
     stopped at its limit, one left no time; report.json and the summary line say so, exit status 1."""
-    sys.path.insert(0, os.path.join(ROOT, "ci", "build"))
+    sys.path.insert(0, os.path.join(ROOT, "ci", "builder"))
     import gpu_check
 
     sanitizer = tmp_path / "compute-sanitizer"

@@ -37,7 +37,7 @@ CI_MODULES = package_tree(os.path.join(ROOT, "ci"), "ci")
 ALL_MODULES = set(MODULES) | set(CI_MODULES)
 # ci's subpackages, lowest first: each imports only those before it (and itself). ci.__main__ (the command table)
 # and ci.cli (its by-path entry point) sit above them all; ci/__init__.py imports nothing.
-LAYERS = ["ci.matrix", "ci.toolkit", "ci.build", "ci.repair", "ci.publish"]
+LAYERS = ["ci.matrix", "ci.toolkit", "ci.builder", "ci.repair", "ci.publish"]
 
 
 def imported(path, package):
@@ -140,14 +140,14 @@ def test_ci_imports_form_a_tree_in_declared_layers():
 
 
 def test_a_planted_ci_cycle_or_upward_import_is_found():
-    # The cycles ci/ once had: the verdict on a cell importing the cells back (ci.build.local -> cells -> local),
+    # The cycles ci/ once had: the verdict on a cell importing the cells back (ci.builder.local -> cells -> local),
     # and the release's upload importing the publish plan, which imports the release.
-    assert "ci.build.cross" in CI_EDGES["ci.build.buildable"]  # (a function-level import counts too)
-    assert cycle({**CI_EDGES, "ci.build.local": CI_EDGES["ci.build.local"] | {"ci.build.buildable"}}) is not None
+    assert "ci.builder.cross" in CI_EDGES["ci.builder.buildable"]  # (a function-level import counts too)
+    assert cycle({**CI_EDGES, "ci.builder.local": CI_EDGES["ci.builder.local"] | {"ci.builder.buildable"}}) is not None
     assert cycle({**CI_EDGES, "ci.publish.release": CI_EDGES["ci.publish.release"] | {"ci.publish.upload"}})
     # The matrix importing the wheel builder (as ci/matrix/cibw.py once did for the repository's root).
-    planted = {**CI_EDGES, "ci.matrix.cibw": CI_EDGES["ci.matrix.cibw"] | {"ci.build.wheel"}}
-    assert upward_imports(planted) == ["ci.matrix.cibw -> ci.build.wheel"]
+    planted = {**CI_EDGES, "ci.matrix.cibw": CI_EDGES["ci.matrix.cibw"] | {"ci.builder.wheel"}}
+    assert upward_imports(planted) == ["ci.matrix.cibw -> ci.builder.wheel"]
     assert upward_imports({**CI_EDGES, "ci.toolkit.redist": {"ci.__main__"}}) == ["ci.toolkit.redist -> ci.__main__"]
 
 
@@ -166,7 +166,7 @@ def test_ci_and_the_package_depend_one_way():
     for name, path in list(CI_MODULES.items()) + [("setup", os.path.join(ROOT, "setup.py"))]:
         names = {m.split(".")[0] for m in imported(path, name)}
         assert "prerast" not in names, path
-    assert "ci.build.smoke" in CI_MODULES  # (the subpackages are read too)
+    assert "ci.builder.smoke" in CI_MODULES  # (the subpackages are read too)
     for name, path in MODULES.items():
         assert "ci" not in {m.split(".")[0] for m in imported(path, name)}, name
 

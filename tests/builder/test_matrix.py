@@ -292,7 +292,7 @@ def test_wheel_name_matches_the_wheel_the_tests_run_on():
     path = os.environ.get("PRERAST_TEST_WHEEL")
     if not path:
         pytest.skip("no PRERAST_TEST_WHEEL (ci/test.sh sets it)")
-    from ci.build import wheel
+    from ci.builder import wheel
 
     info = wheel.inspect(path)["build_info"]
     cell = matrix.cell_for_build(info)
@@ -371,7 +371,7 @@ def test_a_linux_targets_image_and_tag_follow_its_one_manylinux_value(tmp_path):
         "linux-x86_64": ("manylinux_2_34", "manylinux_2_34_x86_64"),
         "linux-aarch64": ("manylinux_2_34", "manylinux_2_34_aarch64"),
     }
-    from ci.build import cross
+    from ci.builder import cross
 
     assert cross.PLATFORM == matrix.targets()["linux-aarch64"].plat
 

@@ -18,7 +18,7 @@ from prerast import _loader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.build import merge as _merge  # noqa: E402
+from ci.builder import merge as _merge  # noqa: E402
 from prerast_meta import build_info, compat  # noqa: E402
 
 VERSION = compat.base_version(prerast.__version__)

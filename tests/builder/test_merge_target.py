@@ -12,7 +12,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.build import merge_target  # noqa: E402
+from ci.builder import merge_target  # noqa: E402
 from ci.matrix import parts  # noqa: E402
 from prerast_meta import compat, integrity  # noqa: E402
 

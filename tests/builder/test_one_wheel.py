@@ -2,7 +2,7 @@
 torch alike, from one file.
 
 The parts are built here as `python -m ci wheel-local` builds them (the CPU, CUDA 12 and CUDA 13 kernel libraries,
-the stable binding and the torch 2.4 classic binding: ci/build/wheel_local.py, once per source tree; ci/test.sh
+the stable binding and the torch 2.4 classic binding: ci/builder/wheel_local.py, once per source tree; ci/test.sh
 built them already) and merged. The wheel then goes into fresh virtualenvs of PyPI's torch 2.14.1 (CUDA 13), 2.10.0
 (CUDA 12.8), 2.4.1 (CUDA 12.1) and torch 2.13.0+cpu, each with no compiler
 reachable. There a program of the shape users run renders a scene through every op with gradients, on the CPU,
@@ -30,8 +30,8 @@ from shared_torch import TORCH_SPEC, make_venv, shared_torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.build import merge as _merge, wheel_local  # noqa: E402
-from ci.build.smoke import runtime_env  # noqa: E402
+from ci.builder import merge as _merge, wheel_local  # noqa: E402
+from ci.builder.smoke import runtime_env  # noqa: E402
 from ci.repair import served  # noqa: E402
 
 pytestmark = [pytest.mark.wheel, pytest.mark.slow]
@@ -164,7 +164,7 @@ def test_out_of_memory_reaches_users_as_torch_out_of_memory_error(venvs, tmp_pat
 
 @pytest.fixture(scope="module")
 def venvs(tmp_path_factory, built):
-    """{torch spec: venv} with the merged wheel installed, torch shared from .venv (ci/build/shared_torch.py)."""
+    """{torch spec: venv} with the merged wheel installed, torch shared from .venv (ci/builder/shared_torch.py)."""
     merged, _ = built
     found = {}
     for spec, *_ in TORCHES:

@@ -18,7 +18,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from ci.build import part_check  # noqa: E402
+from ci.builder import part_check  # noqa: E402
 
 LIBRARY = b"\x7fELF a kernel library"
 

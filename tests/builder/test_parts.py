@@ -1,5 +1,5 @@
 """The parts of each target's one wheel (ci/matrix/parts.py), checked against the cells they serve, ci/matrix.toml's
-toolkit and arch tables, and the names ci/build/merge.py gives the wheels merged of them."""
+toolkit and arch tables, and the names ci/builder/merge.py gives the wheels merged of them."""
 
 import dataclasses
 import os
@@ -11,7 +11,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 from ci import matrix  # noqa: E402
-from ci.build import merge  # noqa: E402
+from ci.builder import merge  # noqa: E402
 from ci.matrix import parts  # noqa: E402
 from prerast_meta import compat  # noqa: E402
 from test_matrix import to_toml  # noqa: E402
@@ -135,7 +135,7 @@ def test_published_cuda_11_needs_a_toolkit_of_its_own(tmp_path):
 
 
 def slim_tag_of(m):
-    """ci/build/merge.py's name for the slim wheel of m's parts, from the metadata their builds write."""
+    """ci/builder/merge.py's name for the slim wheel of m's parts, from the metadata their builds write."""
     (binding,) = [p for p in m.parts if p.kind == "binding"]
     info = {"abi": binding.abi, "torch_version": binding.cell.torch_build, "cuda_version": binding.cell.cuda}
     return merge.slim_tag(info, {k.compute: {} for k in m.parts if k.kind == "kernels"})

@@ -112,7 +112,7 @@ def test_symbols_command_fails_a_wheel_with_a_planted_library(gcc, tmp_path):
 def test_repair_refuses_a_linux_wheel_whose_library_uses_the_c_api(gcc, tmp_path, monkeypatch):
     """python -m ci repair (cibuildwheel's repair command) runs the guard on the repaired wheel: the repair tool
     stands in here, handing back a wheel with the planted library, then one with the clean library."""
-    from ci.build import wheel as wheels
+    from ci.builder import wheel as wheels
     from ci.repair import check
     from prerast_meta import repair
 

@@ -1,6 +1,6 @@
 """A part built twice from the same commit, in two folders, is the same bytes: the CPU kernels part (the cheapest),
 built by the one build route (prerast_meta/build_wheel.py: pip wheel, then auditwheel) from two copies of the
-sources with ccache off, under SOURCE_DATE_EPOCH as ci/build/wheel_local.py and the workflow's part jobs set it.
+sources with ccache off, under SOURCE_DATE_EPOCH as ci/builder/wheel_local.py and the workflow's part jobs set it.
 What makes it so: setup.py's -ffile-prefix-map (compiler_flags.prefix_map) and SOURCE_DATE_EPOCH for the zip
 dates and built_at. The CUDA kernel parts are not built here (minutes of nvcc): docs/building-wheels.md says what
 nvcc does and how it was measured."""
@@ -82,7 +82,7 @@ def test_gcc_writes_the_mapped_folder_into_file_macros(tmp_path):
 def test_every_part_build_is_dated_by_the_commit(monkeypatch):
     """wheel-local's parts and the workflow's part jobs (cibuildwheel's environment) build with SOURCE_DATE_EPOCH
     the commit's date, which built_at then records instead of the clock."""
-    from ci.build import wheel_local
+    from ci.builder import wheel_local
     from ci.matrix import cibw, parts
     from prerast_meta import build_info
 

@@ -11,7 +11,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.build import wheel as wheel_tools  # noqa: E402
+from ci.builder import wheel as wheel_tools  # noqa: E402
 from shared_torch import make_venv, shared_torch  # noqa: E402
 from wheel_under_test import find_test_wheel  # noqa: E402
 
@@ -26,7 +26,7 @@ def runtime_venv(tmp_path_factory):
     wheel = find_test_wheel()
     venv = str(tmp_path_factory.mktemp("runtime") / "venv")
     make_venv(venv, shared_torch())
-    from ci.build import smoke
+    from ci.builder import smoke
 
     smoke.install(venv, wheel)
     return venv
@@ -64,7 +64,7 @@ def test_wheel_renders_without_compiler(runtime_venv, tmp_path):
     ],
 )
 def test_smoke_test_catches_compiling_and_writing(runtime_venv, tmp_path, monkeypatch, offence, evidence):
-    from ci.build import smoke
+    from ci.builder import smoke
 
     monkeypatch.setattr(smoke, "SMOKE_SCRIPT", offence + "\n" + smoke.SMOKE_SCRIPT)
     with pytest.raises(RuntimeError, match=evidence):

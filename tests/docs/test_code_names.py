@@ -54,7 +54,7 @@ def test_a_stale_name_planted_in_a_copy_of_a_page_is_reported(planted, reported)
 
 def test_names_that_exist_and_placeholders_pass():
     text = (
-        "`prerast.rasterize(ctx, pos, tri, res)`, `prerast_meta.compat.PAGES_URL`, `ci.build.cross`, "
+        "`prerast.rasterize(ctx, pos, tri, res)`, `prerast_meta.compat.PAGES_URL`, `ci.builder.cross`, "
         "`torch.ops.prerast.rasterize_fwd`, `csrc/core/*.cu`, `tests/docs/test_guides.py::"
         "test_installing_shows_the_fix_commands_the_loader_prints`, `prerast-<v>-py3-none.whl`, "
         "`ci/{name}.py`, `dist/cells/`, `python -m ci fact stable-floor`"

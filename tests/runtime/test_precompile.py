@@ -24,7 +24,7 @@ from render_scene import grid_scene, render
 pytestmark = pytest.mark.slow  # AOTInductor compiles C++: tens of seconds each
 
 SUPPORT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "support")  # the helpers
-# The oldest torch the stable wheel serves, as a CPU build to share into a fresh venv (ci/build/shared_torch.py): a pip
+# The oldest torch the stable wheel serves, as a CPU build to share into a fresh venv (ci/builder/shared_torch.py): a pip
 # requirement, or a site-packages folder that holds that torch already.
 OLDEST_TORCH = os.environ.get("PRERAST_TEST_OLDEST_TORCH", "torch==%d.%d.0+cpu" % STABLE_FLOOR)
 
@@ -145,7 +145,7 @@ def test_runtime_loads_inference_artifact_without_compiler(tmp_path, device):
 @pytest.mark.wheel
 def test_oldest_torch_runtime_loads_inference_artifact_without_compiler(tmp_path):
     """The module's round trip (`python -m prerast precompile`, then a runtime with no compiler) under the oldest
-    torch the stable wheel serves, in a fresh venv sharing that torch (ci/build/shared_torch.py) with the wheel under
+    torch the stable wheel serves, in a fresh venv sharing that torch (ci/builder/shared_torch.py) with the wheel under
     test installed: torch's AOTInductor loader differs between it and the newest (which the test above runs)."""
     from shared_torch import make_venv, pip, shared_torch
     from wheel_under_test import find_test_wheel

@@ -1,4 +1,4 @@
-"""The shared CPU torch of the wheel tests (ci/build/shared_torch.py), skipping a test where it cannot be installed."""
+"""The shared CPU torch of the wheel tests (ci/builder/shared_torch.py), skipping a test where it cannot be installed."""
 
 import os
 import sys
@@ -6,8 +6,8 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from ci.build import shared_torch as _shared  # noqa: E402
-from ci.build.shared_torch import TORCH_SITE, TORCH_SPEC, make_venv, pip  # noqa: E402,F401
+from ci.builder import shared_torch as _shared  # noqa: E402
+from ci.builder.shared_torch import TORCH_SITE, TORCH_SPEC, make_venv, pip  # noqa: E402,F401
 
 
 def shared_torch(*spec_and_variable):

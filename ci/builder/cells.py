@@ -21,8 +21,8 @@ import subprocess
 import sys
 import time
 
-from ci.build import local, progress, smoke, tools, wheel
-from ci.build.progress import CommandFailed, Steps, log, run_logged
+from ci.builder import local, progress, smoke, tools, wheel
+from ci.builder.progress import CommandFailed, Steps, log, run_logged
 from prerast_meta import build_env, build_wheel
 
 ROOT = wheel.ROOT
@@ -338,11 +338,11 @@ def build_cross_cell(
     downloads=DEFAULT_DOWNLOADS,
     keep_build_env=False,
 ):
-    """Build, repair and smoke-test a cell of another machine by cross-compiling (ci/build/cross.py): the cell's torch for
+    """Build, repair and smoke-test a cell of another machine by cross-compiling (ci/builder/cross.py): the cell's torch for
     this machine in a build virtualenv (its headers; the library links against the target's torch of the stable
     floor, downloaded once with the target's numpy and Python sysroot), then under qemu the render of
     tests/support/platform_render.py with the repaired wheel. Returns the result dict (also in result.json)."""
-    from ci.build import cross
+    from ci.builder import cross
 
     name, work, out, logs = cell_folders(cell, python_version, work_root, out_root)
     result = {
@@ -378,7 +378,7 @@ def build_cross_cell(
             cmd = [
                 python,
                 "-c",
-                "import sys; from ci.build import cross; print(cross.build(sys.argv[1], source=sys.argv[2]))",
+                "import sys; from ci.builder import cross; print(cross.build(sys.argv[1], source=sys.argv[2]))",
                 out,
                 src,
             ]
@@ -518,4 +518,4 @@ def load_results(out_root=DEFAULT_OUT):
 
 
 if __name__ == "__main__":
-    sys.exit("ci/build/cells.py is a library; use: python -m ci build --cell 2.14.1+cu130")
+    sys.exit("ci/builder/cells.py is a library; use: python -m ci build --cell 2.14.1+cu130")

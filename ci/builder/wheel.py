@@ -15,10 +15,10 @@ import time
 import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if __name__ == "__main__":  # run as `python ci/build/wheel.py`: make the ci package importable
+if __name__ == "__main__":  # run as `python ci/builder/wheel.py`: make the ci package importable
     sys.path.insert(0, ROOT)
 
-from ci.build.smoke import BUILD_TOOLS, runtime_env, smoke, venv_python  # noqa: E402,F401  (re-exported: tests use them from here)
+from ci.builder.smoke import BUILD_TOOLS, runtime_env, smoke, venv_python  # noqa: E402,F401  (re-exported: tests use them from here)
 from prerast_meta import build_env, build_wheel as _route, repair as _policy  # noqa: E402
 
 AUDITWHEEL_EXCLUDES = _policy.AUDITWHEEL_EXCLUDES

@@ -1,12 +1,12 @@
 """Whether this machine can build a cell: natively (its nvcc, its Pythons, the torch it reaches) or by
-cross-compiling (ci/build/cross.py). Above both ci/build/local.py (what this machine has) and cross.py, which
+cross-compiling (ci/builder/cross.py). Above both ci/builder/local.py (what this machine has) and cross.py, which
 imports local.py's tools check: with the verdict in local.py, local, cells and cross imported each other.
 """
 
 import platform
 import sys
 
-from ci.build import cross, local
+from ci.builder import cross, local
 
 
 def verdict(cell, python_version=None):

@@ -3,8 +3,8 @@ build with the reason, then the wrong-torch cross-checks. Markdown, so that it p
 
 import os
 
-from ci.build import buildable
-from ci.build.progress import clock
+from ci.builder import buildable
+from ci.builder.progress import clock
 
 
 def _size(n):

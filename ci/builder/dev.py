@@ -29,10 +29,10 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if __name__ == "__main__":  # run as `python ci/build/dev.py`: make the ci package importable
+if __name__ == "__main__":  # run as `python ci/builder/dev.py`: make the ci package importable
     sys.path.insert(0, ROOT)
 
-from ci.build.progress import clock, echo_compiler, log  # noqa: E402
+from ci.builder.progress import clock, echo_compiler, log  # noqa: E402
 from prerast_meta import build_env, build_wheel  # noqa: E402
 
 PACKAGE = os.path.join("package", "prerast")

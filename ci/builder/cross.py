@@ -46,8 +46,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from ci import matrix  # noqa: E402
-from ci.build.progress import log  # noqa: E402
-from ci.build.tools import ToolsMissing  # noqa: E402
+from ci.builder.progress import log  # noqa: E402
+from ci.builder.tools import ToolsMissing  # noqa: E402
 from prerast_meta import build_env, build_wheel, compat  # noqa: E402
 
 TARGET = "aarch64"

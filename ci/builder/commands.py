@@ -15,9 +15,9 @@ import shutil
 import sys
 
 from ci import matrix
-from ci.build import buildable, cells as builder, summary, tools
-from ci.build.cells import DEFAULT_DOWNLOADS, DEFAULT_OUT, DEFAULT_WORK
-from ci.build.progress import clock, log
+from ci.builder import buildable, cells as builder, summary, tools
+from ci.builder.cells import DEFAULT_DOWNLOADS, DEFAULT_OUT, DEFAULT_WORK
+from ci.builder.progress import clock, log
 from ci.matrix import parts
 
 

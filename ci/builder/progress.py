@@ -80,4 +80,4 @@ def echo_compiler(line):
 
 
 if __name__ == "__main__":
-    sys.exit("ci/build/progress.py is a library; see python -m ci --help")
+    sys.exit("ci/builder/progress.py is a library; see python -m ci --help")

@@ -5,7 +5,7 @@
 Every part of the target that the selection builds (ci/matrix/parts.py: --published, --pr, or neither for all)
 must be under --parts (any depth: download-artifact's folders) exactly once, and a binding built with a CUDA torch
 must carry its CUDA part: a missing or incomplete part stops the merge, naming it, so that no wheel lacking a torch
-release or a compute goes out. Then what `python -m ci merge` does (ci/build/merge.py), once for the one wheel of
+release or a compute goes out. Then what `python -m ci merge` does (ci/builder/merge.py), once for the one wheel of
 all the parts (no local version: PyPI's) and once with --slim for each slim wheel the index pages serve. Each wheel
 written must have the name the matrix gives it (parts.merges), which the publish plan looks for.
 """
@@ -15,7 +15,7 @@ import os
 import sys
 
 from ci import matrix
-from ci.build import merge as _merge
+from ci.builder import merge as _merge
 from ci.matrix import parts as _parts
 
 

@@ -31,7 +31,7 @@ if __name__ == "__main__":
     sys.path.insert(0, ROOT)
 
 from ci import matrix  # noqa: E402
-from ci.build import merge as _merge, shared_torch  # noqa: E402
+from ci.builder import merge as _merge, shared_torch  # noqa: E402
 from ci.toolkit import debian  # noqa: E402
 from prerast_meta import build_env, build_wheel as _route, compat, sources  # noqa: E402
 
@@ -78,7 +78,7 @@ def toolkits(majors):
 
 
 def build_python(release):
-    """A virtualenv whose torch is PyPI's `release`, shared from .venv (ci/build/shared_torch.py), with the build
+    """A virtualenv whose torch is PyPI's `release`, shared from .venv (ci/builder/shared_torch.py), with the build
     packages of its own; returns its python."""
     venv = os.path.join(ROOT, ".venv", f"build-torch-{release}")
     python = os.path.join(venv, "bin", "python")
