@@ -14,7 +14,9 @@ once per renderer, each in a fresh process (its own page faults, caches and thre
 first; a run's time is its fastest of --reps calls. The table gives each renderer's fastest run over the rounds
 and the spread (slowest run over fastest). The floor is what the memory system allows for the bytes the op must
 move: in the prerast process, with the same threads, a fresh output-sized tensor filled (torch.empty + fill_,
-for each output) plus one read of the inputs (sum); "x floor" is prerast's time over it.
+for each output) plus one read of the inputs (sum); "x floor" is prerast's time over it. The last columns are
+CPU time (the process's, all threads; a thread pool spinning while it waits counts too) for the same calls, which
+a loaded machine inflates far less than wall time.
 """
 
 import argparse
@@ -58,22 +60,24 @@ def triangle_count(text):
 
 
 def fastest_ms(fns, reps, warmup=1, min_time=0.5, max_reps=200):
-    """The fastest call of each fn, in ms, over at least reps calls and (up to max_reps) min_time seconds: a call
-    of a few microseconds meets a busy machine's scheduling hiccups more often than not. Calls alternate between
-    the fns so that a change in the machine's load affects all of them alike. The first calls pay for one-time
-    allocations: not timed."""
+    """The fastest call of each fn over at least reps calls and (up to max_reps) min_time seconds, in ms of wall
+    time and, separately, of this process's CPU time (all its threads): a call of a few microseconds meets a busy
+    machine's scheduling hiccups more often than not, and CPU time leaves out the time spent waiting for a core.
+    Calls alternate between the fns so that a change in the machine's load affects all of them alike. The first
+    calls pay for one-time allocations: not timed."""
     for _ in range(warmup):
         for fn in fns:
             fn()
-    best = [float("inf")] * len(fns)
+    wall, cpu = [float("inf")] * len(fns), [float("inf")] * len(fns)
     start, done = time.perf_counter(), 0
     while done < reps or (done < max_reps and time.perf_counter() - start < min_time):
         done += 1
         for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             fn()
-            best[i] = min(best[i], 1000 * (time.perf_counter() - t0))
-    return best
+            wall[i] = min(wall[i], 1000 * (time.perf_counter() - t0))
+            cpu[i] = min(cpu[i], 1000 * (time.process_time() - c0))
+    return wall, cpu
 
 
 def cpu_name():
@@ -151,7 +155,7 @@ def worker(renderer, num_tris, res, reps):
         gl = Llvmpipe()
         out["renderer"] = gl.renderer or gl.reason
         if gl.ctx:
-            out["llvmpipe"] = fastest_ms([gl.frame(pos[0], res)], reps)[0]
+            (out["llvmpipe"],), (out["llvmpipe_cpu"],) = fastest_ms([gl.frame(pos[0], res)], reps)
         print(json.dumps(out))
         return
     same = prerast.RasterizeCpuContext(output_db=False)  # the values llvmpipe writes, and no more
@@ -163,7 +167,7 @@ def worker(renderer, num_tris, res, reps):
         pos.sum(), tri.sum()
 
     with torch.no_grad():
-        times = fastest_ms(
+        times, cpu = fastest_ms(
             [
                 lambda: prerast.rasterize(same, pos, tri, (res, res)),
                 lambda: prerast.rasterize(with_db, pos, tri, (res, res)),
@@ -173,6 +177,7 @@ def worker(renderer, num_tris, res, reps):
             reps,
         )
     out.update(zip(("prerast", "prerast_db", "floor", "floor_db"), times))
+    out.update(zip(("prerast_cpu", "prerast_db_cpu", "floor_cpu", "floor_db_cpu"), cpu))
     print(json.dumps(out))
 
 
@@ -192,18 +197,22 @@ def summarise(tris, res, runs):
         ts = [r[m] for r in runs if m in r]
         row[m + "_ms"] = min(ts) if ts else None
         row[m + "_spread"] = max(ts) / min(ts) if ts else None
+        cpu = [r[m + "_cpu"] for r in runs if m + "_cpu" in r]
+        row[m + "_cpu_ms"] = min(cpu) if cpu else None
     b = row["bytes"]
     row["floor_gbps"] = (b["read"] + b["write"]) / row["floor_ms"] / 1e6
     row["floor_db_gbps"] = (b["read"] + b["write_db"]) / row["floor_db_ms"] / 1e6
     row["over_floor"] = row["prerast_ms"] / row["floor_ms"]
     row["db_over_floor"] = row["prerast_db_ms"] / row["floor_db_ms"]
     row["vs_llvmpipe"] = row["prerast_ms"] / row["llvmpipe_ms"] if row["llvmpipe_ms"] else None
+    row["cpu_vs_llvmpipe"] = row["prerast_cpu_ms"] / row["llvmpipe_cpu_ms"] if row["llvmpipe_cpu_ms"] else None
     return row
 
 
 HEADER = (
     f"{'scene':<12} {'prerast ms':>10} {'spread':>6} {'llvmpipe ms':>11} {'spread':>6} {'ratio':>6} "
-    f"{'MB moved':>8} {'floor ms':>8} {'GB/s':>5} {'x floor':>7} {'+ db ms':>8} {'db x floor':>10}"
+    f"{'MB moved':>8} {'floor ms':>8} {'GB/s':>5} {'x floor':>7} {'+ db ms':>8} {'db x floor':>10} "
+    f"{'cpu ms':>7} {'llvmpipe cpu':>12} {'ratio':>6}"
 )
 
 
@@ -218,7 +227,8 @@ def format_row(r):
     return (
         f"{r['scene']:<12} {ms(r['prerast_ms']):>10} {x(r['prerast_spread']):>6} {ms(r['llvmpipe_ms']):>11} "
         f"{x(r['llvmpipe_spread']):>6} {x(r['vs_llvmpipe']):>6} {mb:8.1f} {ms(r['floor_ms']):>8} "
-        f"{r['floor_gbps']:5.1f} {x(r['over_floor']):>7} {ms(r['prerast_db_ms']):>8} {x(r['db_over_floor']):>10}"
+        f"{r['floor_gbps']:5.1f} {x(r['over_floor']):>7} {ms(r['prerast_db_ms']):>8} {x(r['db_over_floor']):>10} "
+        f"{ms(r['prerast_cpu_ms']):>7} {ms(r['llvmpipe_cpu_ms']):>12} {x(r['cpu_vs_llvmpipe']):>6}"
     )
 
 
