@@ -137,6 +137,9 @@ HOW = {
     "python benchmarks/run.py --only rasterize --json r.json": {"help": "python benchmarks/run.py --help"},
     "python benchmarks/run.py --scenes vs-llvmpipe --json ops.json": {"help": "python benchmarks/run.py --help"},
     "python benchmarks/vs_llvmpipe.py": {"help": "python benchmarks/vs_llvmpipe.py --help"},
+    "python benchmarks/frame_roofline.py --threads 1 --json frame.json --plot docs/_static/frame-roofline.png": {
+        "help": "python benchmarks/frame_roofline.py --help"
+    },
     "bash ci/gpu_check.sh": {"syntax": True},
     "python examples/triangle.py": {"test": "tests/runtime/examples/test_examples.py::test_triangle"},
     "python examples/cube.py --steps 400": {
