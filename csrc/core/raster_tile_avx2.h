@@ -163,9 +163,17 @@ __attribute__((target("avx2"))) inline bool write_group_avx2(const TileKeys& t, 
       for (int j = 0; j < 4; ++j) store_output(db + 8 * j, zero);
     return true;
   }
-  const __m256i base = _mm256_mullo_epi32(_mm256_load_si256((const __m256i*)(t.item + k)), _mm256_set1_epi32(stride));
+  const __m256i items = _mm256_load_si256((const __m256i*)(t.item + k));
+  const __m256i base = _mm256_mullo_epi32(items, _mm256_set1_epi32(stride));
   const float* s0 = (const float*)setups;
-#define PRERAST_FIELD(offset) _mm256_mask_i32gather_ps(zero, s0 + (offset), base, drawn, 4)
+  // Where one triangle won all eight pixels (most groups, unless triangles are a few pixels across), its fields
+  // are the same in every lane: broadcast them rather than gather (a gather costs several times a load).
+  const bool one_winner =
+      _mm256_movemask_ps(drawn) == 0xFF &&
+      _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(items, _mm256_set1_epi32(t.item[k])))) == 0xFF;
+  const float* s1 = one_winner ? (const float*)(setups + t.item[k]) : s0;
+#define PRERAST_FIELD(offset) \
+  (one_winner ? _mm256_set1_ps(s1[offset]) : _mm256_mask_i32gather_ps(zero, s0 + (offset), base, drawn, 4))
   const __m256 px = _mm256_loadu_ps(px_ndc + x), pyv = _mm256_set1_ps(py);
   const __m256 dx = _mm256_sub_ps(px, PRERAST_FIELD(offsetof(TriSetup, ox) / 4));
   const __m256 dy = _mm256_sub_ps(pyv, PRERAST_FIELD(offsetof(TriSetup, oy) / 4));

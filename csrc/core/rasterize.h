@@ -98,11 +98,16 @@ PR_HD void barycentric_weights(const int e[3], float bw[3], int16_t bw_exp[3]) {
 // remains. Returns false if nothing remains.
 PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0, int& x1, int& y1) {
   float poly[2][9][4];
+  const float* v[9] = {p[0], p[1], p[2]};  // the clipped polygon's vertices
   int n = 3;
-  for (int i = 0; i < 3; ++i)
-    for (int k = 0; k < 4; ++k) poly[0][i][k] = p[i][k];
+  // Every vertex inside both planes (most triangles): each clip pass would copy the three vertices unchanged.
+  bool inside = true;
+  for (int i = 0; i < 3; ++i) inside = inside && p[i][3] + p[i][2] >= 0 && p[i][3] - p[i][2] >= 0;
   int cur = 0;
-  for (int plane = 0; plane < 2; ++plane) {
+  if (!inside)
+    for (int i = 0; i < 3; ++i)
+      for (int k = 0; k < 4; ++k) poly[0][i][k] = p[i][k];
+  for (int plane = 0; plane < 2 && !inside; ++plane) {
     const float sz = plane == 0 ? 1.0f : -1.0f;  // distance = w + sz * z
     int m = 0;
     for (int i = 0; i < n; ++i) {
@@ -122,10 +127,11 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
     n = m;
     cur ^= 1;
     if (n == 0) return false;
+    for (int i = 0; i < n; ++i) v[i] = poly[cur][i];
   }
   float lo_x = 3.0e38f, lo_y = 3.0e38f, hi_x = -3.0e38f, hi_y = -3.0e38f;
   for (int i = 0; i < n; ++i) {
-    const float* P = poly[cur][i];
+    const float* P = v[i];
     if (!(P[3] > 1e-30f)) {  // a vertex on the eye plane: the projection is unbounded
       lo_x = lo_y = -3.0e38f;
       hi_x = hi_y = 3.0e38f;
@@ -134,14 +140,17 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
     float X = (P[0] / P[3] + 1.0f) * 0.5f * (float)W - 0.5f;  // pixel-index space: centre of pixel i is i
     float Y = (P[1] / P[3] + 1.0f) * 0.5f * (float)H - 0.5f;
     if (!(X == X) || !(Y == Y)) return false;
-    lo_x = fminf(lo_x, X), hi_x = fmaxf(hi_x, X);
-    lo_y = fminf(lo_y, Y), hi_y = fmaxf(hi_y, Y);
+    // fminf and fmaxf, X and Y not being NaN (a signed zero may differ, which floorf and ceilf below do not see):
+    // the host compiler makes those calls into the maths library.
+    lo_x = X < lo_x ? X : lo_x, hi_x = X > hi_x ? X : hi_x;
+    lo_y = Y < lo_y ? Y : lo_y, hi_y = Y > hi_y ? Y : hi_y;
   }
   // One pixel of margin absorbs the rounding of the clip and the projection; coverage itself is decided by
   // the edge functions.
   // Both ends clamped on both sides: an off-screen box must not reach the int conversion out of its range.
-  lo_x = fminf(fmaxf(lo_x, -2.0f), (float)W + 1.0f), lo_y = fminf(fmaxf(lo_y, -2.0f), (float)H + 1.0f);
-  hi_x = fmaxf(fminf(hi_x, (float)W + 1.0f), -2.0f), hi_y = fmaxf(fminf(hi_y, (float)H + 1.0f), -2.0f);
+  const auto clamp = [](float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); };  // x not NaN
+  lo_x = clamp(lo_x, -2.0f, (float)W + 1.0f), lo_y = clamp(lo_y, -2.0f, (float)H + 1.0f);
+  hi_x = clamp(hi_x, -2.0f, (float)W + 1.0f), hi_y = clamp(hi_y, -2.0f, (float)H + 1.0f);
   x0 = clampi((int)floorf(lo_x) - 1, 0, W), x1 = clampi((int)ceilf(hi_x) + 1, -1, W - 1);
   y0 = clampi((int)floorf(lo_y) - 1, 0, H), y1 = clampi((int)ceilf(hi_y) + 1, -1, H - 1);
   return x0 <= x1 && y0 <= y1;

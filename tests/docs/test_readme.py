@@ -148,6 +148,9 @@ HOW = {
         "test": "tests/builder/test_gpu_check.py::test_dry_run_finds_everything_and_says_what_it_would_run"
     },
     "PRERAST_WHEEL=dist/prerast-0.1.0-py3-none-manylinux_2_28_x86_64.whl bash ci/gpu_check.sh": {"syntax": True},
+    "python benchmarks/frame_roofline.py --threads 1 --json frame.json --plot docs/_static/frame-roofline.png": {
+        "help": "python benchmarks/frame_roofline.py --help"
+    },
     "python examples/triangle.py": {"test": "tests/runtime/examples/test_examples.py::test_triangle"},
     "python examples/cube.py --steps 400": {
         "help": "python examples/cube.py --help",
