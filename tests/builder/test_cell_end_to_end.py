@@ -52,7 +52,7 @@ def test_fresh_machine_has_no_build_tools_outside_the_venv(machine):
 
 def test_cpu_cell_builds_end_to_end_from_a_fresh_clone(machine):
     path, env, downloads = machine
-    cmd = ["python3.11", "-m", "ci", "builder", "--cell", CELL, "--downloads", downloads]
+    cmd = ["python3.11", "-m", "ci", "build", "--cell", CELL, "--downloads", downloads]
     out = subprocess.run(cmd, cwd=path, env=env, capture_output=True, text=True, timeout=40 * 60)
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-6000:]
