@@ -119,11 +119,12 @@ def prefix_map(platform_key, compiler, maps):
     package folder as "torch") wherever a compiler would embed it (__FILE__ in an assertion's message, in ours or
     in torch's inline headers): the same commit built in two folders or virtualenvs gives the same objects. gcc
     and clang (Apple's too) take -ffile-prefix-map; nvcc passes it to its host compiler (device code sees the
-    source paths nvcc is given, which kernel_build.py keeps relative). MSVC embeds no path without /Zi but
-    __FILE__ as given: nothing to add."""
+    source paths nvcc is given, which kernel_build.py keeps relative). MSVC embeds no path without /Zi, but cl and
+    link stamp the time of the build into each object and PE header: /Brepro writes a hash of the contents there
+    instead (for cl, for nvcc's host compile through -Xcompiler, and for link)."""
     if compiler not in COMPILERS.get(platform_key, ()):
         raise ValueError(f"no flags for compiler {compiler!r} on {platform_key!r}")
     if compiler == "msvc":
-        return Flags(cxx=[], nvcc=[], link=[])
+        return Flags(cxx=["/Brepro"], nvcc=["-Xcompiler", "/Brepro"], link=["/Brepro"])
     flags = [f"-ffile-prefix-map={os.path.abspath(path)}={new}" for path, new in maps.items()]
     return Flags(cxx=flags, nvcc=[x for f in flags for x in ("-Xcompiler", f)], link=[])
