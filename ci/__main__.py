@@ -272,6 +272,9 @@ REQUIRES = {
     "smoke": (Need("torch", unless="--venv"),),
     "preflight": (Need("pip"),),
     "cross": (Need("pip"),),
+    # The served-runtime audit reads auditwheel's manylinux policy table (ci/repair/served.py).
+    "symbols": (Need("auditwheel", platform="linux"),),
+    "cudart-exports": (Need("pip"), Need("auditwheel", platform="linux")),
     # Compiled against this Python's torch headers, then repaired with the package's policy.
     "cross build": _BUILD,
 }
