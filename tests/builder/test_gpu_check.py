@@ -85,10 +85,12 @@ def test_carried_wheels_are_what_the_check_installs(tmp_path):
     assert f"pip install -q --no-index --find-links {carried} pytest" in out.stdout, out.stdout + out.stderr
 
 
-def test_the_report_says_each_steps_outcome(tmp_path):
+def test_the_report_says_each_steps_outcome(tmp_path, monkeypatch):
     """run() with stand-in steps: a pass, a failure, a sanitizer that cannot attach (refused, not failed), a step
     stopped at its limit, one left no time; report.json and the summary line say so, exit status 1."""
-    sys.path.insert(0, os.path.join(ROOT, "ci", "builder"))
+    # From its folder, as bash ci/gpu_check.sh runs it; the folder leaves sys.path after the test, so that its
+    # wheel.py, smoke.py and tools.py shadow no later import.
+    monkeypatch.syspath_prepend(os.path.join(ROOT, "ci", "builder"))
     import gpu_check
 
     sanitizer = tmp_path / "compute-sanitizer"
