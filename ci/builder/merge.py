@@ -33,6 +33,8 @@ import zipfile
 from prerast_meta import build_info, compat, integrity
 from prerast_meta.repair import INFO, record_hash
 
+LIBRARY = re.compile(r"\.(so|pyd|dll|dylib)$")  # a compiled library in the package folder
+
 
 class MergeRefused(ValueError):
     """The parts cannot make one wheel; the message says which part and why."""
@@ -86,6 +88,15 @@ def read_part(path):
                 f"{path}: prerast/{name} {what}, but its build stamped {stamp['size']} bytes, SHA-256 "
                 f"{stamp['sha256'][:16]}...: a damaged part is not merged"
             )
+    stamped = {"prerast/" + name for name in info.get("libraries", {})}
+    # Directly in prerast/ (what a repair grafts lies in prerast/.dylibs/ or prerast.libs/).
+    loose = [n for n in members if n.startswith("prerast/") and n.count("/") == 1 and LIBRARY.search(n)]
+    stray = sorted(n for n in loose if n not in stamped)
+    if stray:
+        raise MergeRefused(
+            f"{path}: carries {', '.join(stray)}, which its build did not stamp (another part's library left in the "
+            "source tree it was built from?): build each part from a fresh copy of the sources"
+        )
     executable = frozenset(item.filename for item in items if (item.external_attr >> 16) & 0o111)
     newest = max((item.date_time for item in items), default=(1980, 1, 1, 0, 0, 0))
     return Part(path, version, tags, info, members, executable, newest)

@@ -107,6 +107,8 @@ def part_key(spec):
         "abi": spec.abi,
         "cuda_home": spec.cuda_home,
         "archs": list(spec.archs),
+        # Built from a fresh copy of the sources: a part stamped before that may carry an earlier part's libraries.
+        "fresh_copy": True,
     }
 
 
@@ -166,12 +168,13 @@ def wheel_local(out_dir, archs=None, classic=None, cuda=("12", "13"), work=DEFAU
     # A copy of the sources to build from: pip leaves its egg-info and build folders there, not in the checkout
     # (where a prerast.egg-info under package/ would pass for an installed prerast).
     source = os.path.join(work, "src")
-    shutil.rmtree(source, ignore_errors=True)
-    sources.materialize(source, ROOT)
-    parts = [
-        build_part(name, spec, parts_dir)
-        for name, spec in part_specs(archs, classic_releases(classic), cuda, python, source)
-    ]
+    parts = []
+    for name, spec in part_specs(archs, classic_releases(classic), cuda, python, source):
+        # Each part from a fresh copy, in the same folder, as each part job builds from a fresh checkout: the
+        # libraries an earlier part left in package/prerast would otherwise ride along in this part's wheel.
+        shutil.rmtree(source, ignore_errors=True)
+        sources.materialize(source, ROOT)
+        parts.append(build_part(name, spec, parts_dir))
     for old in glob.glob(os.path.join(out_dir, "prerast-*.whl")):
         os.remove(old)
     merged = _merge.merge(parts, out_dir)

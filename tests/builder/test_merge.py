@@ -191,3 +191,17 @@ def test_source_date_epoch_dates_every_member(parts, tmp_path):
         assert {i.date_time for i in z.infolist()} == {(2026, 1, 1, 0, 0, 0)}
     with pytest.raises(_merge.MergeRefused, match="SOURCE_DATE_EPOCH"):
         _merge.member_date([], {"SOURCE_DATE_EPOCH": "yesterday"})
+
+
+def test_a_part_carrying_a_library_its_build_did_not_stamp_is_refused(parts, tmp_path):
+    """A part is one build: a library another part's build left in the source tree (and that rode along in this
+    part's wheel) would make the part's bytes depend on what was built before it."""
+    stray = str(tmp_path / "stray" / os.path.basename(parts["binding"]))
+    os.makedirs(os.path.dirname(stray))
+    with zipfile.ZipFile(parts["binding"]) as src, zipfile.ZipFile(stray, "w") as dst:
+        for item in src.infolist():
+            dst.writestr(item, src.read(item))
+        dst.writestr("prerast/_kernels_cu13.abi3.so", b"left over")
+    with pytest.raises(_merge.MergeRefused, match=r"carries prerast/_kernels_cu13\.abi3\.so, which its build did not"):
+        _merge.merge([parts["kernels"], stray], str(tmp_path / "out"))
+    _merge.merge([parts["kernels"], parts["binding"]], str(tmp_path / "ok"))  # the part as built merges

@@ -116,6 +116,17 @@ def test_one_wheel_carries_every_part(built):
     assert size < 25e6
 
 
+def test_each_part_carries_only_the_libraries_its_build_stamped(built):
+    """wheel-local builds each part from a fresh copy of the sources, as each part job builds from a fresh
+    checkout: no part carries a library an earlier part's build left behind."""
+    _, parts = built
+    for name, wheel in parts.items():
+        info, names = wheel_info(wheel)
+        loose = {n.split("/", 1)[1] for n in names if n.startswith("prerast/") and n.count("/") == 1}
+        carried = {n for n in loose if n.endswith((".so", ".pyd", ".dylib"))}
+        assert carried == set(info["libraries"]), (name, sorted(carried))
+
+
 def test_every_library_is_served_where_it_goes(built):
     """ci/repair/served.py on the merged wheel and each part: no run path of this machine, cudart imports in the
     oldest served runtime of their CUDA major, and the kernel libraries within manylinux_2_28's symbol versions with
