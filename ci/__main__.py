@@ -224,13 +224,23 @@ def install_commands(absent, python=sys.executable, root=ROOT):
     return commands
 
 
+# The one command that makes a virtualenv with everything a command needs, where the docs name one.
+VENV_COMMANDS = {
+    "rehearse": "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt",
+}
+
+
 def message(command, absent, python=sys.executable, root=ROOT):
     names = ", ".join(n.distribution for n in absent)
     lines = [
         f"python -m ci {command}: this Python ({python}) lacks {names}, which the command needs; "
         "install them first (from the repository root), then run it again:"
     ]
-    return "\n".join(lines + [f"    {c}" for c in install_commands(absent, python, root)])
+    lines += [f"    {c}" for c in install_commands(absent, python, root)]
+    venv = VENV_COMMANDS.get(command.split()[0])
+    if venv:
+        lines += ["or make the virtualenv it runs from (README.md):", f"    {venv}"]
+    return "\n".join(lines)
 
 
 def check(name, args, table, find_spec=importlib.util.find_spec):

@@ -779,20 +779,6 @@ def rerun_scenarios(parts_dir, work, selected, version, tag, torch_site):
     return report
 
 
-# The Python modules the rehearsal runs besides the build's (the pip packages of ci/requirements-ci.txt).
-NEEDED_MODULES = {"pypiserver": "pypiserver", "twine": "twine", "yaml": "pyyaml"}
-# The one command that makes a virtualenv the rehearsal runs from (README.md, docs/releasing.md).
-VENV_COMMAND = "python3.11 -m ci wheel venv .venv/build -r ci/requirements-build.txt ci/requirements-ci.txt"
-
-
-def missing_modules(find=None):
-    """The pip packages of NEEDED_MODULES that this Python cannot import."""
-    import importlib.util
-
-    find = find or importlib.util.find_spec
-    return [package for module, package in NEEDED_MODULES.items() if find(module) is None]
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(
         prog="python -m ci rehearse", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -810,16 +796,7 @@ def main(argv=None):
     ap.add_argument("--work", help="the working folder (default: a temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep the working folder")
     a = ap.parse_args(argv)
-    missing = missing_modules()
-    if missing:
-        print(
-            f"python -m ci rehearse: this Python ({sys.executable}) lacks {', '.join(missing)}, which the rehearsal "
-            f"runs (a package index, the upload, the workflow's YAML); install them with\n"
-            f"  {sys.executable} -m pip install -r ci/requirements-ci.txt\n"
-            "or make the rehearsal's virtualenv with everything it needs:\n  " + VENV_COMMAND,
-            file=sys.stderr,
-        )
-        return 2
+    # What it needs installed is checked before it starts: python -m ci's REQUIRES (ci/__main__.py).
     work = os.path.abspath(a.work) if a.work else tempfile.mkdtemp(prefix="prerast-rehearse-")
     os.makedirs(work, exist_ok=True)
     start = time.monotonic()
