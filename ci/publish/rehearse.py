@@ -455,6 +455,38 @@ def play(step, folder, env, context, world, wheels, out, rebuilt=None):
     return True
 
 
+def install_both(world, version, folder, torch_site, problems):
+    """`pip install prerast` from the PyPI stand-in and from the pages, each into a fresh venv that renders; the
+    failures appended to problems. Returns [{"from": kind, "ok": ok}]."""
+    installs = []
+    for kind, url in (
+        ("pypi", world.pypi_url + "/simple/"),
+        ("pages", f"{world.server_url}/site/whl/{torch_page()}"),
+    ):
+        ok, output = install(kind, url, version, folder, torch_site)
+        installs.append({"from": kind, "ok": ok})
+        if not ok:
+            problems.append(f"pip install from {kind} ({url}) failed:\n{output[-3000:]}")
+    return installs
+
+
+def scenario_row(name, problems, results, plan, after, installs, ran):
+    """A scenario's line of the report, its problems logged."""
+    for p in problems:
+        log(f"  PROBLEM: {p}")
+    return {
+        "name": name,
+        "ok": not problems,
+        # What this attempt published: nothing when the release job stopped.
+        "published": plan.get("published", []) if results["release"]["ok"] else [],
+        "missing": [m["target"] for m in plan.get("missing", [])],
+        "pypi_files": sorted(after["pypi"]),
+        "release_assets": sorted(after["assets"]),
+        "installs": installs,
+        "jobs_ran": ran,
+    }
+
+
 def install(kind, url, version, folder, torch_site):
     """pip install prerast==version into a fresh venv from the local index ('pypi') or the pages' find-links page
     ('pages'), then the smoke render; returns (ok, output)."""
@@ -619,31 +651,13 @@ def rehearse(given, work, version=None, parts=None):
             plan_path = os.path.join(results["release"]["dir"], "plan.json")
             plan = json.load(open(plan_path)) if os.path.exists(plan_path) else {}
             problems = check(name, results, plan, before, after, selected, wheels, jobs)
-            installs = []
-            if name != "tampered":
-                for kind, url in (
-                    ("pypi", world.pypi_url + "/simple/"),
-                    ("pages", f"{world.server_url}/site/whl/{torch_page()}"),
-                ):
-                    ok, output = install(kind, url, version, os.path.join(work, f"run-{i}"), torch_site)
-                    installs.append({"from": kind, "ok": ok})
-                    if not ok:
-                        problems.append(f"pip install from {kind} ({url}) failed:\n{output[-3000:]}")
-            for p in problems:
-                log(f"  PROBLEM: {p}")
-            report.append(
-                {
-                    "name": name,
-                    "ok": not problems,
-                    # What this attempt published: nothing when the release job stopped.
-                    "published": plan.get("published", []) if results["release"]["ok"] else [],
-                    "missing": [m["target"] for m in plan.get("missing", [])],
-                    "pypi_files": sorted(after["pypi"]),
-                    "release_assets": sorted(after["assets"]),
-                    "installs": installs,
-                    "jobs_ran": [j for j, r in results.items() if r["ok"] is not None],
-                }
+            installs = (
+                []
+                if name == "tampered"
+                else install_both(world, version, os.path.join(work, f"run-{i}"), torch_site, problems)
             )
+            ran = [j for j, r in results.items() if r["ok"] is not None]
+            report.append(scenario_row(name, problems, results, plan, after, installs, ran))
             log(f"scenario {name!r}: {'ok' if not problems else 'FAILED'} ({time.monotonic() - start:.1f} s)")
     finally:
         for w in worlds.values():
@@ -749,29 +763,8 @@ def rerun_scenarios(parts_dir, work, selected, version, tag, torch_site):
                 number, rows, results, plan, before, after, first, targets, failed, [broken.id] * (number == 1)
             )
             first = first or dict(after["assets"])
-            installs = []
-            for kind, url in (
-                ("pypi", world.pypi_url + "/simple/"),
-                ("pages", f"{world.server_url}/site/whl/{torch_page()}"),
-            ):
-                ok, output = install(kind, url, version, os.path.join(work, f"rerun-{number}"), torch_site)
-                installs.append({"from": kind, "ok": ok})
-                if not ok:
-                    problems.append(f"pip install from {kind} ({url}) failed:\n{output[-3000:]}")
-            for p in problems:
-                log(f"  PROBLEM: {p}")
-            report.append(
-                {
-                    "name": name,
-                    "ok": not problems,
-                    "published": plan.get("published", []) if results["release"]["ok"] else [],
-                    "missing": [m["target"] for m in plan.get("missing", [])],
-                    "pypi_files": sorted(after["pypi"]),
-                    "release_assets": sorted(after["assets"]),
-                    "installs": installs,
-                    "jobs_ran": ran,
-                }
-            )
+            installs = install_both(world, version, os.path.join(work, f"rerun-{number}"), torch_site, problems)
+            report.append(scenario_row(name, problems, results, plan, after, installs, ran))
             log(f"scenario {name!r}: {'ok' if not problems else 'FAILED'} ({time.monotonic() - start:.1f} s)")
             log(f"  jobs that ran: {', '.join(ran)}")
     finally:
