@@ -145,14 +145,25 @@ PR_HD bool clipped_pixel_bbox(const float* p[3], int W, int H, int& x0, int& y0,
     lo_x = X < lo_x ? X : lo_x, hi_x = X > hi_x ? X : hi_x;
     lo_y = Y < lo_y ? Y : lo_y, hi_y = Y > hi_y ? Y : hi_y;
   }
-  // One pixel of margin absorbs the rounding of the clip and the projection; coverage itself is decided by
-  // the edge functions.
   // Both ends clamped on both sides: an off-screen box must not reach the int conversion out of its range.
   const auto clamp = [](float x, float lo, float hi) { return x < lo ? lo : (x > hi ? hi : x); };  // x not NaN
   lo_x = clamp(lo_x, -2.0f, (float)W + 1.0f), lo_y = clamp(lo_y, -2.0f, (float)H + 1.0f);
   hi_x = clamp(hi_x, -2.0f, (float)W + 1.0f), hi_y = clamp(hi_y, -2.0f, (float)H + 1.0f);
-  x0 = clampi((int)floorf(lo_x) - 1, 0, W), x1 = clampi((int)ceilf(hi_x) + 1, -1, W - 1);
-  y0 = clampi((int)floorf(lo_y) - 1, 0, H), y1 = clampi((int)ceilf(hi_y) + 1, -1, H - 1);
+  if (!inside) {
+    // One pixel of margin absorbs the rounding of the clip and the projection; coverage itself is decided by
+    // the edge functions.
+    x0 = clampi((int)floorf(lo_x) - 1, 0, W), x1 = clampi((int)ceilf(hi_x) + 1, -1, W - 1);
+    y0 = clampi((int)floorf(lo_y) - 1, 0, H), y1 = clampi((int)ceilf(hi_y) + 1, -1, H - 1);
+    return x0 <= x1 && y0 <= y1;
+  }
+  // Unclipped, in front of the camera: what the edge functions cover lies in the hull of the projected vertices,
+  // and the box is the pixel centres within it. Where a box end matters (within the screen, |X| <= W + 2), the
+  // projection's few roundings are each at most an ulp of W + 2: a margin of 2^-16 (W + 2) covers them many times
+  // over, and leaves out the centres that a pixel of margin would put in the box of a small triangle (most of
+  // those of a 1M-triangle mesh, whose boxes then hold no centre at all).
+  const float mx = 0x1p-16f * ((float)W + 2.0f), my = 0x1p-16f * ((float)H + 2.0f);
+  x0 = clampi((int)ceilf(lo_x - mx), 0, W), x1 = clampi((int)floorf(hi_x + mx), -1, W - 1);
+  y0 = clampi((int)ceilf(lo_y - my), 0, H), y1 = clampi((int)floorf(hi_y + my), -1, H - 1);
   return x0 <= x1 && y0 <= y1;
 }
 
@@ -195,13 +206,9 @@ PR_HD bool set_edge_origin(TriSetup& s, float ox, float oy, bool tolerances = tr
 }
 
 // Fills the edge functions of s (v, sg, bw, then a, b, c, tol about vertex 0's projection: set_edge_origin) for
-// vertices p0..2, n with the normalised vertices and d = det M of those; returns false if the triangle can draw
-// nothing for being non-finite or degenerate in homogeneous space (zero area on screen). Antialiasing evaluates
-// the rasterizer's coverage with this alone, and the backward takes its rows from it.
-PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d, NormTri& n,
-                          bool tolerances = true) {
-  if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
-  normalise_vertices(p0, p1, p2, n);
+// the normalised vertices n, and d = det M of those; returns false if the triangle can draw nothing for being
+// degenerate in homogeneous space (zero area on screen) or too large for float rows.
+PR_HD bool tri_edge_setup_normalised(const NormTri& n, TriSetup& s, double& d, bool tolerances = true) {
   barycentric_weights(n.e, s.bw, s.bw_exp);
   const float *q0 = n.p[0], *q1 = n.p[1], *q2 = n.p[2];
   V3 v0{q0[0], q0[1], q0[3]}, v1{q1[0], q1[1], q1[3]}, v2{q2[0], q2[1], q2[3]};
@@ -221,22 +228,35 @@ PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, Tri
                          front ? fminf(fmaxf(v0.y / v0.z, -1.0f), 1.0f) : 0.0f, tolerances);
 }
 
+// tri_edge_setup_normalised for vertices p0..2, n receiving them normalised; false also where one is not finite.
+// Antialiasing evaluates the rasterizer's coverage with this alone, and the backward takes its rows from it.
+PR_HD bool tri_edge_setup(const float* p0, const float* p1, const float* p2, TriSetup& s, double& d, NormTri& n,
+                          bool tolerances = true) {
+  if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
+  normalise_vertices(p0, p1, p2, n);
+  return tri_edge_setup_normalised(n, s, d, tolerances);
+}
+
 // Fills s for triangle `t` with vertices p[0..2]; returns false (and an empty box) if it can draw nothing:
 // non-finite input, degenerate in homogeneous space (zero area on screen), or wholly outside -w <= z <= w.
 PR_HD bool tri_setup(const float* p0, const float* p1, const float* p2, int32_t t, int W, int H, TriSetup& s) {
   s.tri = t;
   s.x0 = 1, s.x1 = 0, s.y0 = 1, s.y1 = 0;
-  double d;
+  if (!finite4(p0) || !finite4(p1) || !finite4(p2)) return false;
   NormTri n;
-  if (!tri_edge_setup(p0, p1, p2, s, d, n)) return false;
+  normalise_vertices(p0, p1, p2, n);
+  // The box first: it is a fraction of the edge setup's cost, and a small triangle's box often holds no pixel
+  // centre (it then draws nothing whatever its edges).
+  const float* p[3] = {n.p[0], n.p[1], n.p[2]};
+  int x0, y0, x1, y1;
+  if (!clipped_pixel_bbox(p, W, H, x0, y0, x1, y1)) return false;
+  double d;
+  if (!tri_edge_setup_normalised(n, s, d)) return false;
   // z/w = sum(lambda_i z_i) for lambda = M^-1 q; the edge functions are |det| * lambda, so fold 1/|det| into z.
   // (Per-vertex scales cancel: lambda_i carries 2^e_i, z_i 2^-e_i.)
   const double inv = 1.0 / fabs(d);
   s.z[0] = (float)(n.p[0][2] * inv), s.z[1] = (float)(n.p[1][2] * inv), s.z[2] = (float)(n.p[2][2] * inv);
   if (!isfinite(s.z[0]) || !isfinite(s.z[1]) || !isfinite(s.z[2])) return false;
-  const float* p[3] = {n.p[0], n.p[1], n.p[2]};
-  int x0, y0, x1, y1;
-  if (!clipped_pixel_bbox(p, W, H, x0, y0, x1, y1)) return false;
   s.x0 = x0, s.y0 = y0, s.x1 = x1, s.y1 = y1;
   return true;
 }
