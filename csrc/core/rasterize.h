@@ -643,7 +643,7 @@ inline int64_t build_range_items(const int32_t* ranges, int64_t N, int64_t* item
   return acc;
 }
 
-void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor);
+void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor, int num_threads);
 void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, int num_chunks);
 
 // CUDA entry points return nullptr on success or a message describing the failure.

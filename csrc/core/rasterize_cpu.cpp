@@ -25,9 +25,13 @@ namespace prerast {
 
 namespace {
 
+// Setup chunks: enough for every thread to take several (a few thousand triangles set up on one thread would take
+// longer than their shading), but none so small that its tile counters outweigh its triangles.
 constexpr int64_t kItemsPerChunk = 8192;
+constexpr int64_t kMinItemsPerChunk = 256;
+constexpr int64_t kChunksPerThread = 4;
 constexpr int64_t kMaxChunks = 64;
-constexpr int64_t kSerialShadingWork = int64_t(1) << 21;  // ~ pixels + 64 per (triangle, tile) pair: a few ms
+constexpr int64_t kSerialShadingWork = int64_t(1) << 17;  // ~ pixels + 64 per (triangle, tile) pair
 constexpr int64_t kMaxCounters = int64_t(1) << 22;        // bounds the (chunk, tile) counters to 32 MiB
 
 // Runs fn(i) for i in [0, n), handing indices to the pool's threads one at a time as they become free.
@@ -209,7 +213,7 @@ void shade_tile(const Frame& f, int64_t tile) {
 
 }  // namespace
 
-void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
+void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor, int num_threads) {
   const int W = a.width, H = a.height;
   ItemMap m;
   m.num_images = (int32_t)a.num_images;
@@ -238,8 +242,11 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor) {
 
   // 1. Setup and per-chunk tile counts.
   const int64_t items = m.num_items;
+  const int64_t wanted =
+      std::max<int64_t>(kChunksPerThread * num_threads, (items + kItemsPerChunk - 1) / kItemsPerChunk);
   const int64_t chunks = std::max<int64_t>(
-      1, std::min({kMaxChunks, (items + kItemsPerChunk - 1) / kItemsPerChunk, kMaxCounters / g.num_tiles}));
+      1,
+      std::min({kMaxChunks, wanted, (items + kMinItemsPerChunk - 1) / kMinItemsPerChunk, kMaxCounters / g.num_tiles}));
   auto chunk_begin = [&](int64_t c) { return items * c / chunks; };
   thread_local ScratchSet scratch;  // per calling thread, so that concurrent calls do not share it
   f.setups = scratch.setups.get(std::max<int64_t>(items, 1));
@@ -402,7 +409,7 @@ void rasterize_backward_cpu(const RasterGradArgs& a, const ParallelFor& pfor, in
 // The entry points of the kernel library (kernel_entry.h).
 namespace prerast {
 
-PRERAST_CPU_ENTRY(rasterize_forward_cpu, RasterArgs, a, k) { rasterize_forward_cpu(a, k.pfor); }
+PRERAST_CPU_ENTRY(rasterize_forward_cpu, RasterArgs, a, k) { rasterize_forward_cpu(a, k.pfor, k.num_threads); }
 PRERAST_CPU_ENTRY(rasterize_backward_cpu, RasterGradArgs, a, k) { rasterize_backward_cpu(a, k.pfor, k.num_threads); }
 
 }  // namespace prerast
