@@ -12,6 +12,7 @@
 #include <atomic>
 #include <climits>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include "host_builtins.h"
@@ -95,22 +96,38 @@ void for_each_tile_again(const TriSetup& s, int32_t n, const Grid& g, uint16_t m
 }
 
 // Uninitialised storage kept from call to call: a fresh multi-megabyte allocation per call pays for the
-// kernel zeroing its pages, which costs as much as the setup written into them.
+// kernel zeroing its pages, which costs as much as the setup written into them. Large ones are on huge pages:
+// the shading pass reads the setups of a tile's triangles from all over them (a soup's neighbours on screen are
+// far apart in memory), and with 4 KiB pages most of those reads would also miss the TLB.
 template <class T>
 class Scratch {
  public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  ~Scratch() { release(); }
+
   T* get(int64_t n) {
     if (n > capacity_) {
-      data_.reset(new T[n]);
+      release();
+      constexpr size_t kHuge = size_t(2) << 20;
+      const size_t need = (size_t)n * sizeof(T), align = need >= 2 * kHuge ? kHuge : 64;
+      const size_t bytes = (need + align - 1) / align * align;
+      data_ = static_cast<T*>(aligned_malloc(align, bytes));
+      if (data_ == nullptr) throw std::bad_alloc();
+      advise_huge_pages(data_, bytes);
       capacity_ = n;
     }
-    return data_.get();
+    return data_;
   }
   int64_t bytes() const { return capacity_ * (int64_t)sizeof(T); }
-  void release() { data_.reset(), capacity_ = 0; }
+  void release() {
+    aligned_free(data_);
+    data_ = nullptr, capacity_ = 0;
+  }
 
  private:
-  std::unique_ptr<T[]> data_;
+  T* data_ = nullptr;
   int64_t capacity_ = 0;
 };
 
