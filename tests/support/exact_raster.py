@@ -40,7 +40,11 @@ def _fmax(a, b):
 
 
 def clipped_pixel_bbox(p, W, H):
-    """clipped_pixel_bbox of rasterize.h: p is [3, 4] float32; returns (x0, y0, x1, y1) or None."""
+    """clipped_pixel_bbox of rasterize.h: p is [3, 4] float32; returns (x0, y0, x1, y1) or None.
+
+    Always with a pixel of margin, as rasterize.h gives only clipped triangles: its tighter box for unclipped ones
+    (the centres within the projected hull) only saves work, and a model drawing the larger box proves it drops no
+    covered centre, vertices and edges on pixel centres included."""
     poly = [list(p[i]) for i in range(3)]
     for sz in (f32(1), f32(-1)):
         out = []
