@@ -223,6 +223,13 @@ void shade_tile(const Frame& f, int64_t tile) {
     draw_span_scalar(s, k, sp, f.px_ndc.data(), W, H, prev, t);
   }
   write_tile(f, t, n, xa, ya);
+}
+
+// Shades tiles [b, e), then orders this thread's streamed output stores before it returns to the pool. One fence
+// per run of tiles rather than per tile: a fence (like the pool's atomic counter) waits for every streamed line
+// still in flight to reach memory, which for a 16x16 tile is most of the time it took to shade.
+void shade_tiles(const Frame& f, int64_t b, int64_t e) {
+  for (int64_t tile = b; tile < e; ++tile) shade_tile(f, tile);
 #ifdef PRERAST_HAVE_AVX2_PATH
   if (f.avx2_write) finish_output_stores();
 #endif
@@ -318,10 +325,23 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor, int num
   if (a.rast_db) advise_huge_pages(a.rast_db, out_bytes);
   // Waking the pool costs more than a small frame's whole shading when the machine is busy: shade those here.
   const int64_t work = a.num_images * H * W + acc * 64;
-  if (work < kSerialShadingWork)
-    for (int64_t tile = 0; tile < g.num_tiles; ++tile) shade_tile(f, tile);
-  else
-    parallel_dynamic(pfor, g.num_tiles, [&](int64_t tile) { shade_tile(f, tile); });
+  if (work < kSerialShadingWork) {
+    shade_tiles(f, 0, g.num_tiles);
+  } else {
+    // Threads take runs of a few tiles (of one tile row: neighbours in the output) from a shared counter.
+    constexpr int64_t kTilesPerTake = 4;
+    const int64_t takes = (g.num_tiles + kTilesPerTake - 1) / kTilesPerTake;
+    std::atomic<int64_t> next{0};
+    pfor(takes, 1, [&](int64_t, int64_t) {
+      for (int64_t i = next.fetch_add(1); i < takes; i = next.fetch_add(1)) {
+        const int64_t b = i * kTilesPerTake, e = std::min(b + kTilesPerTake, g.num_tiles);
+        for (int64_t tile = b; tile < e; ++tile) shade_tile(f, tile);
+      }
+#ifdef PRERAST_HAVE_AVX2_PATH
+      if (f.avx2_write) finish_output_stores();
+#endif
+    });
+  }
   scratch.trim();
 }
 
