@@ -223,9 +223,11 @@ PR_HD bool tri_edge_setup_normalised(const NormTri& n, TriSetup& s, double& d, b
   for (int i = 0; i < 3; ++i) s.v[i][0] = vs[i].x, s.v[i][1] = vs[i].y, s.v[i][2] = vs[i].z;
   // About vertex 0 on screen, within the NDC square (every pixel centre then lies within 2 of it), or about the
   // NDC origin where vertex 0 is not in front of the camera (such a triangle is not small on screen).
+  // The clamp is fminf(fmaxf(q, -1), 1) for a q that is never NaN (finite over positive), in comparisons: the host
+  // compiler makes fminf and fmaxf calls into the maths library.
   const bool front = v0.z > 0.0f;
-  return set_edge_origin(s, front ? fminf(fmaxf(v0.x / v0.z, -1.0f), 1.0f) : 0.0f,
-                         front ? fminf(fmaxf(v0.y / v0.z, -1.0f), 1.0f) : 0.0f, tolerances);
+  const auto unit = [](float q) { return q < -1.0f ? -1.0f : (q > 1.0f ? 1.0f : q); };
+  return set_edge_origin(s, front ? unit(v0.x / v0.z) : 0.0f, front ? unit(v0.y / v0.z) : 0.0f, tolerances);
 }
 
 // tri_edge_setup_normalised for vertices p0..2, n receiving them normalised; false also where one is not finite.
