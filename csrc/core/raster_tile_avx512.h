@@ -76,11 +76,11 @@ PRERAST_AVX512 inline void draw_span_avx512(const TriSetup& s, int32_t setup_ind
                                             const float* px_ndc, int H, TileKeys& t) {
   const __m512 one = _mm512_set1_ps(1.0f), minus_one = _mm512_set1_ps(-1.0f), zero = _mm512_setzero_ps();
   __m512 a[3], c[3], tol[3], ntol[3], z[3];
-  ExactEdge exact[3];
+  ExactEdge exact[3];  // edge i's, once a lane first needs it (most pairs never do)
+  int have_exact = 0;
   for (int i = 0; i < 3; ++i) {
     a[i] = _mm512_set1_ps(s.a[i]), c[i] = _mm512_set1_ps(s.c[i]), z[i] = _mm512_set1_ps(s.z[i]);
     tol[i] = _mm512_set1_ps(s.tol[i]), ntol[i] = _mm512_set1_ps(-s.tol[i]);
-    exact[i] = exact_edge(s, i);
   }
   const __m512i id1 = _mm512_set1_epi32(s.tri + 1), item = _mm512_set1_epi32(setup_index);
   // Lanes of the span: x0 <= x <= x1 (px_ndc is padded to whole tiles, so the row's 16 loads are in bounds).
@@ -101,7 +101,10 @@ PRERAST_AVX512 inline void draw_span_avx512(const TriSetup& s, int32_t setup_ind
           _mm512_cmp_ps_mask(l[i], tol[i], _CMP_GT_OQ) | _mm512_cmp_ps_mask(l[i], ntol[i], _CMP_LT_OQ);
       __mmask16 in = far & _mm512_cmp_ps_mask(l[i], zero, _CMP_GT_OQ);
       const __mmask16 near = (__mmask16)(~far & inside);
-      if (near) in |= near & exact_inside_avx512(exact[i], px_double, exact[i].rb * (double)py);
+      if (near) {
+        if (!(have_exact >> i & 1)) exact[i] = exact_edge(s, i), have_exact |= 1 << i;
+        in |= near & exact_inside_avx512(exact[i], px_double, exact[i].rb * (double)py);
+      }
       inside &= in;
     }
     if (!inside) continue;
