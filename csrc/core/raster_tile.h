@@ -13,9 +13,9 @@
 namespace prerast {
 
 struct TileKeys {
-  alignas(32) float z[kTile * kTile];
-  alignas(32) int32_t id[kTile * kTile];    // tri + 1, 0 where nothing is drawn yet
-  alignas(32) int32_t item[kTile * kTile];  // index of the winner's setup
+  alignas(64) float z[kTile * kTile];
+  alignas(64) int32_t id[kTile * kTile];    // tri + 1, 0 where nothing is drawn yet
+  alignas(64) int32_t item[kTile * kTile];  // index of the winner's setup
   void clear() { std::memset(id, 0, sizeof(id)); }
 };
 

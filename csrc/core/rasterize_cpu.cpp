@@ -15,11 +15,13 @@
 #include <new>
 #include <vector>
 
+#include "cpu_simd.h"
 #include "host_builtins.h"
 #include "host_pages.h"
 #include "kernel_entry.h"
 #include "raster_tile.h"
 #include "raster_tile_avx2.h"
+#include "raster_tile_avx512.h"
 #include "scatter_cpu.h"
 
 namespace prerast {
@@ -157,6 +159,7 @@ struct Frame {
   std::vector<float> px_ndc;  // pixel_center_ndc(x, W), padded to whole tiles
   bool avx2 = false;
   bool avx2_write = false;  // also needs every setup's fields to be addressable by an int32 gather index
+  bool avx512 = false;      // whole tile rows at a time (with avx2_write's condition for writing)
 };
 
 // One output pixel from the tile's keys: zeros where nothing is drawn, else the winner's values.
@@ -179,6 +182,12 @@ void write_tile(const Frame& f, const TileKeys& t, int64_t n, int xa, int ya) {
     const int64_t row = ((n * H + y) * W + xa) * 4;
     float* r = a.rast + row;
     float* db = a.rast_db ? a.rast_db + row : nullptr;
+#ifdef PRERAST_HAVE_AVX512_PATH
+    if (f.avx512 && f.avx2_write && xa + kTile <= xb &&
+        write_group_avx512(t, (y - ya) * kTile, f.setups, f.px_ndc.data(), xa, py, 2.0f / (float)W, 2.0f / (float)H, r,
+                           db))
+      continue;
+#endif
     for (int x = xa; x < xb; x += 8) {
       const int k = (y - ya) * kTile + (x - xa), o = (x - xa) * 4;
 #ifdef PRERAST_HAVE_AVX2_PATH
@@ -214,6 +223,12 @@ void shade_tile(const Frame& f, int64_t tile) {
     const TriSetup& s = f.setups[k];
     TileSpan sp;
     if (!tile_span(s, xa, ya, W, H, sp)) continue;
+#ifdef PRERAST_HAVE_AVX512_PATH
+    if (f.avx512 && !prev) {
+      draw_span_avx512(s, k, sp, f.px_ndc.data(), H, t);
+      continue;
+    }
+#endif
 #ifdef PRERAST_HAVE_AVX2_PATH
     if (f.avx2 && !prev) {
       draw_span_avx2(s, k, sp, f.px_ndc.data(), H, t);
@@ -259,8 +274,11 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor, int num
   g.num_tiles = a.num_images * g.per_image;
   f.px_ndc.resize((size_t)g.tiles_x * kTile);
   for (int x = 0; x < (int)f.px_ndc.size(); ++x) f.px_ndc[x] = pixel_center_ndc(x, W);
+  const CpuSimd simd = cpu_simd_path();  // PRERAST_CPU_SIMD (cpu_simd.h)
+  (void)simd;
 #ifdef PRERAST_HAVE_AVX2_PATH
-  f.avx2 = cpu_has_avx2();
+  f.avx2 = simd >= CpuSimd::kAvx2;
+  f.avx512 = simd == CpuSimd::kAvx512;
   f.avx2_write = f.avx2 && m.num_items < INT32_MAX / (int64_t)(sizeof(TriSetup) / sizeof(float));
 #endif
 

@@ -126,13 +126,14 @@ def run(cmd, env=None):
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    """The host g++ build's output (the AVX2 rasterizer where the CPU has it)."""
+    """The host g++ build's output (the widest SIMD rasterizer the CPU runs: AVX-512, AVX2 or none) and its
+    executable."""
     if not shutil.which("g++"):
         pytest.skip("needs g++ (Debian package g++)")
     exe, warnings, seconds = build("g++", [], [], str(tmp_path_factory.mktemp("gcc")))
     out, run_seconds = run([exe])
     print(f"\ngcc: compile {seconds:.1f} s, run {run_seconds:.2f} s")
-    return out, warnings
+    return out, warnings, exe
 
 
 def checksums(out):
@@ -141,7 +142,7 @@ def checksums(out):
 
 @needs_source
 def test_reference_renders_the_whole_pipeline_warning_free(reference):
-    out, warnings = reference
+    out, warnings, _ = reference
     assert not warnings, f"g++ -Wall -Wextra warns on the core:\n{warnings}"
     sums = checksums(out)
     assert len(sums) == 21 and len(set(sums.values())) == 21, out  # every output present, none empty or repeated
@@ -188,6 +189,15 @@ def test_same_bits_as_the_host_gcc_build(name, reference, tmp_path, request):
         or out
     )
     assert out == want  # the counts and sample values too
+
+
+@needs_source
+@pytest.mark.parametrize("path", ["avx2", "scalar"])
+def test_narrower_simd_paths_give_the_same_bits(reference, path):
+    """The host build again with its rasterizer capped by PRERAST_CPU_SIMD (cpu_simd.h); where the CPU lacks a
+    wider path, this runs the reference's path once more."""
+    out, _ = run([reference[2]], dict(os.environ, PRERAST_CPU_SIMD=path))
+    assert checksums(out) == checksums(reference[0]) and out == reference[0]
 
 
 @needs_source
