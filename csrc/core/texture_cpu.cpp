@@ -60,6 +60,66 @@ struct BatchedAdd {
   }
 };
 
+// log2_float of n values, the same bits: a normal positive float is 2^e times a mantissa that is already the m of
+// log2_float as a double, so it takes a branch-free path that the compiler vectorises (the series' long chain of
+// dependent double operations, one pixel at a time, kept the setup waiting on latency); others go through
+// log2_float itself.
+template <int kMax>
+void log2_floats(const float* x, float* out, int n) {
+  uint32_t bits[kMax];
+  memcpy(bits, x, sizeof(float) * n);
+  for (int i = 0; i < n; ++i) {
+    // m, halved above sqrt(2) (whose float mantissa is 0x3504f3), built as the double's two 32-bit halves: in
+    // integers, with selects, which the compiler vectorises with plain SSE2, where a double comparison and a
+    // multiply stayed a branch.
+    const uint32_t b = bits[i], mantissa = b & 0x7fffffu;
+    const bool half = mantissa > 0x3504f3u;
+    const uint64_t m_bits = (uint64_t)((mantissa >> 3) | (half ? 0x3fe00000u : 0x3ff00000u)) << 32 | (b << 29);
+    const double m = bit_cast<double>(m_bits);
+    const int e = (int)(b >> 23 & 0xffu) - 127 + (half ? 1 : 0);
+    const double s = (m - 1.0) / (m + 1.0), s2 = s * s;
+    double p = 1.0 / 23.0;
+    p = p * s2 + 1.0 / 21.0, p = p * s2 + 1.0 / 19.0, p = p * s2 + 1.0 / 17.0, p = p * s2 + 1.0 / 15.0;
+    p = p * s2 + 1.0 / 13.0, p = p * s2 + 1.0 / 11.0, p = p * s2 + 1.0 / 9.0, p = p * s2 + 1.0 / 7.0;
+    p = p * s2 + 1.0 / 5.0, p = p * s2 + 1.0 / 3.0, p = p * s2 + 1.0;
+    out[i] = (float)((double)e + 2.8853900817779268 * s * p);
+  }
+  for (int i = 0; i < n; ++i)
+    if (!(x[i] >= 1.17549435e-38f && x[i] < INFINITY)) out[i] = log2_float(x[i]);
+}
+
+// pixel_setup for the pixels [p0, p0 + n) into ps, the logarithms of all of them at once (of those whose LOD needs
+// them: empty pixels, with no footprint, do not).
+constexpr int kSetupBlock = 64;
+template <class Wanted>
+void pixel_setup_block(const TextureArgs& a, int64_t p0, int n, PixelSample* ps, Wanted wanted) {
+  float lod[kSetupBlock], m[kSetupBlock], k[kSetupBlock], log2_m[kSetupBlock], log2_k[kSetupBlock];
+  int state[kSetupBlock], slot[kSetupBlock], pending = 0;
+  for (int i = 0; i < n; ++i) {
+    ps[i] = PixelSample();
+    state[i] = wanted(p0 + i) ? pixel_setup_start(a, p0 + i, ps[i], lod[i], m[pending], k[pending]) : kLodNone;
+    slot[i] = pending;
+    pending += state[i] == kLodPending;
+  }
+  log2_floats<kSetupBlock>(m, log2_m, pending);
+  log2_floats<kSetupBlock>(k, log2_k, pending);
+  for (int i = 0; i < n; ++i)
+    if (state[i] != kLodNone)
+      pixel_setup_finish(a, p0 + i, ps[i],
+                         state[i] == kLodPending ? lod_from_terms(log2_m[slot[i]], log2_k[slot[i]]) : lod[i]);
+}
+
+// body(pix, p) for the pixels [b, e) with their setups, a block at a time; wanted(pix) false: p left as constructed.
+template <class Wanted, class Body>
+void for_pixel_samples(const TextureArgs& a, int64_t b, int64_t e, Wanted wanted, Body body) {
+  PixelSample ps[kSetupBlock];
+  for (int64_t p0 = b; p0 < e; p0 += kSetupBlock) {
+    const int n = (int)std::min<int64_t>(kSetupBlock, e - p0);
+    pixel_setup_block(a, p0, n, ps, wanted);
+    for (int i = 0; i < n; ++i) body(p0 + i, ps[i]);
+  }
+}
+
 // Counts the additions of a sample of the pixels into bins of the level gradients' elements.
 struct BinCount {
   const LevelStarts& starts;
@@ -98,8 +158,11 @@ void scatter_in_bands(const TextureGradArgs& g, int64_t total, int bands, const 
     for (int64_t t = b; t < e; ++t) {
       BatchedAdd<float> add(g.grad_levels[0], starts, edge[t], edge[t + 1]);
       const int64_t own_begin = a.num_pixels * t / bands, own_end = a.num_pixels * (t + 1) / bands;
-      for (int64_t p = 0; p < a.num_pixels; ++p)
-        texture_backward_pixel(p >= own_begin && p < own_end ? g : texture_only, p, add);
+      for_pixel_samples(
+          a, 0, a.num_pixels, [&](int64_t p) { return any_output_gradient(g, p); },
+          [&](int64_t p, const PixelSample& ps) {
+            texture_backward_sample(p >= own_begin && p < own_end ? g : texture_only, p, ps, add);
+          });
     }
   });
 }
@@ -107,9 +170,25 @@ void scatter_in_bands(const TextureGradArgs& g, int64_t total, int bands, const 
 }  // namespace
 
 void texture_forward_cpu(const TextureArgs& a, const ParallelFor& pfor) {
-  pfor(a.num_pixels, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t p = b; p < e; ++p) texture_forward_pixel(a, p);
-  });
+  auto run = [&](auto channels) {
+    pfor(a.num_pixels, 1024, [&](int64_t b, int64_t e) {
+      for_pixel_samples(
+          a, b, e, [](int64_t) { return true; },
+          [&](int64_t p, const PixelSample& ps) { texture_forward_sample<decltype(channels)::value>(a, p, ps); });
+    });
+  };
+  switch (a.channels) {
+    case 1:
+      return run(std::integral_constant<int, 1>());
+    case 2:
+      return run(std::integral_constant<int, 2>());
+    case 3:
+      return run(std::integral_constant<int, 3>());
+    case 4:
+      return run(std::integral_constant<int, 4>());
+    default:
+      return run(std::integral_constant<int, 0>());
+  }
 }
 
 void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int num_threads) {
@@ -126,7 +205,9 @@ void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int
   chunked_scatter(wide, a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor,
                   [&](int64_t b, int64_t e, auto* dest) {
                     BatchedAdd<std::remove_pointer_t<decltype(dest)>> add(dest, starts, 0, total);
-                    for (int64_t p = b; p < e; ++p) texture_backward_pixel(g, p, add);
+                    for_pixel_samples(
+                        a, b, e, [&](int64_t p) { return any_output_gradient(g, p); },
+                        [&](int64_t p, const PixelSample& ps) { texture_backward_sample(g, p, ps, add); });
                   });
 }
 
