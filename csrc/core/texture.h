@@ -541,12 +541,22 @@ PR_HD bool any_output_gradient(const TextureGradArgs& G, int64_t pix) {
   return any;
 }
 
-// One pixel's gradients from its setup p (pixel_setup's; for a pixel without an output gradient, it may be left
-// as constructed instead: both add nothing).
+// Adds w * g[j] to element i + j of level's gradient for the nc channels j of one texel (g holds kChannelBlock
+// floats), through add(level, index, value). A scatter that can take a texel's channels at once declares an add_texel of its own for its type
+// (found by argument-dependent lookup; more specialised, it is preferred).
 template <class Add>
+PR_HD void add_texel(Add& add, int level, int64_t i, float w, const float* g, int nc) {
+  for (int j = 0; j < nc; ++j) add(level, i + j, w * g[j]);
+}
+
+// One pixel's gradients from its setup p (pixel_setup's; for a pixel without an output gradient, it may be left
+// as constructed instead: both add nothing). kChannels as for texture_forward_sample.
+template <int kChannels = 0, class Add>
 PR_HD void texture_backward_sample(const TextureGradArgs& G, int64_t pix, const PixelSample& p, Add& add) {
+  static_assert(kChannels >= 0 && kChannels <= kChannelBlock, "at most one block of channels");
   const TextureArgs& a = G.a;
-  const float* g = G.grad_out + pix * a.channels;
+  const int channels = kChannels ? kChannels : a.channels;
+  const float* g = G.grad_out + pix * channels;
   if (!p.c.valid) return;
   const int64_t n_tex = tex_image(a, pix);
   const bool want_lod = p.lod_grad && (G.grad_uv_da || G.grad_bias || (a.cube && a.uv_da && G.grad_uv));
@@ -557,8 +567,8 @@ PR_HD void texture_backward_sample(const TextureGradArgs& G, int64_t pix, const 
   // dots[side][k]: bilinear tap k of that level dotted with the output gradient.
   float dots[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
   TapFrac fr[2];
-  for (int c0 = 0; c0 < a.channels; c0 += kChannelBlock) {
-    const int nc = a.channels - c0 < kChannelBlock ? a.channels - c0 : kChannelBlock;
+  for (int c0 = 0; c0 < channels; c0 += kChannelBlock) {
+    const int nc = kChannels ? kChannels : (channels - c0 < kChannelBlock ? channels - c0 : kChannelBlock);
     float gb[kChannelBlock] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int j = 0; j < nc; ++j) gb[j] = g[c0 + j];
     for (int side = 0; side < sides; ++side) {
@@ -571,11 +581,10 @@ PR_HD void texture_backward_sample(const TextureGradArgs& G, int64_t pix, const 
       auto visit = [&](int k, int64_t off, float share) {
         const float w = wl * share * bilinear_weight(f, k);
         float d = 0.0f;
-        for (int j = 0; j < kChannelBlock; ++j)
-          if (j < nc) {
-            if (read_texels) d += tex[off + j] * gb[j];
-            if (scatter) add(level, off + c0 + j, w * gb[j]);
-          }
+        if (read_texels)
+          for (int j = 0; j < kChannelBlock; ++j)
+            if (j < nc) d += tex[off + j] * gb[j];
+        if (scatter) add_texel(add, level, off + c0, w, gb, nc);
         dk[k] += share * d;
       };
       visit_taps(a, level, n_tex, p.c, a.filter == kFilterNearest, fr[side], visit);

@@ -28,13 +28,15 @@ struct LevelStarts {
 // time: the pixel math first records them, then one tight loop applies them in the same order. The additions land
 // all over a texture larger than the cache; spelled out inside the pixel math, each one's write miss held up the
 // stores behind it and the misses were taken one at a time (the scatter ran at a quarter of the forward's speed).
+// A record holds up to one texel's channels (kChannelBlock), so that a tap costs one record, not one per channel.
 template <class Acc>
 struct BatchedAdd {
-  static constexpr int kBatch = 256;
-  static constexpr int kAhead = 16;  // prefetch distance, in additions
+  static constexpr int kBatch = 128;
+  static constexpr int kAhead = 8;  // prefetch distance, in records
   struct Pending {
     Acc* at;
-    float v;
+    int n;
+    float v[kChannelBlock];
   };
   Acc* base;
   const LevelStarts& starts;
@@ -45,20 +47,43 @@ struct BatchedAdd {
   BatchedAdd(Acc* base, const LevelStarts& starts, int64_t begin, int64_t end)
       : base(base), starts(starts), begin(begin), end(end) {}
   ~BatchedAdd() { flush(); }
-  void operator()(int level, int64_t i, float v) {
+  // Adds w * g[j] to elements i + j (j < nc <= kChannelBlock) of the level's gradient, those in [begin, end); g
+  // holds kChannelBlock floats.
+  void texel(int level, int64_t i, float w, const float* g, int nc) {
     const int64_t k = starts.at[level] + i;
-    if (k < begin || k >= end) return;
-    pending[count++] = {base + k, v};
+    const int lo = k < begin ? (int)std::min<int64_t>(begin - k, nc) : 0;
+    const int hi = k + nc > end ? (int)std::max<int64_t>(end - k, lo) : nc;
+    if (lo == hi) return;
+    Pending& r = pending[count++];
+    r.at = base + k + lo, r.n = hi - lo;
+    if (lo == 0) {
+      for (int j = 0; j < kChannelBlock; ++j) r.v[j] = w * g[j];
+    } else {
+      for (int j = lo; j < hi; ++j) r.v[j - lo] = w * g[j];
+    }
     if (count == kBatch) flush();
+  }
+  void operator()(int level, int64_t i, float v) {
+    const float g[kChannelBlock] = {v, 0.0f, 0.0f, 0.0f};
+    texel(level, i, 1.0f, g, 1);
   }
   void flush() {
     for (int j = 0; j < count; ++j) {
-      if (j + kAhead < count) prefetch_for_write(pending[j + kAhead].at);
-      *pending[j].at += pending[j].v;
+      if (j + kAhead < count) {
+        prefetch_for_write(pending[j + kAhead].at);
+        prefetch_for_write(pending[j + kAhead].at + pending[j + kAhead].n - 1);
+      }
+      const Pending& r = pending[j];
+      for (int c = 0; c < r.n; ++c) r.at[c] += r.v[c];
     }
     count = 0;
   }
 };
+
+template <class Acc>
+void add_texel(BatchedAdd<Acc>& add, int level, int64_t i, float w, const float* g, int nc) {
+  add.texel(level, i, w, g, nc);
+}
 
 // log2_float of n values, the same bits: a normal positive float is 2^e times a mantissa that is already the m of
 // log2_float as a double, so it takes a branch-free path that the compiler vectorises (the series' long chain of
@@ -120,6 +145,24 @@ void for_pixel_samples(const TextureArgs& a, int64_t b, int64_t e, Wanted wanted
   }
 }
 
+// run(std::integral_constant<int, C>()) with C = channels for 1 to kChannelBlock channels, else C = 0 (any count):
+// the pixel functions' kChannels.
+template <class Run>
+void with_channels(int channels, Run run) {
+  switch (channels) {
+    case 1:
+      return run(std::integral_constant<int, 1>());
+    case 2:
+      return run(std::integral_constant<int, 2>());
+    case 3:
+      return run(std::integral_constant<int, 3>());
+    case 4:
+      return run(std::integral_constant<int, 4>());
+    default:
+      return run(std::integral_constant<int, 0>());
+  }
+}
+
 // Counts the additions of a sample of the pixels into bins of the level gradients' elements.
 struct BinCount {
   const LevelStarts& starts;
@@ -158,11 +201,14 @@ void scatter_in_bands(const TextureGradArgs& g, int64_t total, int bands, const 
     for (int64_t t = b; t < e; ++t) {
       BatchedAdd<float> add(g.grad_levels[0], starts, edge[t], edge[t + 1]);
       const int64_t own_begin = a.num_pixels * t / bands, own_end = a.num_pixels * (t + 1) / bands;
-      for_pixel_samples(
-          a, 0, a.num_pixels, [&](int64_t p) { return any_output_gradient(g, p); },
-          [&](int64_t p, const PixelSample& ps) {
-            texture_backward_sample(p >= own_begin && p < own_end ? g : texture_only, p, ps, add);
-          });
+      with_channels(a.channels, [&](auto channels) {
+        for_pixel_samples(
+            a, 0, a.num_pixels, [&](int64_t p) { return any_output_gradient(g, p); },
+            [&](int64_t p, const PixelSample& ps) {
+              texture_backward_sample<decltype(channels)::value>(p >= own_begin && p < own_end ? g : texture_only, p,
+                                                                 ps, add);
+            });
+      });
     }
   });
 }
@@ -170,25 +216,13 @@ void scatter_in_bands(const TextureGradArgs& g, int64_t total, int bands, const 
 }  // namespace
 
 void texture_forward_cpu(const TextureArgs& a, const ParallelFor& pfor) {
-  auto run = [&](auto channels) {
+  with_channels(a.channels, [&](auto channels) {
     pfor(a.num_pixels, 1024, [&](int64_t b, int64_t e) {
       for_pixel_samples(
           a, b, e, [](int64_t) { return true; },
           [&](int64_t p, const PixelSample& ps) { texture_forward_sample<decltype(channels)::value>(a, p, ps); });
     });
-  };
-  switch (a.channels) {
-    case 1:
-      return run(std::integral_constant<int, 1>());
-    case 2:
-      return run(std::integral_constant<int, 2>());
-    case 3:
-      return run(std::integral_constant<int, 3>());
-    case 4:
-      return run(std::integral_constant<int, 4>());
-    default:
-      return run(std::integral_constant<int, 0>());
-  }
+  });
 }
 
 void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int num_threads) {
@@ -205,9 +239,13 @@ void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int
   chunked_scatter(wide, a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor,
                   [&](int64_t b, int64_t e, auto* dest) {
                     BatchedAdd<std::remove_pointer_t<decltype(dest)>> add(dest, starts, 0, total);
-                    for_pixel_samples(
-                        a, b, e, [&](int64_t p) { return any_output_gradient(g, p); },
-                        [&](int64_t p, const PixelSample& ps) { texture_backward_sample(g, p, ps, add); });
+                    with_channels(a.channels, [&](auto channels) {
+                      for_pixel_samples(
+                          a, b, e, [&](int64_t p) { return any_output_gradient(g, p); },
+                          [&](int64_t p, const PixelSample& ps) {
+                            texture_backward_sample<decltype(channels)::value>(g, p, ps, add);
+                          });
+                    });
                   });
 }
 
