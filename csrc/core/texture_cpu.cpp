@@ -12,6 +12,17 @@ namespace prerast {
 
 namespace {
 
+// The per-pixel math is made of many small helpers, shared with the GPU; GCC left the larger ones (the tap visits,
+// boundary_index, the scatter's records) as calls, each passing its arguments through memory. A block of pixels is
+// compiled as one function instead; the scatter's flush stays a call (noinline), as it runs once per batch.
+#if defined(__GNUC__) || defined(__clang__)
+#define PRERAST_FLATTEN __attribute__((flatten))
+#define PRERAST_NOINLINE __attribute__((noinline))
+#else
+#define PRERAST_FLATTEN
+#define PRERAST_NOINLINE
+#endif
+
 // Spare copies of the level gradients (one per extra chunk of pixels) cost this many floats at most: above it,
 // fewer chunks (down to one, serial) accumulate, so a 4096^2 texture does not need a copy per thread.
 constexpr int64_t kMaxSpareGradFloats = (int64_t)64 << 20;
@@ -67,7 +78,7 @@ struct BatchedAdd {
     const float g[kChannelBlock] = {v, 0.0f, 0.0f, 0.0f};
     texel(level, i, 1.0f, g, 1);
   }
-  void flush() {
+  PRERAST_NOINLINE void flush() {
     for (int j = 0; j < count; ++j) {
       if (j + kAhead < count) {
         prefetch_for_write(pending[j + kAhead].at);
@@ -136,7 +147,7 @@ void pixel_setup_block(const TextureArgs& a, int64_t p0, int n, PixelSample* ps,
 
 // body(pix, p) for the pixels [b, e) with their setups, a block at a time; wanted(pix) false: p left as constructed.
 template <class Wanted, class Body>
-void for_pixel_samples(const TextureArgs& a, int64_t b, int64_t e, Wanted wanted, Body body) {
+PRERAST_FLATTEN void for_pixel_samples(const TextureArgs& a, int64_t b, int64_t e, Wanted wanted, Body body) {
   PixelSample ps[kSetupBlock];
   for (int64_t p0 = b; p0 < e; p0 += kSetupBlock) {
     const int n = (int)std::min<int64_t>(kSetupBlock, e - p0);
@@ -249,19 +260,80 @@ void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int
                   });
 }
 
+namespace {
+
+// Row y of image b of mip_down: mip_down_texel's sums, with the common 2 x 2 texels (every one but the last of an
+// odd width, in rows of two source rows) spelled out over known channels (kC; 0: C), where the compiler keeps them
+// in registers, instead of finding each texel's span and looping over its rows, columns and channels.
+template <int kC>
+void mip_down_row(const float* src, int sh, int sw, int C_, float* dst, int64_t b, int y) {
+  const int C = kC ? kC : C_;
+  const int dw = mip_size(sw);
+  int y0, ny;
+  mip_span(sh, y, y0, ny);
+  int x = 0;
+  if (ny == 2 && sw > 1) {
+    const float* r0 = src + (b * sh + y0) * (int64_t)sw * C;
+    const float* r1 = r0 + (int64_t)sw * C;
+    float* o = dst + (b * mip_size(sh) + y) * (int64_t)dw * C;
+    const int plain = (sw & 1) ? dw - 1 : dw;
+    for (; x < plain; ++x)
+      for (int c = 0; c < C; ++c) {
+        const int64_t i = 2 * (int64_t)x * C + c;
+        float sum = 0.0f;  // the same additions in the same order as mip_down_texel's
+        sum += r0[i], sum += r0[i + C], sum += r1[i], sum += r1[i + C];
+        o[(int64_t)x * C + c] = sum * 0.25f;
+      }
+  }
+  for (; x < dw; ++x) mip_down_texel(src, sh, sw, C, dst, b, y, x);
+}
+
+// Row y of image b of mip_down's adjoint, as mip_down_adjoint_row: the source texels of a next-level texel in one
+// go (two, or three at the end of an odd width), over known channels.
+template <int kC>
+void mip_down_adjoint_row_cpu(const float* grad_next, int sh, int sw, int C_, float* grad, int64_t b, int y,
+                              bool accumulate) {
+  const int C = kC ? kC : C_;
+  if (sw == 1) return mip_down_adjoint_row(grad_next, sh, sw, C, grad, b, y, 0, sw, accumulate);
+  const int dh = mip_size(sh), dw = mip_size(sw);
+  const int py = sh == 1 ? 0 : (y / 2 < dh - 1 ? y / 2 : dh - 1);
+  int y0, ny;
+  mip_span(sh, py, y0, ny);
+  const float* g_row = grad_next + (b * dh + py) * (int64_t)dw * C;
+  float* o = grad + (b * sh + y) * (int64_t)sw * C;
+  for (int px = 0; px < dw; ++px) {
+    const int count = px == dw - 1 ? sw - 2 * px : 2;  // 2, or 3 at the end of an odd width
+    const float s = 1.0f / (float)(ny * count);
+    const float* g = g_row + (int64_t)px * C;
+    float* t = o + 2 * (int64_t)px * C;
+    for (int k = 0; k < count; ++k, t += C)
+      if (accumulate)
+        for (int c = 0; c < C; ++c) t[c] += g[c] * s;
+      else
+        for (int c = 0; c < C; ++c) t[c] = g[c] * s;
+  }
+}
+
+}  // namespace
+
 void mip_down_cpu(const float* src, int64_t B, int sh, int sw, int C, float* dst, const ParallelFor& pfor) {
   const int dh = mip_size(sh), dw = mip_size(sw);
-  pfor(B * dh, std::max<int64_t>(1, 4096 / dw), [&](int64_t b, int64_t e) {
-    for (int64_t row = b; row < e; ++row)
-      for (int x = 0; x < dw; ++x) mip_down_texel(src, sh, sw, C, dst, row / dh, (int)(row % dh), x);
+  with_channels(C, [&](auto channels) {
+    pfor(B * dh, std::max<int64_t>(1, 4096 / dw), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row)
+        mip_down_row<decltype(channels)::value>(src, sh, sw, C, dst, row / dh, (int)(row % dh));
+    });
   });
 }
 
 void mip_down_adjoint_cpu(const float* grad_next, int64_t B, int sh, int sw, int C, float* grad, bool accumulate,
                           const ParallelFor& pfor) {
-  pfor(B * sh, std::max<int64_t>(1, 4096 / sw), [&](int64_t b, int64_t e) {
-    for (int64_t row = b; row < e; ++row)
-      mip_down_adjoint_row(grad_next, sh, sw, C, grad, row / sh, (int)(row % sh), 0, sw, accumulate);
+  with_channels(C, [&](auto channels) {
+    pfor(B * sh, std::max<int64_t>(1, 4096 / sw), [&](int64_t b, int64_t e) {
+      for (int64_t row = b; row < e; ++row)
+        mip_down_adjoint_row_cpu<decltype(channels)::value>(grad_next, sh, sw, C, grad, row / sh, (int)(row % sh),
+                                                            accumulate);
+    });
   });
 }
 
