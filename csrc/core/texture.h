@@ -218,6 +218,19 @@ PR_HD float bilinear_weight(const TapFrac& f, int k) {
   return ((k & 1) ? f.fx : 1.0f - f.fx) * ((k & 2) ? f.fy : 1.0f - f.fy);
 }
 
+// floorf(x), bit for bit. On the host without SSE4.1 floorf is a libm call (a few per pixel); below 2^23 the
+// truncation, less one where it rounded up, is the floor, and only -0 needs its sign back.
+PR_HD float floor_float(float x) {
+#if defined(__CUDA_ARCH__)
+  return floorf(x);
+#else
+  if (!(fabsf(x) < 8388608.0f)) return floorf(x);  // NaN, infinities, and floats that are integers already
+  const float t = (float)(int)x;
+  const float f = t > x ? t - 1.0f : t;
+  return f == 0.0f ? (x == 0.0f ? x : 0.0f) : f;
+#endif
+}
+
 // Index of the texel at integer-valued coordinate i (a floor, or a floor + 1) along an axis of `size` texels under
 // a 2D boundary mode; -1 means "outside, reads zero".
 PR_HD int boundary_index(float i, int size, int mode) {
@@ -281,16 +294,16 @@ PR_HD void visit_taps(const TextureArgs& a, int level, int64_t n_tex, const Samp
   if (!isfinite(x) || !isfinite(y)) return;  // a coordinate too large for float32 texel space reads nothing
   if (nearest) {
     if (a.cube) {
-      const int ix = clampi((int)floorf(x), 0, w - 1), iy = clampi((int)floorf(y), 0, h - 1);
+      const int ix = clampi((int)floor_float(x), 0, w - 1), iy = clampi((int)floor_float(y), 0, h - 1);
       visit(0, texel_offset(a, n_tex, c.face, h, w, iy, ix), 1.0f);
       return;
     }
-    const int ix = boundary_index(floorf(x), w, a.boundary), iy = boundary_index(floorf(y), h, a.boundary);
+    const int ix = boundary_index(floor_float(x), w, a.boundary), iy = boundary_index(floor_float(y), h, a.boundary);
     if (ix >= 0 && iy >= 0) visit(0, texel_offset(a, n_tex, 0, h, w, iy, ix), 1.0f);
     return;
   }
   const float xs = x - 0.5f, ys = y - 0.5f;  // cube: in [-0.5, size - 0.5] since s, t are in [0, 1]
-  const float x0 = floorf(xs), y0 = floorf(ys);
+  const float x0 = floor_float(xs), y0 = floor_float(ys);
   f.fx = xs - x0, f.fy = ys - y0;
   if (a.cube) {
     const int ix = clampi((int)x0, -1, w - 1), iy = clampi((int)y0, -1, h - 1);
@@ -437,11 +450,11 @@ PR_HD void pixel_setup_finish(const TextureArgs& a, int64_t pix, PixelSample& p,
   p.lod_grad = lod > 0.0f && lod < top;
   lod = lod < 0.0f ? 0.0f : (lod > top ? top : lod);
   if (a.filter == kFilterMipNearest) {
-    p.l0 = p.l1 = clampi((int)floorf(lod), 0, a.num_levels - 1);
+    p.l0 = p.l1 = clampi((int)floor_float(lod), 0, a.num_levels - 1);
     p.lod_grad = false;
     return;
   }
-  p.l0 = clampi((int)floorf(lod), 0, a.num_levels - 1);
+  p.l0 = clampi((int)floor_float(lod), 0, a.num_levels - 1);
   p.l1 = p.l0 + 1 < a.num_levels ? p.l0 + 1 : p.l0;
   p.f = p.l1 > p.l0 ? lod - (float)p.l0 : 0.0f;
 }
