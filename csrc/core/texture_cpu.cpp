@@ -40,7 +40,8 @@ struct LevelStarts {
 // all over a texture larger than the cache; spelled out inside the pixel math, each one's write miss held up the
 // stores behind it and the misses were taken one at a time (the scatter ran at a quarter of the forward's speed).
 // A record holds up to one texel's channels (kChannelBlock), so that a tap costs one record, not one per channel.
-template <class Acc>
+// kWhole > 0: every texel lies wholly in [begin, end) (no bands) and has kWhole channels, so records need no count.
+template <class Acc, int kWhole = 0>
 struct BatchedAdd {
   static constexpr int kBatch = 128;
   static constexpr int kAhead = 8;  // prefetch distance, in records
@@ -62,16 +63,19 @@ struct BatchedAdd {
   // holds kChannelBlock floats.
   void texel(int level, int64_t i, float w, const float* g, int nc) {
     const int64_t k = starts.at[level] + i;
+    if (kWhole) {
+      Pending& r = pending[count++];
+      r.at = base + k;
+      for (int j = 0; j < kWhole; ++j) r.v[j] = w * g[j];
+      if (count == kBatch) flush();
+      return;
+    }
     const int lo = k < begin ? (int)std::min<int64_t>(begin - k, nc) : 0;
     const int hi = k + nc > end ? (int)std::max<int64_t>(end - k, lo) : nc;
     if (lo == hi) return;
     Pending& r = pending[count++];
     r.at = base + k + lo, r.n = hi - lo;
-    if (lo == 0) {
-      for (int j = 0; j < kChannelBlock; ++j) r.v[j] = w * g[j];
-    } else {
-      for (int j = lo; j < hi; ++j) r.v[j - lo] = w * g[j];
-    }
+    for (int j = lo; j < hi; ++j) r.v[j - lo] = w * g[j];
     if (count == kBatch) flush();
   }
   void operator()(int level, int64_t i, float v) {
@@ -80,19 +84,18 @@ struct BatchedAdd {
   }
   PRERAST_NOINLINE void flush() {
     for (int j = 0; j < count; ++j) {
-      if (j + kAhead < count) {
-        prefetch_for_write(pending[j + kAhead].at);
-        prefetch_for_write(pending[j + kAhead].at + pending[j + kAhead].n - 1);
-      }
+      const Pending& ahead = pending[j + kAhead < count ? j + kAhead : j];
+      prefetch_for_write(ahead.at);
+      prefetch_for_write(ahead.at + (kWhole ? kWhole : ahead.n) - 1);
       const Pending& r = pending[j];
-      for (int c = 0; c < r.n; ++c) r.at[c] += r.v[c];
+      for (int c = 0; c < (kWhole ? kWhole : r.n); ++c) r.at[c] += r.v[c];
     }
     count = 0;
   }
 };
 
-template <class Acc>
-void add_texel(BatchedAdd<Acc>& add, int level, int64_t i, float w, const float* g, int nc) {
+template <class Acc, int kWhole>
+void add_texel(BatchedAdd<Acc, kWhole>& add, int level, int64_t i, float w, const float* g, int nc) {
   add.texel(level, i, w, g, nc);
 }
 
@@ -249,8 +252,9 @@ void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int
   const LevelStarts starts(a);
   chunked_scatter(wide, a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor,
                   [&](int64_t b, int64_t e, auto* dest) {
-                    BatchedAdd<std::remove_pointer_t<decltype(dest)>> add(dest, starts, 0, total);
                     with_channels(a.channels, [&](auto channels) {
+                      BatchedAdd<std::remove_pointer_t<decltype(dest)>, decltype(channels)::value> add(dest, starts, 0,
+                                                                                                      total);
                       for_pixel_samples(
                           a, b, e, [&](int64_t p) { return any_output_gradient(g, p); },
                           [&](int64_t p, const PixelSample& ps) {
