@@ -504,7 +504,9 @@ PR_HD void texture_forward_sample(const TextureArgs& a, int64_t pix, const Pixel
   }
 }
 
-PR_HD void texture_forward_pixel(const TextureArgs& a, int64_t pix) { texture_forward_sample(a, pix, pixel_setup(a, pix)); }
+PR_HD void texture_forward_pixel(const TextureArgs& a, int64_t pix) {
+  texture_forward_sample(a, pix, pixel_setup(a, pix));
+}
 
 // d(loss)/d(direction) (added to gdir) and d(loss)/d(direction derivatives) (added to gda) of a cube lookup,
 // from the gradients of the face coordinates (gs, gt) and of the footprint gj. da null: the lookup used no
@@ -555,8 +557,8 @@ PR_HD bool any_output_gradient(const TextureGradArgs& G, int64_t pix) {
 }
 
 // Adds w * g[j] to element i + j of level's gradient for the nc channels j of one texel (g holds kChannelBlock
-// floats), through add(level, index, value). A scatter that can take a texel's channels at once declares an add_texel of its own for its type
-// (found by argument-dependent lookup; more specialised, it is preferred).
+// floats), through add(level, index, value). A scatter that can take a texel's channels at once declares an add_texel
+// of its own for its type (found by argument-dependent lookup; more specialised, it is preferred).
 template <class Add>
 PR_HD void add_texel(Add& add, int level, int64_t i, float w, const float* g, int nc) {
   for (int j = 0; j < nc; ++j) add(level, i + j, w * g[j]);

@@ -250,18 +250,17 @@ void texture_backward_cpu(const TextureGradArgs& g, const ParallelFor& pfor, int
   if (chunks == 1 && num_threads > 1 && !wide && a.num_pixels >= 4096)
     return scatter_in_bands(g, total, num_threads, pfor);
   const LevelStarts starts(a);
-  chunked_scatter(wide, a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor,
-                  [&](int64_t b, int64_t e, auto* dest) {
-                    with_channels(a.channels, [&](auto channels) {
-                      BatchedAdd<std::remove_pointer_t<decltype(dest)>, decltype(channels)::value> add(dest, starts, 0,
-                                                                                                      total);
-                      for_pixel_samples(
-                          a, b, e, [&](int64_t p) { return any_output_gradient(g, p); },
-                          [&](int64_t p, const PixelSample& ps) {
-                            texture_backward_sample<decltype(channels)::value>(g, p, ps, add);
-                          });
-                    });
-                  });
+  chunked_scatter(
+      wide, a.num_pixels, g.grad_levels[0], total, (int)chunks, pfor, [&](int64_t b, int64_t e, auto* dest) {
+        with_channels(a.channels, [&](auto channels) {
+          BatchedAdd<std::remove_pointer_t<decltype(dest)>, decltype(channels)::value> add(dest, starts, 0, total);
+          for_pixel_samples(
+              a, b, e, [&](int64_t p) { return any_output_gradient(g, p); },
+              [&](int64_t p, const PixelSample& ps) {
+                texture_backward_sample<decltype(channels)::value>(g, p, ps, add);
+              });
+        });
+      });
 }
 
 namespace {
