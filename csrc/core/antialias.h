@@ -188,8 +188,9 @@ PR_HD float pair_tau(const AntialiasArgs& a, int64_t pix, int dir) {
 
 // The pair on side `side` of pix (0 left, 1 right, 2 below, 3 above): its tau slot, the other pixel, and
 // whether pix is the pair's first pixel. False at the border.
-PR_HD bool pair_around(const AntialiasArgs& a, int64_t pix, int side, int64_t& slot, int64_t& other, bool& first) {
-  const int x = (int)(pix % a.width), y = (int)((pix / a.width) % a.height);
+// (x, y) are pix's column and row.
+PR_HD bool pair_around(const AntialiasArgs& a, int64_t pix, int x, int y, int side, int64_t& slot, int64_t& other,
+                       bool& first) {
   switch (side) {
     case 0:
       if (x == 0) return false;
@@ -213,30 +214,42 @@ PR_HD bool pair_around(const AntialiasArgs& a, int64_t pix, int side, int64_t& s
 // The blended pixel of a pair is its first one when tau <= 1/2 (the edge cuts the first footprint).
 PR_HD bool first_is_target(float tau) { return !(tau > 0.5f); }
 
-// Calls fn(other, alpha, pix_is_target) for each blended pair around pix, in a fixed order (left, right, below,
-// above): `other` is the pair's other pixel and alpha = |tau - 1/2| its blend weight.
+// Calls fn(other, alpha, pix_is_target) for each blended pair around pix (at column x, row y), in a fixed order
+// (left, right, below, above): `other` is the pair's other pixel and alpha = |tau - 1/2| its blend weight.
 template <class Fn>
-PR_HD void for_each_blended_pair(const AntialiasArgs& a, int64_t pix, Fn fn) {
+PR_HD void for_each_blended_pair(const AntialiasArgs& a, int64_t pix, int x, int y, Fn fn) {
   for (int side = 0; side < 4; ++side) {
     int64_t slot, other;
     bool first;
-    if (!pair_around(a, pix, side, slot, other, first)) continue;
+    if (!pair_around(a, pix, x, y, side, slot, other, first)) continue;
     const float tau = a.crossing[slot];
     if (tau < 0.0f) continue;
     fn(other, fabsf(tau - 0.5f), first_is_target(tau) == first);
   }
 }
 
-// Second pass: channels c0 .. c0 + K - 1 (those that exist) of the antialiased pixel, accumulated in registers
-// and written to out (indexed by channel). The GPU asks for one channel per thread, the CPU for K at a time;
-// each channel sees the same additions in the same order either way.
-template <int K>
-PR_HD void antialias_values(const AntialiasArgs& a, int64_t pix, int64_t c0, float* out) {
+// Column and row of pixel pix.
+PR_HD int pixel_x(const AntialiasArgs& a, int64_t pix) { return (int)(pix % a.width); }
+PR_HD int pixel_y(const AntialiasArgs& a, int64_t pix) { return (int)((pix / a.width) % a.height); }
+
+// The number of channels from c0 on that a pass of K channels takes: kChannels when that is known (the image has
+// exactly kChannels <= K channels, and c0 = 0), else counted.
+template <int K, int kChannels>
+PR_HD int channels_in_pass(const AntialiasArgs& a, int64_t c0) {
+  static_assert(kChannels >= 0 && kChannels <= K, "a known channel count fits one pass");
+  return kChannels ? kChannels : (a.channels - c0 < K ? (int)(a.channels - c0) : K);
+}
+
+// Second pass: channels c0 .. c0 + K - 1 (those that exist) of the antialiased pixel pix (at column x, row y),
+// accumulated in registers and written to out (indexed by channel). The GPU asks for one channel per thread, the
+// CPU for K at a time; each channel sees the same additions in the same order either way.
+template <int K, int kChannels = 0>
+PR_HD void antialias_values(const AntialiasArgs& a, int64_t pix, int x, int y, int64_t c0, float* out) {
   const float* mine = a.color + pix * a.channels + c0;
-  const int n = a.channels - c0 < K ? (int)(a.channels - c0) : K;
+  const int n = channels_in_pass<K, kChannels>(a, c0);
   float acc[K];
   for (int k = 0; k < n; ++k) acc[k] = mine[k];
-  for_each_blended_pair(a, pix, [&](int64_t other, float alpha, bool pix_is_target) {
+  for_each_blended_pair(a, pix, x, y, [&](int64_t other, float alpha, bool pix_is_target) {
     if (!pix_is_target) return;
     const float* theirs = a.color + other * a.channels + c0;
     for (int k = 0; k < n; ++k) acc[k] += alpha * (theirs[k] - mine[k]);
@@ -244,19 +257,29 @@ PR_HD void antialias_values(const AntialiasArgs& a, int64_t pix, int64_t c0, flo
   for (int k = 0; k < n; ++k) out[c0 + k] = acc[k];
 }
 
+template <int K>
+PR_HD void antialias_values(const AntialiasArgs& a, int64_t pix, int64_t c0, float* out) {
+  antialias_values<K>(a, pix, pixel_x(a, pix), pixel_y(a, pix), c0, out);
+}
+
 // Gradient of channels c0 .. c0 + K - 1 of pixel pix's input color, as above: its own output's gradient, less
 // what it gave away where it was blended, plus what it contributed to neighbours blended toward it.
-template <int K>
-PR_HD void antialias_color_grads(const AntialiasArgs& a, int64_t pix, int64_t c0, float* out) {
+template <int K, int kChannels = 0>
+PR_HD void antialias_color_grads(const AntialiasArgs& a, int64_t pix, int x, int y, int64_t c0, float* out) {
   const float* g = a.grad_out + pix * a.channels + c0;
-  const int n = a.channels - c0 < K ? (int)(a.channels - c0) : K;
+  const int n = channels_in_pass<K, kChannels>(a, c0);
   float acc[K];
   for (int k = 0; k < n; ++k) acc[k] = g[k];
-  for_each_blended_pair(a, pix, [&](int64_t other, float alpha, bool pix_is_target) {
+  for_each_blended_pair(a, pix, x, y, [&](int64_t other, float alpha, bool pix_is_target) {
     const float* theirs = a.grad_out + other * a.channels + c0;
     for (int k = 0; k < n; ++k) acc[k] += pix_is_target ? -alpha * g[k] : alpha * theirs[k];
   });
   for (int k = 0; k < n; ++k) out[c0 + k] = acc[k];
+}
+
+template <int K>
+PR_HD void antialias_color_grads(const AntialiasArgs& a, int64_t pix, int64_t c0, float* out) {
+  antialias_color_grads<K>(a, pix, pixel_x(a, pix), pixel_y(a, pix), c0, out);
 }
 
 // Gradient to pos from the pair owned by pix in direction dir, through its crossing t, delivered to

@@ -1,6 +1,8 @@
 // CPU antialiasing: both passes over pixels in parallel. The pos gradient is scattered deterministically (per-chunk
 // copies summed in a fixed order, or bands of pos, one per thread).
+#include <algorithm>
 #include <memory>
+#include <type_traits>
 
 #include "antialias.h"
 #include "kernel_entry.h"
@@ -10,16 +12,54 @@ namespace prerast {
 
 constexpr int kChannelsPerPass = 8;  // channels blended per visit of a pixel's pairs
 
-void antialias_forward_cpu(const AntialiasArgs& a, const ParallelFor& pfor) {
-  const int64_t pixels = a.num_images * a.height * a.width;
-  pfor(pixels, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t pix = b; pix < e; ++pix)
-      for (int dir = 0; dir < 2; ++dir) a.crossing[2 * pix + dir] = pair_tau(a, pix, dir);
+namespace {
+
+// body(pix, x, y) for every pixel, in parallel over rows: the pixel's column and row come from the loops, not from
+// two 64-bit divisions per pixel (which were most of the passes' time).
+template <class Body>
+void for_pixels(const AntialiasArgs& a, const ParallelFor& pfor, Body body) {
+  const int64_t W = a.width, H = a.height;
+  pfor(a.num_images * H, std::max<int64_t>(1, 1024 / std::max<int64_t>(W, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t row = b; row < e; ++row) {
+      const int y = (int)(row % H);
+      for (int x = 0; x < (int)W; ++x) body(row * W + x, x, y);
+    }
   });
-  pfor(pixels, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t pix = b; pix < e; ++pix)
+}
+
+// run(std::integral_constant<int, C>()) with C = the channel count for 1 to 4 channels, else 0 (counted per pass).
+template <class Run>
+void with_channels(int64_t channels, Run run) {
+  switch (channels) {
+    case 1:
+      return run(std::integral_constant<int, 1>());
+    case 2:
+      return run(std::integral_constant<int, 2>());
+    case 3:
+      return run(std::integral_constant<int, 3>());
+    case 4:
+      return run(std::integral_constant<int, 4>());
+    default:
+      return run(std::integral_constant<int, 0>());
+  }
+}
+
+}  // namespace
+
+void antialias_forward_cpu(const AntialiasArgs& a, const ParallelFor& pfor) {
+  // A pair whose pixels show one ID, or one off the image, is not blended (pair_crossing's first tests): most are,
+  // and they are told here without the pixel index arithmetic.
+  for_pixels(a, pfor, [&](int64_t pix, int x, int y) {
+    const bool right = x + 1 < a.width, up = y + 1 < a.height;
+    const float id = a.rast[pix * 4 + 3];
+    a.crossing[2 * pix] = right && a.rast[(pix + 1) * 4 + 3] != id ? pair_tau(a, pix, 0) : -1.0f;
+    a.crossing[2 * pix + 1] = up && a.rast[(pix + a.width) * 4 + 3] != id ? pair_tau(a, pix, 1) : -1.0f;
+  });
+  with_channels(a.channels, [&](auto channels) {
+    for_pixels(a, pfor, [&](int64_t pix, int x, int y) {
       for (int64_t c = 0; c < a.channels; c += kChannelsPerPass)
-        antialias_values<kChannelsPerPass>(a, pix, c, a.out + pix * a.channels);
+        antialias_values<kChannelsPerPass, decltype(channels)::value>(a, pix, x, y, c, a.out + pix * a.channels);
+    });
   });
 }
 
@@ -64,10 +104,12 @@ void scatter_in_bands(const AntialiasArgs& a, int64_t pixels, int64_t pos_size, 
 
 void antialias_backward_cpu(const AntialiasArgs& a, const ParallelFor& pfor, int num_chunks) {
   const int64_t pixels = a.num_images * a.height * a.width;
-  pfor(pixels, 1024, [&](int64_t b, int64_t e) {
-    for (int64_t pix = b; pix < e; ++pix)
+  with_channels(a.channels, [&](auto channels) {
+    for_pixels(a, pfor, [&](int64_t pix, int x, int y) {
       for (int64_t c = 0; c < a.channels; c += kChannelsPerPass)
-        antialias_color_grads<kChannelsPerPass>(a, pix, c, a.grad_color + pix * a.channels);
+        antialias_color_grads<kChannelsPerPass, decltype(channels)::value>(a, pix, x, y, c,
+                                                                           a.grad_color + pix * a.channels);
+    });
   });
   if (!a.grad_pos) return;
   const int64_t pos_size = (a.instanced ? a.num_images : 1) * a.num_vertices * 4;

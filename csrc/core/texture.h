@@ -218,13 +218,30 @@ PR_HD float bilinear_weight(const TapFrac& f, int k) {
   return ((k & 1) ? f.fx : 1.0f - f.fx) * ((k & 2) ? f.fy : 1.0f - f.fy);
 }
 
+// floorf(x), bit for bit. On the host without SSE4.1 floorf is a libm call (a few per pixel); below 2^23 the
+// truncation, less one where it rounded up, is the floor, and only -0 needs its sign back.
+PR_HD float floor_float(float x) {
+#if defined(__CUDA_ARCH__)
+  return floorf(x);
+#else
+  if (!(fabsf(x) < 8388608.0f)) return floorf(x);  // NaN, infinities, and floats that are integers already
+  const float t = (float)(int)x;
+  const float f = t > x ? t - 1.0f : t;
+  return f == 0.0f ? (x == 0.0f ? x : 0.0f) : f;
+#endif
+}
+
 // Index of the texel at integer-valued coordinate i (a floor, or a floor + 1) along an axis of `size` texels under
 // a 2D boundary mode; -1 means "outside, reads zero".
 PR_HD int boundary_index(float i, int size, int mode) {
+  if (i >= 0.0f && i < (float)size) return (int)i;  // inside: every mode reads it, the wrap without a division
   if (mode == kBoundaryWrap) {
     // Within int range the remainder in int is fmodf's, which is exact for integers, without the libm call.
     if (i >= -2147483648.0f && i < 2147483648.0f) {
-      const int k = (int)i % size;
+      const int n = (int)i;
+      // One period off (the taps next to the seam, and uv = 0 of empty pixels): no division either.
+      if (n >= -size && n < 2 * size) return n < 0 ? n + size : n - size;
+      const int k = n % size;
       return k < 0 ? k + size : k;
     }
     float r = fmodf(i, (float)size);
@@ -277,16 +294,16 @@ PR_HD void visit_taps(const TextureArgs& a, int level, int64_t n_tex, const Samp
   if (!isfinite(x) || !isfinite(y)) return;  // a coordinate too large for float32 texel space reads nothing
   if (nearest) {
     if (a.cube) {
-      const int ix = clampi((int)floorf(x), 0, w - 1), iy = clampi((int)floorf(y), 0, h - 1);
+      const int ix = clampi((int)floor_float(x), 0, w - 1), iy = clampi((int)floor_float(y), 0, h - 1);
       visit(0, texel_offset(a, n_tex, c.face, h, w, iy, ix), 1.0f);
       return;
     }
-    const int ix = boundary_index(floorf(x), w, a.boundary), iy = boundary_index(floorf(y), h, a.boundary);
+    const int ix = boundary_index(floor_float(x), w, a.boundary), iy = boundary_index(floor_float(y), h, a.boundary);
     if (ix >= 0 && iy >= 0) visit(0, texel_offset(a, n_tex, 0, h, w, iy, ix), 1.0f);
     return;
   }
   const float xs = x - 0.5f, ys = y - 0.5f;  // cube: in [-0.5, size - 0.5] since s, t are in [0, 1]
-  const float x0 = floorf(xs), y0 = floorf(ys);
+  const float x0 = floor_float(xs), y0 = floor_float(ys);
   f.fx = xs - x0, f.fy = ys - y0;
   if (a.cube) {
     const int ix = clampi((int)x0, -1, w - 1), iy = clampi((int)y0, -1, h - 1);
@@ -308,7 +325,7 @@ struct PixelSample {
   int l0 = 0, l1 = 0;  // levels blended as (1 - f) * l0 + f * l1
   float f = 0.0f;
   bool lod_grad = false;  // the LOD is strictly inside [0, levels - 1] and depends smoothly on its inputs
-  bool j_grad = false;    // ... and its gradient to the footprint is taken (see footprint_lod)
+  bool j_grad = false;    // ... and its gradient to the footprint is taken (see footprint_lod_terms)
   float j[2][2] = {};     // footprint in level-0 texels: j[0] = d(x, y)/dX, j[1] = d(x, y)/dY
 };
 
@@ -369,8 +386,10 @@ PR_HD float footprint_normalised(const float j[2][2], float jn[2][2]) {
 // 0.5 * log2 of the footprint's squared major axis: -inf for a zero footprint (whatever the bias, it magnifies:
 // level 0), +inf for an infinite one (the last level), NaN for a NaN one (pixel_setup reads level 0).
 // `differentiable` says whether the gradient to j is taken: below 2^-64 texels it (about 1/k) is left out, so
-// that it stays well inside float range.
-PR_HD float footprint_lod(const float j[2][2], bool& differentiable) {
+// that it stays well inside float range. In two steps, so that the CPU can take the logarithms of many pixels at
+// once: footprint_lod_terms returns true with the normalised major axis m and the scale k when the LOD is
+// lod_from_terms(m, k), false with the LOD itself in lod when it is one of the values above.
+PR_HD bool footprint_lod_terms(const float j[2][2], bool& differentiable, float& lod, float& m, float& k) {
   differentiable = false;
   bool any_nan = false, any_inf = false;
   for (int y = 0; y < 2; ++y)
@@ -378,20 +397,28 @@ PR_HD float footprint_lod(const float j[2][2], bool& differentiable) {
       any_nan |= j[y][x] != j[y][x];
       any_inf |= fabsf(j[y][x]) == INFINITY;
     }
-  if (any_nan) return NAN;
-  if (any_inf) return INFINITY;
+  lod = any_nan ? NAN : INFINITY;
+  if (any_nan || any_inf) return false;
   float jn[2][2], A, B, C, r;
-  const float k = footprint_normalised(j, jn);
-  if (k == 0.0f) return -INFINITY;
+  k = footprint_normalised(j, jn);
+  lod = -INFINITY;
+  if (k == 0.0f) return false;
   differentiable = k >= 5.42101086e-20f;  // 2^-64
-  return 0.5f * log2_float(footprint_major(jn, A, B, C, r)) + log2_float(k);
+  m = footprint_major(jn, A, B, C, r);
+  return true;
 }
 
-PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
-  PixelSample p;
+PR_HD float lod_from_terms(float log2_m, float log2_k) { return 0.5f * log2_m + log2_k; }
+
+// pixel_setup in two steps, likewise: pixel_setup_start sets where to sample and returns kLodNone when that is all
+// (no mip levels, or nothing to sample), kLodReady with the LOD before its bias in lod, or kLodPending when the LOD is
+// lod_from_terms(log2(m), log2(k)); pixel_setup_finish then picks the levels.
+enum LodState : int { kLodNone = 0, kLodReady = 1, kLodPending = 2 };
+
+PR_HD int pixel_setup_start(const TextureArgs& a, int64_t pix, PixelSample& p, float& lod, float& m, float& k) {
   const float* uv = a.uv + pix * uv_dims(a);
   if (a.cube) {
-    if (!cube_frame(uv, p.cf)) return p;
+    if (!cube_frame(uv, p.cf)) return kLodNone;
     p.c.u = 0.5f * (p.cf.a / p.cf.q + 1.0f);
     p.c.v = 0.5f * (p.cf.b / p.cf.q + 1.0f);
     p.c.face = p.cf.face;
@@ -399,9 +426,9 @@ PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
     p.c.u = uv[0], p.c.v = uv[1];
   }
   p.c.valid = isfinite(p.c.u) && isfinite(p.c.v);
-  if (a.filter < kFilterMipNearest || a.num_levels <= 1) return p;
+  if (a.filter < kFilterMipNearest || a.num_levels <= 1) return kLodNone;
 
-  float lod = 0.0f;
+  lod = 0.0f;
   if (a.uv_da) {
     const float* da = a.uv_da + pix * (a.cube ? 6 : 4);
     if (a.cube) {
@@ -411,21 +438,33 @@ PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
       p.j[0][0] = W * da[0], p.j[0][1] = H * da[2];
       p.j[1][0] = W * da[1], p.j[1][1] = H * da[3];
     }
-    lod = footprint_lod(p.j, p.j_grad);
+    if (footprint_lod_terms(p.j, p.j_grad, lod, m, k)) return kLodPending;
   }
+  return kLodReady;
+}
+
+PR_HD void pixel_setup_finish(const TextureArgs& a, int64_t pix, PixelSample& p, float lod) {
   if (a.bias) lod += a.bias[pix];
   if (lod != lod) lod = 0.0f;  // NaN footprint or bias: level 0, no gradient
   const float top = (float)(a.num_levels - 1);
   p.lod_grad = lod > 0.0f && lod < top;
   lod = lod < 0.0f ? 0.0f : (lod > top ? top : lod);
   if (a.filter == kFilterMipNearest) {
-    p.l0 = p.l1 = clampi((int)floorf(lod), 0, a.num_levels - 1);
+    p.l0 = p.l1 = clampi((int)floor_float(lod), 0, a.num_levels - 1);
     p.lod_grad = false;
-    return p;
+    return;
   }
-  p.l0 = clampi((int)floorf(lod), 0, a.num_levels - 1);
+  p.l0 = clampi((int)floor_float(lod), 0, a.num_levels - 1);
   p.l1 = p.l0 + 1 < a.num_levels ? p.l0 + 1 : p.l0;
   p.f = p.l1 > p.l0 ? lod - (float)p.l0 : 0.0f;
+}
+
+PR_HD PixelSample pixel_setup(const TextureArgs& a, int64_t pix) {
+  PixelSample p;
+  float lod = 0.0f, m = 0.0f, k = 0.0f;
+  const int state = pixel_setup_start(a, pix, p, lod, m, k);
+  if (state == kLodNone) return p;
+  pixel_setup_finish(a, pix, p, state == kLodPending ? lod_from_terms(log2_float(m), log2_float(k)) : lod);
   return p;
 }
 
@@ -436,13 +475,18 @@ PR_HD int64_t tex_image(const TextureArgs& a, int64_t pix) { return a.tex_batch 
 // Output channels are handled kChannelBlock at a time, accumulated in registers.
 constexpr int kChannelBlock = 4;
 
-PR_HD void texture_forward_pixel(const TextureArgs& a, int64_t pix) {
-  float* out = a.out + pix * a.channels;
-  const PixelSample p = pixel_setup(a, pix);
+// One output pixel from its setup p (pixel_setup's). kChannels > 0: the texture has exactly that many channels, at
+// most kChannelBlock; the CPU takes that form for the common counts, where the compiler keeps each channel's sum in a
+// register of its own (with the count known only at run time, it packed the four sums into integer registers).
+template <int kChannels = 0>
+PR_HD void texture_forward_sample(const TextureArgs& a, int64_t pix, const PixelSample& p) {
+  static_assert(kChannels >= 0 && kChannels <= kChannelBlock, "at most one block of channels");
+  const int channels = kChannels ? kChannels : a.channels;
+  float* out = a.out + pix * channels;
   const int64_t n_tex = tex_image(a, pix);
   const int sides = p.f > 0.0f ? 2 : 1;
-  for (int c0 = 0; c0 < a.channels; c0 += kChannelBlock) {
-    const int nc = a.channels - c0 < kChannelBlock ? a.channels - c0 : kChannelBlock;
+  for (int c0 = 0; c0 < channels; c0 += kChannelBlock) {
+    const int nc = kChannels ? kChannels : (channels - c0 < kChannelBlock ? channels - c0 : kChannelBlock);
     float acc[kChannelBlock] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int side = 0; p.c.valid && side < sides; ++side) {
       const int level = side ? p.l1 : p.l0;
@@ -458,6 +502,10 @@ PR_HD void texture_forward_pixel(const TextureArgs& a, int64_t pix) {
     }
     for (int j = 0; j < nc; ++j) out[c0 + j] = acc[j];
   }
+}
+
+PR_HD void texture_forward_pixel(const TextureArgs& a, int64_t pix) {
+  texture_forward_sample(a, pix, pixel_setup(a, pix));
 }
 
 // d(loss)/d(direction) (added to gdir) and d(loss)/d(direction derivatives) (added to gda) of a cube lookup,
@@ -500,14 +548,30 @@ PR_HD void cube_backward(const CubeFrame& f, const float* da, int size, float gs
     for (int i = 0; i < 6; ++i) gda_out[i] += scale_pow2(gda_n[i], -f.e);
 }
 
-template <class Add>
-PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& add) {
-  const TextureArgs& a = G.a;
-  const float* g = G.grad_out + pix * a.channels;
+// Whether the output gradient of a pixel has a non-zero channel: pixels without one add nothing.
+PR_HD bool any_output_gradient(const TextureGradArgs& G, int64_t pix) {
+  const float* g = G.grad_out + pix * G.a.channels;
   bool any = false;
-  for (int ch = 0; ch < a.channels; ++ch) any |= g[ch] != 0.0f;
-  if (!any) return;
-  const PixelSample p = pixel_setup(a, pix);
+  for (int ch = 0; ch < G.a.channels; ++ch) any |= g[ch] != 0.0f;
+  return any;
+}
+
+// Adds w * g[j] to element i + j of level's gradient for the nc channels j of one texel (g holds kChannelBlock
+// floats), through add(level, index, value). A scatter that can take a texel's channels at once declares an add_texel
+// of its own for its type (found by argument-dependent lookup; more specialised, it is preferred).
+template <class Add>
+PR_HD void add_texel(Add& add, int level, int64_t i, float w, const float* g, int nc) {
+  for (int j = 0; j < nc; ++j) add(level, i + j, w * g[j]);
+}
+
+// One pixel's gradients from its setup p (pixel_setup's; for a pixel without an output gradient, it may be left
+// as constructed instead: both add nothing). kChannels as for texture_forward_sample.
+template <int kChannels = 0, class Add>
+PR_HD void texture_backward_sample(const TextureGradArgs& G, int64_t pix, const PixelSample& p, Add& add) {
+  static_assert(kChannels >= 0 && kChannels <= kChannelBlock, "at most one block of channels");
+  const TextureArgs& a = G.a;
+  const int channels = kChannels ? kChannels : a.channels;
+  const float* g = G.grad_out + pix * channels;
   if (!p.c.valid) return;
   const int64_t n_tex = tex_image(a, pix);
   const bool want_lod = p.lod_grad && (G.grad_uv_da || G.grad_bias || (a.cube && a.uv_da && G.grad_uv));
@@ -518,8 +582,8 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
   // dots[side][k]: bilinear tap k of that level dotted with the output gradient.
   float dots[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
   TapFrac fr[2];
-  for (int c0 = 0; c0 < a.channels; c0 += kChannelBlock) {
-    const int nc = a.channels - c0 < kChannelBlock ? a.channels - c0 : kChannelBlock;
+  for (int c0 = 0; c0 < channels; c0 += kChannelBlock) {
+    const int nc = kChannels ? kChannels : (channels - c0 < kChannelBlock ? channels - c0 : kChannelBlock);
     float gb[kChannelBlock] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int j = 0; j < nc; ++j) gb[j] = g[c0 + j];
     for (int side = 0; side < sides; ++side) {
@@ -532,11 +596,10 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
       auto visit = [&](int k, int64_t off, float share) {
         const float w = wl * share * bilinear_weight(f, k);
         float d = 0.0f;
-        for (int j = 0; j < kChannelBlock; ++j)
-          if (j < nc) {
-            if (read_texels) d += tex[off + j] * gb[j];
-            if (scatter) add(level, off + c0 + j, w * gb[j]);
-          }
+        if (read_texels)
+          for (int j = 0; j < kChannelBlock; ++j)
+            if (j < nc) d += tex[off + j] * gb[j];
+        if (scatter) add_texel(add, level, off + c0, w, gb, nc);
         dk[k] += share * d;
       };
       visit_taps(a, level, n_tex, p.c, a.filter == kFilterNearest, fr[side], visit);
@@ -586,6 +649,11 @@ PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& ad
     gda[0] = W * gj[0][0], gda[2] = H * gj[0][1];
     gda[1] = W * gj[1][0], gda[3] = H * gj[1][1];
   }
+}
+
+template <class Add>
+PR_HD void texture_backward_pixel(const TextureGradArgs& G, int64_t pix, Add& add) {
+  if (any_output_gradient(G, pix)) texture_backward_sample(G, pix, pixel_setup(G.a, pix), add);
 }
 
 // --- entry points -------------------------------------------------------------------------------------------
