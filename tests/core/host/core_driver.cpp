@@ -177,7 +177,7 @@ int main() {
   ra.num_images = N, ra.num_vertices = V, ra.num_triangles = T;
   ra.height = H, ra.width = W;
   ra.rast = rast.data(), ra.rast_db = rast_db.data();
-  rasterize_forward_cpu(ra, kSerial);
+  rasterize_forward_cpu(ra, kSerial, 4);
 
   // interpolate, every attribute with its derivatives
   const int32_t diff[A] = {0, 1, 2, 3, 4};
