@@ -112,9 +112,10 @@ using FromBlob = AOTITorchError (*)(void*, int64_t, const int64_t*, const int64_
 // The running torch's torch_from_blob, or null. This library targets torch 2.10, whose header hides the shim and
 // whose libtorch_cpu lacks it, so it is looked up at run time, as torch's own headers reach newer shims
 // (torch::stable::detail::lookup_stable_symbol, whose dlsym the binding imports already): the binding loads under
-// 2.10, and the symbol audit (ci/repair/symbols.py) sees no shim newer than 2.10. Windows: torch_cpu.dll, which the process has loaded.
-// macOS: the library that serves this binding's shims (dladdr of one), already loaded (RTLD_NOLOAD). Elsewhere
-// (glibc): RTLD_DEFAULT, which searches the calling library's scope, libtorch_cpu (a dependency of it) included.
+// 2.10, and the symbol audit (ci/repair/symbols.py) sees no shim newer than 2.10. Windows: torch_cpu.dll, which the
+// process has loaded. macOS: the library that serves this binding's shims (dladdr of one), already loaded
+// (RTLD_NOLOAD). Elsewhere (glibc): RTLD_DEFAULT, which searches the calling library's scope, libtorch_cpu (a
+// dependency of it) included.
 inline FromBlob find_from_blob() {
 #if defined(_WIN32)
   HMODULE torch_cpu = GetModuleHandleW(L"torch_cpu.dll");
@@ -145,10 +146,10 @@ inline Tensor wrap_blob(void* data, const std::vector<int64_t>& shape, Dtype d, 
   using torch::stable::detail::from;
   using torch::stable::detail::to;
   AtenTensorHandle handle;
-  STABLE_TORCH_ERROR_CODE_CHECK(from_blob_shim()(
-      data, (int64_t)shape.size(), shape.data(), strides.data(), 0, to<int32_t>(from(native(d))),
-      to<int32_t>(from(torch::headeronly::DeviceType::CPU)), -1, &handle,
-      to<int32_t>(from(torch::headeronly::Layout::Strided)), nullptr, 0, release, context));
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      from_blob_shim()(data, (int64_t)shape.size(), shape.data(), strides.data(), 0, to<int32_t>(from(native(d))),
+                       to<int32_t>(from(torch::headeronly::DeviceType::CPU)), -1, &handle,
+                       to<int32_t>(from(torch::headeronly::Layout::Strided)), nullptr, 0, release, context));
   return Tensor(handle);
 }
 
