@@ -14,6 +14,9 @@
 #endif
 
 #if defined(_WIN32)
+#if __has_include(<torch/headeronly/util/win32-headers.h>)
+#include <torch/headeronly/util/win32-headers.h>  // <windows.h> as torch's stable headers include it
+#else
 #ifndef NOMINMAX
 #define NOMINMAX
 #endif
@@ -21,6 +24,7 @@
 #define WIN32_LEAN_AND_MEAN
 #endif
 #include <windows.h>
+#endif
 #else
 #include <dlfcn.h>
 #endif

@@ -18,6 +18,29 @@ extern "C" PRERAST_EXPORT const char* prerast_attach_kernels(const prerast::Kern
 
 #ifndef PRERAST_CUDA_LIBRARY
 
+#if defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#else
+#include <unistd.h>
+#endif
+
+uint64_t prerast::physical_memory() {
+#if defined(_WIN32)
+  MEMORYSTATUSEX status;
+  status.dwLength = sizeof status;
+  return GlobalMemoryStatusEx(&status) ? (uint64_t)status.ullTotalPhys : 0;
+#else
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+#endif
+}
+
 // The CPU output cache (output_cache.h), for prerast.empty_cache() and the tests, through ctypes (_output_cache.py):
 // frees every released block and returns the bytes freed.
 extern "C" PRERAST_EXPORT int64_t prerast_output_cache_empty() { return (int64_t)prerast::output_cache().empty(); }

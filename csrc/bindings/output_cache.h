@@ -7,24 +7,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#if defined(_WIN32)
-#ifndef NOMINMAX
-#define NOMINMAX
-#endif
-#ifndef WIN32_LEAN_AND_MEAN
-#define WIN32_LEAN_AND_MEAN
-#endif
-#include <windows.h>
-#else
-#include <unistd.h>
-#endif
 
 #include "../core/host_pages.h"
 
@@ -35,17 +24,9 @@ constexpr size_t kCachedOutputMin = size_t(1) << 20;
 // The variable that sets the bound in MiB (0 turns the cache off).
 constexpr const char* kOutputCacheVariable = "PRERAST_CPU_OUTPUT_CACHE_MB";
 
-// Physical memory in bytes, 0 where unknown.
-inline uint64_t physical_memory() {
-#if defined(_WIN32)
-  MEMORYSTATUSEX status;
-  status.dwLength = sizeof status;
-  return GlobalMemoryStatusEx(&status) ? (uint64_t)status.ullTotalPhys : 0;
-#else
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-#endif
-}
+// Physical memory in bytes, 0 where unknown (library.cpp: on Windows it needs <windows.h>, whose macros the other
+// files are kept from).
+uint64_t physical_memory();
 
 class OutputCache {
  public:
