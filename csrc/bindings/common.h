@@ -234,11 +234,11 @@ inline void release_cached_output(void* data, void* context) {
 inline std::optional<Tensor> cached_output(const char* op, const std::vector<int64_t>& shape) {
   double bytes = sizeof(float);
   for (int64_t d : shape) bytes *= (double)d;
-  if (bytes < (double)kCachedOutputMin || bytes > double(int64_t(1) << 50) || !facade::can_wrap_blob()) return {};
+  if (bytes < (double)kCachedOutputMin || bytes > double(int64_t(1) << 50)) return {};
   OutputCache& cache = output_cache();
-  const std::string malformed = cache.limit_error();
+  const std::string malformed = cache.limit_error();  // refused wherever it is set, so that it is not lost silently
   PR_CHECK_VALUE(malformed.empty(), op, ": ", malformed);
-  if (cache.stats().limit == 0) return {};
+  if (!facade::can_wrap_blob() || cache.stats().limit == 0) return {};
   void* block = cache.acquire((size_t)bytes);
   if (!block)
     facade::raise_out_of_memory(str(op, ": out of memory: could not allocate a ", shape_str(shape), " ",
