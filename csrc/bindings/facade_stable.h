@@ -25,7 +25,7 @@
 #endif
 #include <windows.h>
 #endif
-#else
+#elif defined(__linux__) || defined(__APPLE__)
 #include <dlfcn.h>
 #endif
 
@@ -118,8 +118,8 @@ using FromBlob = AOTITorchError (*)(void*, int64_t, const int64_t*, const int64_
 // (torch::stable::detail::lookup_stable_symbol, whose dlsym the binding imports already): the binding loads under
 // 2.10, and the symbol audit (ci/repair/symbols.py) sees no shim newer than 2.10. Windows: torch_cpu.dll, which the
 // process has loaded. macOS: the library that serves this binding's shims (dladdr of one), already loaded
-// (RTLD_NOLOAD). Elsewhere (glibc): RTLD_DEFAULT, which searches the calling library's scope, libtorch_cpu (a
-// dependency of it) included.
+// (RTLD_NOLOAD). Linux (glibc): RTLD_DEFAULT, which searches the calling library's scope, libtorch_cpu (a
+// dependency of it) included. Elsewhere: none, and outputs are allocated plainly.
 inline FromBlob find_from_blob() {
 #if defined(_WIN32)
   HMODULE torch_cpu = GetModuleHandleW(L"torch_cpu.dll");
@@ -133,8 +133,10 @@ inline FromBlob find_from_blob() {
   auto found = reinterpret_cast<FromBlob>(dlsym(torch_cpu, "torch_from_blob"));
   dlclose(torch_cpu);  // balances RTLD_NOLOAD's reference; torch stays loaded
   return found;
-#else
+#elif defined(__linux__)
   return reinterpret_cast<FromBlob>(dlsym(RTLD_DEFAULT, "torch_from_blob"));
+#else
+  return nullptr;
 #endif
 }
 inline FromBlob from_blob_shim() {

@@ -26,7 +26,7 @@ extern "C" PRERAST_EXPORT const char* prerast_attach_kernels(const prerast::Kern
 #define WIN32_LEAN_AND_MEAN
 #endif
 #include <windows.h>
-#else
+#elif defined(__linux__) || defined(__APPLE__)
 #include <unistd.h>
 #endif
 
@@ -35,9 +35,11 @@ uint64_t prerast::physical_memory() {
   MEMORYSTATUSEX status;
   status.dwLength = sizeof status;
   return GlobalMemoryStatusEx(&status) ? (uint64_t)status.ullTotalPhys : 0;
-#else
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+#elif defined(__linux__) || defined(__APPLE__)
+  const auto pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+#else
+  return 0;
 #endif
 }
 
