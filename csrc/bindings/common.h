@@ -23,6 +23,7 @@ enum class Dtype { Float, Int, Byte };
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -30,6 +31,9 @@ enum class Dtype { Float, Int, Byte };
 
 #include "../core/common.h"
 #include "../core/host_pages.h"
+#ifndef PRERAST_CUDA_LIBRARY
+#include "output_cache.h"
+#endif
 
 namespace prerast {
 
@@ -196,7 +200,10 @@ inline double bytes_of(std::initializer_list<int64_t> dims, double element = 4.0
 inline void check_host_memory(const char* op, const Tensor& like, double bytes,
                               const char* advice = "split the batch over several calls or lower the resolution") {
   if (!like.is_cpu() || bytes < double(int64_t(64) << 20)) return;
-  const double available = host_memory_available();
+  double available = host_memory_available();
+#ifndef PRERAST_CUDA_LIBRARY
+  if (available >= 0.0 && bytes > available && output_cache().empty() > 0) available = host_memory_available();
+#endif
   if (available >= 0.0 && bytes > available)
     facade::raise_out_of_memory(str(op, ": the outputs need ", size_str(bytes), " of memory, but only ",
                                     size_str(available), " is available (MemAvailable plus free swap); ", advice));
@@ -215,10 +222,41 @@ inline Tensor allocate(const char* op, const Tensor& like, const std::vector<int
   }
 }
 
-// A float tensor that the kernel writes in full. On the CPU a large one gets huge pages: an output far larger
-// than the work that fills it (a 384 MB grad_attr from a 256x256 image) otherwise spends most of its time in page
-// faults (there: 115 ms of zeroing, 12 ms with huge pages).
+#ifndef PRERAST_CUDA_LIBRARY
+// The deleter of a cached output: its block goes back to the cache (context: the bytes it was acquired for).
+inline void release_cached_output(void* data, void* context) {
+  output_cache().release(data, (size_t)(uintptr_t)context);
+}
+
+// A CPU float tensor of `shape` over a block of the output cache (output_cache.h); none where the cache does not
+// serve it: a small output, the cache turned off (PRERAST_CPU_OUTPUT_CACHE_MB=0), or a torch that cannot
+// wrap memory of ours with a deleter (the stable ABI under torch 2.10).
+inline std::optional<Tensor> cached_output(const char* op, const std::vector<int64_t>& shape) {
+  double bytes = sizeof(float);
+  for (int64_t d : shape) bytes *= (double)d;
+  if (bytes < (double)kCachedOutputMin || bytes > double(int64_t(1) << 50)) return {};
+  OutputCache& cache = output_cache();
+  const std::string malformed = cache.limit_error();  // refused wherever it is set, so that it is not lost silently
+  PR_CHECK_VALUE(malformed.empty(), op, ": ", malformed);
+  if (!facade::can_wrap_blob() || cache.stats().limit == 0) return {};
+  void* block = cache.acquire((size_t)bytes);
+  if (!block)
+    facade::raise_out_of_memory(str(op, ": out of memory: could not allocate a ", shape_str(shape), " ",
+                                    facade::dtype_name(Dtype::Float), " tensor on cpu (", size_str(bytes), ")"));
+  // Should torch fail to make the tensor, the block is not given back here: torch may have run the deleter.
+  return facade::wrap_blob(block, shape, Dtype::Float, release_cached_output, (void*)(uintptr_t)bytes);
+}
+#endif
+
+// A float tensor that the kernel writes in full. On the CPU a large one comes from the output cache (the memory
+// of a released output of the same size, its pages already faulted in), else gets huge pages: an output far
+// larger than the work that fills it (a 384 MB grad_attr from a 256x256 image) otherwise spends most of its time
+// in page faults (there: 115 ms of zeroing, 12 ms with huge pages).
 inline Tensor new_output(const char* op, const Tensor& like, const std::vector<int64_t>& shape) {
+#ifndef PRERAST_CUDA_LIBRARY
+  if (like.is_cpu())
+    if (std::optional<Tensor> cached = cached_output(op, shape)) return *std::move(cached);
+#endif
   Tensor t = allocate(op, like, shape, Dtype::Float);
   if (like.is_cpu() && t.numel() >= (int64_t(1) << 20))
     advise_huge_pages(data<float>(t), (size_t)t.numel() * sizeof(float));

@@ -65,6 +65,17 @@ inline Tensor new_empty(const Tensor& like, const std::vector<int64_t>& shape, D
 inline Tensor new_zeros(const Tensor& like, const std::vector<int64_t>& shape, Dtype d) {
   return at::zeros(shape, like.options().dtype(native(d)));
 }
+// A CPU tensor over `data`, a block of prerast's output cache (output_cache.h): release(data, context) gives it
+// back once the tensor's storage dies, on whichever thread drops the last reference. Its storage cannot grow (a
+// resize_ past its size raises). Every classic torch has it.
+using BlobRelease = void (*)(void* data, void* context);
+inline bool can_wrap_blob() { return true; }
+inline Tensor wrap_blob(void* data, const std::vector<int64_t>& shape, Dtype d, BlobRelease release, void* context) {
+  return at::from_blob(
+      data, shape, [release, context](void* p) { release(p, context); },
+      at::TensorOptions().dtype(native(d)).device(at::kCPU));
+}
+
 inline Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   return t.narrow(dim, start, length);
 }

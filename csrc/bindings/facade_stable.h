@@ -13,6 +13,22 @@
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>  // aoti_torch_get_current_cuda_stream (declared with USE_CUDA)
 #endif
 
+#if defined(_WIN32)
+#if __has_include(<torch/headeronly/util/win32-headers.h>)
+#include <torch/headeronly/util/win32-headers.h>  // <windows.h> as torch's stable headers include it
+#else
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#endif
+#elif defined(__linux__) || defined(__APPLE__)
+#include <dlfcn.h>
+#endif
+
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -89,6 +105,60 @@ inline Tensor new_empty(const Tensor& like, const std::vector<int64_t>& shape, D
 inline Tensor new_zeros(const Tensor& like, const std::vector<int64_t>& shape, Dtype d) {
   return torch::stable::new_zeros(like, shape, native(d));
 }
+
+// A CPU tensor over `data`, a block of prerast's output cache (output_cache.h): release(data, context) gives it
+// back once the tensor's storage dies, on whichever thread drops the last reference. Its storage cannot grow (a
+// resize_ past its size raises). Only where the running torch has torch_from_blob (2.11 on): can_wrap_blob().
+using BlobRelease = void (*)(void* data, void* context);
+using FromBlob = AOTITorchError (*)(void*, int64_t, const int64_t*, const int64_t*, int64_t, int32_t, int32_t, int32_t,
+                                    AtenTensorHandle*, int32_t, const uint8_t*, int64_t, BlobRelease, void*);
+
+// The running torch's torch_from_blob, or null. This library targets torch 2.10, whose header hides the shim and
+// whose libtorch_cpu lacks it, so it is looked up at run time, as torch's own headers reach newer shims
+// (torch::stable::detail::lookup_stable_symbol, whose dlsym the binding imports already): the binding loads under
+// 2.10, and the symbol audit (ci/repair/symbols.py) sees no shim newer than 2.10. Windows: torch_cpu.dll, which the
+// process has loaded. macOS: the library that serves this binding's shims (dladdr of one), already loaded
+// (RTLD_NOLOAD). Linux (glibc): RTLD_DEFAULT, which searches the calling library's scope, libtorch_cpu (a
+// dependency of it) included. Elsewhere: none, and outputs are allocated plainly.
+inline FromBlob find_from_blob() {
+#if defined(_WIN32)
+  HMODULE torch_cpu = GetModuleHandleW(L"torch_cpu.dll");
+  return torch_cpu ? reinterpret_cast<FromBlob>(GetProcAddress(torch_cpu, "torch_from_blob")) : nullptr;
+#elif defined(__APPLE__)
+  Dl_info shims;
+  if (!dladdr(reinterpret_cast<void*>(&aoti_torch_create_tensor_from_blob_v2), &shims) || !shims.dli_fname)
+    return nullptr;
+  void* torch_cpu = dlopen(shims.dli_fname, RTLD_LAZY | RTLD_NOLOAD);
+  if (!torch_cpu) return nullptr;
+  auto found = reinterpret_cast<FromBlob>(dlsym(torch_cpu, "torch_from_blob"));
+  dlclose(torch_cpu);  // balances RTLD_NOLOAD's reference; torch stays loaded
+  return found;
+#elif defined(__linux__)
+  return reinterpret_cast<FromBlob>(dlsym(RTLD_DEFAULT, "torch_from_blob"));
+#else
+  return nullptr;
+#endif
+}
+inline FromBlob from_blob_shim() {
+  static const FromBlob found = find_from_blob();
+  return found;
+}
+inline bool can_wrap_blob() { return from_blob_shim() != nullptr; }
+
+inline Tensor wrap_blob(void* data, const std::vector<int64_t>& shape, Dtype d, BlobRelease release, void* context) {
+  std::vector<int64_t> strides(shape.size());
+  int64_t stride = 1;
+  for (size_t i = shape.size(); i-- > 0;) strides[i] = stride, stride *= shape[i];
+  using torch::stable::detail::from;
+  using torch::stable::detail::to;
+  AtenTensorHandle handle;
+  STABLE_TORCH_ERROR_CODE_CHECK(
+      from_blob_shim()(data, (int64_t)shape.size(), shape.data(), strides.data(), 0, to<int32_t>(from(native(d))),
+                       to<int32_t>(from(torch::headeronly::DeviceType::CPU)), -1, &handle,
+                       to<int32_t>(from(torch::headeronly::Layout::Strided)), nullptr, 0, release, context));
+  return Tensor(handle);
+}
+
 inline Tensor narrow(const Tensor& t, int64_t dim, int64_t start, int64_t length) {
   Tensor self = t;  // torch::stable::narrow takes a non-const reference; the result is a view either way
   return torch::stable::narrow(self, dim, start, length);

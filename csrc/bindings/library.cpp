@@ -18,6 +18,49 @@ extern "C" PRERAST_EXPORT const char* prerast_attach_kernels(const prerast::Kern
 
 #ifndef PRERAST_CUDA_LIBRARY
 
+#if defined(_WIN32)
+#ifndef NOMINMAX
+#define NOMINMAX
+#endif
+#ifndef WIN32_LEAN_AND_MEAN
+#define WIN32_LEAN_AND_MEAN
+#endif
+#include <windows.h>
+#elif defined(__linux__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
+
+uint64_t prerast::physical_memory() {
+#if defined(_WIN32)
+  MEMORYSTATUSEX status;
+  status.dwLength = sizeof status;
+  return GlobalMemoryStatusEx(&status) ? (uint64_t)status.ullTotalPhys : 0;
+#elif defined(__linux__) || defined(__APPLE__)
+  const auto pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+#else
+  return 0;
+#endif
+}
+
+// The CPU output cache (output_cache.h), for prerast.empty_cache() and the tests, through ctypes (_output_cache.py):
+// frees every released block and returns the bytes freed.
+extern "C" PRERAST_EXPORT int64_t prerast_output_cache_empty() { return (int64_t)prerast::output_cache().empty(); }
+
+// Fills out[0..5] with bytes held, blocks held, the bound in bytes, blocks reused, blocks newly allocated and blocks
+// in use by live tensors.
+extern "C" PRERAST_EXPORT void prerast_output_cache_stats(int64_t* out) {
+  const prerast::OutputCache::Stats s = prerast::output_cache().stats();
+  const int64_t values[] = {s.held_bytes, s.held_blocks, s.limit, s.reused, s.allocated, s.live_blocks};
+  for (int i = 0; i < 6; ++i) out[i] = values[i];
+}
+
+// For tests: the bound in bytes (negative: PRERAST_CPU_OUTPUT_CACHE_MB or the default again) and whether blocks
+// are handed out filled with NaN.
+extern "C" PRERAST_EXPORT void prerast_output_cache_configure(int64_t limit, int poison) {
+  prerast::output_cache().configure(limit, poison != 0);
+}
+
 namespace {
 
 // The version setup.py builds, as its characters' codes (prerast_meta/compiler_flags.py's version_define says why).

@@ -106,9 +106,9 @@ std::tuple<Tensor, Tensor> rasterize_fwd(const Tensor& pos, const Tensor& tri, i
   PR_CHECK_VALUE(tiles < INT32_MAX, kOp, ": ", g.num_images, " images of ", height, "x", width,
                  " are too many pixels for one call; split the batch");
   check_host_memory(kOp, pos, (output_db ? 2 : 1) * bytes_of({g.num_images, height, width, 4}));  // rast, rast_db
-  // Plain allocations: the CPU core asks for huge pages for them itself, just before shading (rasterize_cpu.cpp).
-  auto rast = allocate(kOp, pos, {g.num_images, height, width, 4}, Dtype::Float);
-  auto rast_db = allocate(kOp, pos, {g.num_images, height, width, output_db ? 4 : 0}, Dtype::Float);
+  // Every pixel of both is written (background too), so a large one may come from the output cache.
+  auto rast = new_output(kOp, pos, {g.num_images, height, width, 4});
+  auto rast_db = new_output(kOp, pos, {g.num_images, height, width, output_db ? 4 : 0});
   if (peel_prev.has_value()) {
     check_tensor(kOp, "previous layer", *peel_prev, Dtype::Float, {4});
     check_same_device(kOp, "previous layer", *peel_prev, pos, "pos");

@@ -42,6 +42,7 @@ from ._antialias import TopologyHash, antialias, antialias_construct_topology_ha
 from ._context import RasterizeCpuContext, RasterizeCudaContext, RasterizeGLContext  # noqa: E402
 from ._interpolate import interpolate  # noqa: E402
 from ._log import get_log_level, set_log_level  # noqa: E402
+from ._output_cache import empty_cache  # noqa: E402
 from ._precompile import load_precompiled, precompile  # noqa: E402
 from ._rasterize import DepthPeeler, rasterize  # noqa: E402
 from ._texture import TextureMipChain, texture, texture_construct_mip  # noqa: E402
@@ -57,6 +58,7 @@ __all__ = [
     "__version__",
     "antialias",
     "antialias_construct_topology_hash",
+    "empty_cache",
     "get_log_level",
     "interpolate",
     "load_precompiled",
