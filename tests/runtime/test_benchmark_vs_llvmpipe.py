@@ -22,7 +22,7 @@ def test_tiny_scene_table_and_json(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     header = next(i for i, line in enumerate(lines) if line.startswith("scene"))
-    for column in ("prerast ms", "llvmpipe ms", "spread", "ratio", "floor ms", "GB/s", "x floor", "+ db ms"):
+    for column in ("prerast ms", "llvmpipe ms", "spread", "ratio", "floor ms", "GB/s", "x floor", "x warm", "+ db ms"):
         assert column in lines[header]
     table = lines[header + 1 :]
     assert [line.split()[:2] for line in table] == [["2", "8^2"]]
@@ -32,10 +32,11 @@ def test_tiny_scene_table_and_json(tmp_path):
     for row, res in zip(report["rows"], [8]):
         # pos [1, 6, 4] float32 and tri [2, 3] int32 read; rast [1, res, res, 4] float32 written (and rast_db).
         assert row["bytes"] == {"read": 6 * 16 + 2 * 12, "write": res * res * 16, "write_db": 2 * res * res * 16}
-        for m in ("prerast", "prerast_db", "floor", "floor_db"):
+        for m in ("prerast", "prerast_db", "floor", "floor_db", "floor_warm"):
             assert row[m + "_ms"] > 0 and row[m + "_cpu_ms"] >= 0
             assert row[m + "_spread"] == 1.0  # one round: its run is both the fastest and the slowest
         assert row["over_floor"] == pytest.approx(row["prerast_ms"] / row["floor_ms"])
+        assert row["over_warm_floor"] == pytest.approx(row["prerast_ms"] / row["floor_warm_ms"])
         assert row["db_over_floor"] == pytest.approx(row["prerast_db_ms"] / row["floor_db_ms"])
         moved = row["bytes"]["read"] + row["bytes"]["write"]
         assert row["floor_gbps"] == pytest.approx(moved / row["floor_ms"] / 1e6)
