@@ -87,7 +87,7 @@ __attribute__((target("avx2"))) inline __m256 lanes_of_bits(int bits) {
 }
 
 __attribute__((target("avx2"))) inline void draw_span_avx2(const TriSetup& s, int32_t setup_index, const TileSpan& sp,
-                                                           const float* px_ndc, int H, TileKeys& t) {
+                                                           const float* px_ndc, const float* py_ndc, TileKeys& t) {
   const __m256 one = _mm256_set1_ps(1.0f), minus_one = _mm256_set1_ps(-1.0f), zero = _mm256_setzero_ps();
   __m256 a[3], c[3], tol[3], ntol[3], z[3];
   ExactEdge exact[3];
@@ -100,7 +100,7 @@ __attribute__((target("avx2"))) inline void draw_span_avx2(const TriSetup& s, in
   const __m256i id1 = _mm256_set1_epi32(s.tri + 1), item = _mm256_set1_epi32(setup_index);
   const int g0 = (sp.x0 - sp.xa) >> 3, g1 = (sp.x1 - sp.xa) >> 3;
   for (int y = sp.y0; y <= sp.y1; ++y) {
-    const float py = pixel_center_ndc(y, H);
+    const float py = py_ndc[y];
     __m256 bpy[3];
     for (int i = 0; i < 3; ++i) bpy[i] = _mm256_set1_ps(s.b[i] * (py - s.oy));
     for (int g = g0; g <= g1; ++g) {

@@ -73,7 +73,7 @@ PRERAST_AVX512 inline __mmask16 exact_inside_avx512(const ExactEdge& e, const __
 }
 
 PRERAST_AVX512 inline void draw_span_avx512(const TriSetup& s, int32_t setup_index, const TileSpan& sp,
-                                            const float* px_ndc, int H, TileKeys& t) {
+                                            const float* px_ndc, const float* py_ndc, TileKeys& t) {
   const __m512 one = _mm512_set1_ps(1.0f), minus_one = _mm512_set1_ps(-1.0f), zero = _mm512_setzero_ps();
   __m512 a[3], c[3], tol[3], ntol[3], z[3];
   ExactEdge exact[3];  // edge i's, once a lane first needs it (most pairs never do)
@@ -91,7 +91,7 @@ PRERAST_AVX512 inline void draw_span_avx512(const TriSetup& s, int32_t setup_ind
   __m512 adx[3];
   for (int i = 0; i < 3; ++i) adx[i] = _mm512_mul_ps(a[i], dx);
   for (int y = sp.y0; y <= sp.y1; ++y) {
-    const float py = pixel_center_ndc(y, H);
+    const float py = py_ndc[y];
     __mmask16 inside = span;
     __m512 l[3];
     for (int i = 0; i < 3 && inside; ++i) {

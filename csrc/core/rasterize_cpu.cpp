@@ -157,6 +157,7 @@ struct Frame {
   std::vector<int64_t> bin_start;  // [num_tiles + 1]
   int32_t* bin_items = nullptr;
   std::vector<float> px_ndc;  // pixel_center_ndc(x, W), padded to whole tiles
+  std::vector<float> py_ndc;  // pixel_center_ndc(y, H): a division per row of every span otherwise
   bool avx2 = false;
   bool avx2_write = false;  // also needs every setup's fields to be addressable by an int32 gather index
   bool avx512 = false;      // whole tile rows at a time (with avx2_write's condition for writing)
@@ -178,7 +179,7 @@ void write_tile(const Frame& f, const TileKeys& t, int64_t n, int xa, int ya) {
   const int W = a.width, H = a.height;
   const int xb = std::min(xa + kTile, W), yb = std::min(ya + kTile, H);
   for (int y = ya; y < yb; ++y) {
-    const float py = pixel_center_ndc(y, H);
+    const float py = f.py_ndc[y];
     const int64_t row = ((n * H + y) * W + xa) * 4;
     float* r = a.rast + row;
     float* db = a.rast_db ? a.rast_db + row : nullptr;
@@ -225,13 +226,13 @@ void shade_tile(const Frame& f, int64_t tile) {
     if (!tile_span(s, xa, ya, W, H, sp)) continue;
 #ifdef PRERAST_HAVE_AVX512_PATH
     if (f.avx512 && !prev) {
-      draw_span_avx512(s, k, sp, f.px_ndc.data(), H, t);
+      draw_span_avx512(s, k, sp, f.px_ndc.data(), f.py_ndc.data(), t);
       continue;
     }
 #endif
 #ifdef PRERAST_HAVE_AVX2_PATH
     if (f.avx2 && !prev) {
-      draw_span_avx2(s, k, sp, f.px_ndc.data(), H, t);
+      draw_span_avx2(s, k, sp, f.px_ndc.data(), f.py_ndc.data(), t);
       continue;
     }
 #endif
@@ -274,6 +275,8 @@ void rasterize_forward_cpu(const RasterArgs& a, const ParallelFor& pfor, int num
   g.num_tiles = a.num_images * g.per_image;
   f.px_ndc.resize((size_t)g.tiles_x * kTile);
   for (int x = 0; x < (int)f.px_ndc.size(); ++x) f.px_ndc[x] = pixel_center_ndc(x, W);
+  f.py_ndc.resize((size_t)H);
+  for (int y = 0; y < H; ++y) f.py_ndc[y] = pixel_center_ndc(y, H);
   const CpuSimd simd = cpu_simd_path();  // PRERAST_CPU_SIMD (cpu_simd.h)
   (void)simd;
 #ifdef PRERAST_HAVE_AVX2_PATH
