@@ -12,6 +12,23 @@
 
 using namespace prerast;
 
+// The pixels sampled: every covered centre on a grid over the triangle's box with a pixel of margin (tri_setup's box
+// is the centres within the hull). Kept as it was when the bound below was set: each covered pixel draws its
+// random gradients, so another grid would also change every later triangle.
+static void sampled_box(const float p[3][4], int W, int H, int& x0, int& y0, int& x1, int& y1) {
+  float lo_x = 3.0e38f, lo_y = 3.0e38f, hi_x = -3.0e38f, hi_y = -3.0e38f;
+  for (int v = 0; v < 3; ++v) {
+    const float X = (p[v][0] / p[v][3] + 1.0f) * 0.5f * (float)W - 0.5f;
+    const float Y = (p[v][1] / p[v][3] + 1.0f) * 0.5f * (float)H - 0.5f;
+    lo_x = std::fmin(lo_x, X), hi_x = std::fmax(hi_x, X), lo_y = std::fmin(lo_y, Y), hi_y = std::fmax(hi_y, Y);
+  }
+  const auto clamp = [](float x, float lo, float hi) { return std::fmin(std::fmax(x, lo), hi); };
+  lo_x = clamp(lo_x, -2.0f, (float)W + 1.0f), hi_x = clamp(hi_x, -2.0f, (float)W + 1.0f);
+  lo_y = clamp(lo_y, -2.0f, (float)H + 1.0f), hi_y = clamp(hi_y, -2.0f, (float)H + 1.0f);
+  x0 = clampi((int)std::floor(lo_x) - 1, 0, W), x1 = clampi((int)std::ceil(hi_x) + 1, -1, W - 1);
+  y0 = clampi((int)std::floor(lo_y) - 1, 0, H), y1 = clampi((int)std::ceil(hi_y) + 1, -1, H - 1);
+}
+
 int main() {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
@@ -29,11 +46,13 @@ int main() {
       p[v][0] = x * w * k, p[v][1] = y * w * k, p[v][2] = z * w * k, p[v][3] = w * k;
     }
     TriSetup s;
-    if (!tri_setup(p[0], p[1], p[2], 0, W, H, s)) continue;
+    if (!tri_setup(p[0], p[1], p[2], 0, W, H, s)) continue;  // also where no centre is covered: none to sample
     GradTri g;
     frag_grad_tri(p[0], p[1], p[2], g);
-    for (int y = s.y0; y <= s.y1; y += 1 + (s.y1 - s.y0) / 16)
-      for (int x = s.x0; x <= s.x1; x += 1 + (s.x1 - s.x0) / 16) {
+    int x0, y0, x1, y1;
+    sampled_box(p, W, H, x0, y0, x1, y1);
+    for (int y = y0; y <= y1; y += 1 + (y1 - y0) / 16)
+      for (int x = x0; x <= x1; x += 1 + (x1 - x0) / 16) {
         const float px = pixel_center_ndc(x, W), py = pixel_center_ndc(y, H);
         float zw;
         if (!frag_eval(s, px, py, zw)) continue;
