@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "antialias.h"
+#include "channel_count.h"
 #include "kernel_entry.h"
 #include "scatter_cpu.h"
 
@@ -25,23 +26,6 @@ void for_pixels(const AntialiasArgs& a, const ParallelFor& pfor, Body body) {
       for (int x = 0; x < (int)W; ++x) body(row * W + x, x, y);
     }
   });
-}
-
-// run(std::integral_constant<int, C>()) with C = the channel count for 1 to 4 channels, else 0 (counted per pass).
-template <class Run>
-void with_channels(int64_t channels, Run run) {
-  switch (channels) {
-    case 1:
-      return run(std::integral_constant<int, 1>());
-    case 2:
-      return run(std::integral_constant<int, 2>());
-    case 3:
-      return run(std::integral_constant<int, 3>());
-    case 4:
-      return run(std::integral_constant<int, 4>());
-    default:
-      return run(std::integral_constant<int, 0>());
-  }
 }
 
 }  // namespace

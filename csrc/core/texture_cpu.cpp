@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "host_builtins.h"
+#include "channel_count.h"
 #include "kernel_entry.h"
 #include "scatter_cpu.h"
 #include "texture.h"
@@ -156,24 +157,6 @@ PRERAST_FLATTEN void for_pixel_samples(const TextureArgs& a, int64_t b, int64_t 
     const int n = (int)std::min<int64_t>(kSetupBlock, e - p0);
     pixel_setup_block(a, p0, n, ps, wanted);
     for (int i = 0; i < n; ++i) body(p0 + i, ps[i]);
-  }
-}
-
-// run(std::integral_constant<int, C>()) with C = channels for 1 to kChannelBlock channels, else C = 0 (any count):
-// the pixel functions' kChannels.
-template <class Run>
-void with_channels(int channels, Run run) {
-  switch (channels) {
-    case 1:
-      return run(std::integral_constant<int, 1>());
-    case 2:
-      return run(std::integral_constant<int, 2>());
-    case 3:
-      return run(std::integral_constant<int, 3>());
-    case 4:
-      return run(std::integral_constant<int, 4>());
-    default:
-      return run(std::integral_constant<int, 0>());
   }
 }
 
